@@ -1,0 +1,33 @@
+# Two entry points on a fresh machine: `make test` and `make bench`.
+# Both create .venv if missing and install the project (with its extras) from this tree.
+PY ?= python3.11
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
+EXTRAS ?= test,spark
+
+.PHONY: test bench install clean soak
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+$(STAMP): $(VPY) $(SRCS)
+	$(VPY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(VPY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VPY) -m pytest bench -q -p no:cacheprovider --benchmark-only $(PYTEST_ARGS)
+
+soak: $(STAMP)
+	$(VPY) -m quorumlog.raft.soak --seeds 100000
+
+clean:
+	rm -rf build $(VENV) src/*.egg-info
+	find csrc -name '*.c' ! -name 'crc32c.c' -delete; find src -name '*.so' -delete

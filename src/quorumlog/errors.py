@@ -1,0 +1,62 @@
+"""Every exception quorumlog raises on purpose. Callers catch these, never bare Exception."""
+
+
+class QuorumlogError(Exception):
+    """Base class of all quorumlog errors."""
+
+
+class InvalidArgumentError(QuorumlogError, ValueError):
+    """An argument is out of range or malformed; nothing was changed."""
+
+
+class MessageTooLargeError(InvalidArgumentError):
+    """A message exceeds max_message_bytes; nothing was written."""
+
+
+class InvalidTopicError(InvalidArgumentError):
+    """Topic empty, too long, or not valid UTF-8 / allowed characters."""
+
+
+class InvalidQueueError(InvalidArgumentError):
+    """queue_id out of range for the topic."""
+
+
+class LogClosedError(QuorumlogError):
+    """The log or store has been closed."""
+
+
+class LockedError(QuorumlogError):
+    """Another process (or another open in this process) holds the directory's LOCK."""
+
+
+class CorruptLogError(QuorumlogError):
+    """A bad record with intact data after it: committed data is damaged.
+
+    Carries `path` (the segment file) and `offset` (byte offset inside that file)."""
+
+    def __init__(self, message, path=None, offset=None):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class DiskFullError(QuorumlogError, OSError):
+    """No space to preallocate a segment or index file (or disk use above the write limit).
+
+    The log stays readable and consistent; appends succeed again once space is freed."""
+
+
+class ReplicationError(QuorumlogError):
+    """A replicated byte range failed validation (CRC, index continuity, position, term)."""
+
+
+class IndexOutOfRangeError(QuorumlogError, IndexError):
+    """A raft index or position outside what the log holds."""
+
+
+class TopicNotFoundError(QuorumlogError, KeyError):
+    """Topic does not exist and auto-creation is off."""
+
+
+class ConfigError(QuorumlogError, ValueError):
+    """Invalid configuration (file, environment or arguments)."""
