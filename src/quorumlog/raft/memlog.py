@@ -78,8 +78,7 @@ class MemLog:
             raise InvalidArgumentError(f"read: max_bytes must be > 0, got {max_bytes}")
         sizes = self._sizes
         total = sizes[lo - 1]
-        end = lo  # exclusive position bound, as index: entries lo..end-1... computed below
-        pos = lo  # next position (== index of the next entry - 1 + 1)
+        pos = lo  # position of the next candidate entry (its index is pos + 1)
         while pos < hi:
             s = sizes[pos]
             if total + s > max_bytes:
