@@ -78,6 +78,7 @@ class SimResult:
     committed: int = 0
     acked: int = 0
     liveness_ms: int = -1
+    stats: dict = field(default_factory=dict)
     trace: list = field(default_factory=list)
 
 
@@ -142,6 +143,7 @@ class Simulator:
         self.next_pid = 1
         self.elections = 0
         self.events = 0
+        self.stats: dict[str, int] = {}
         self.liveness_probes: set = set()
         self.liveness_done_ms = -1
         for nid in self.ids:
@@ -195,6 +197,7 @@ class Simulator:
                     elif got != val:
                         self._fail(f"log matching: {n.id} has {val} at {key}, another node {got}")
             else:  # truncate after a (log had b entries)
+                self.stats["truncations"] = self.stats.get("truncations", 0) + 1
                 core = n.core
                 if core is not None and a < core.commit_index:
                     self._fail(f"{n.id} truncates after {a} below its commit {core.commit_index}")
@@ -240,6 +243,8 @@ class Simulator:
 
     def _on_event(self, n: _Node, ev):
         self._t(f"{n.id} event {ev}")
+        name = type(ev).__name__
+        self.stats[name] = self.stats.get(name, 0) + 1
         if isinstance(ev, RoleChanged) and ev.role == Role.LEADER:
             self.elections += 1
             other = self.leader_of_term.get(ev.term)
@@ -430,6 +435,7 @@ class Simulator:
         res.acked = len(self.acked)
         res.liveness_ms = self.liveness_done_ms - self.fault_ms if self.liveness_done_ms >= 0 else -1
         res.trace = self.trace
+        res.stats = self.stats
         return res
 
     def _run(self):
