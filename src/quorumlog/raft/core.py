@@ -243,6 +243,7 @@ class RaftCore:
         self._leader_epoch = 0
         self._log_gen = 0            # bumped on every truncation (see on_persisted)
         self.progress: dict[str, Progress] = {}
+        self._leaving = 0  # progress entries of removed voters still being replicated to
         self.learner: str | None = None
         self.transferee: str | None = None
         self.transfer_deadline_ms = 0
@@ -451,6 +452,7 @@ class RaftCore:
         lg = self.log
         prev_last = lg.last_index()
         self.progress = {}
+        self._leaving = 0
         for v in self.voters:
             if v != self.id:
                 self.progress[v] = Progress(v, prev_last + 1, self.now_ms)
@@ -466,6 +468,7 @@ class RaftCore:
         self.transferee = None
         self.learner = None
         self.progress = {}
+        self._leaving = 0
         self._hb_open = False
 
     # ======================================================================================
@@ -1041,9 +1044,18 @@ class RaftCore:
         if n > self.commit_index and self.log.term_at(n) == self.term:
             self.commit_index = n
             self._commit_changed = True
+            if self._leaving:
+                self._drop_leaving()
             if self.learner is not None:
                 self._check_learner()
             self._check_ready_to_serve()
+
+    def _drop_leaving(self) -> None:
+        for p in [p for p, pr in self.progress.items() if 0 < pr.leaving_at <= self.commit_index]:
+            del self.progress[p]
+            self._leaving -= 1
+            if self.transferee == p:
+                self.transferee = None
 
     def _check_ready_to_serve(self) -> None:
         if (self.role == Role.LEADER and not self.is_ready_to_serve
@@ -1087,9 +1099,11 @@ class RaftCore:
                     self._send_probe(pr, self.log.last_index())
                 elif v in self.progress:
                     self.progress[v].is_learner = False
-            for p in list(self.progress):
-                if p not in self._voter_set and p != self.learner:
-                    del self.progress[p]
+            for p, pr in self.progress.items():
+                if p not in self._voter_set and p != self.learner and not pr.leaving_at:
+                    pr.leaving_at = idx
+                    pr.is_learner = True
+                    self._leaving += 1
 
     def _add_config(self, index: int, voters) -> None:
         if index <= self.configs[-1][0]:

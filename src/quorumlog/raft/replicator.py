@@ -21,7 +21,7 @@ from .messages import DispatchState
 
 class Progress:
     __slots__ = ("peer", "state", "match", "next", "inflight", "epoch", "probe_prev",
-                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention")
+                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at")
 
     def __init__(self, peer: str, next_index: int, now_ms: int, is_learner: bool = False):
         self.peer = peer
@@ -35,6 +35,10 @@ class Progress:
         self.last_resp_ms = now_ms
         self.is_learner = is_learner
         self.behind_retention = False  # next < log.first_index(): needs segment streaming
+        # removed from the voters by the CONFIG entry at this index: still replicated to (as
+        # a learner) until that entry commits, so the removed node learns it is out and stops
+        # campaigning (a removed node that never hears of it keeps bumping terms)
+        self.leaving_at = 0
 
     def reset_to(self, state: DispatchState, next_index: int) -> None:
         self.state = state
