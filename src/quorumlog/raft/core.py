@@ -500,14 +500,17 @@ class RaftCore:
             return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        if self.id not in self.voters:
-            return  # learners and removed members never run
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
             self._next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term_immediately:
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
+            return
+        if self.id not in self._voter_set:
+            # learners and removed members never run (but do adopt terms, above, so they can
+            # follow a leader of a newer term)
+            self.next_time_to_request_vote = now + self._vote_interval()
             return
         self._start_vote_round()
 
@@ -1117,7 +1120,7 @@ class RaftCore:
         self._flush_to = idx
         self._add_config(idx, voters)
         for pr in self.progress.values():
-            if pr.state == APPEND:
+            if pr.state != COMPARE:
                 self._send_appends(pr)
         self._maybe_commit()
         return idx
