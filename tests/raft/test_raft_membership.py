@@ -1,0 +1,196 @@
+"""Membership change (seed-002 §2.4) and leadership transfer / preferred leader (DLedger's
+handleLeadershipTransfer / handleTakeLeadership, as issue 4 describes them)."""
+import pytest
+
+from quorumlog.raft import RaftConfig, Role, VoteResult
+from quorumlog.raft.cluster import ManualCluster
+from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
+from quorumlog.raft.log import EntryKind, decode_voters
+from quorumlog.raft.messages import VoteRequest, VoteResponse
+
+
+def cluster(ids=("n1", "n2", "n3"), spare=(), cfg=None):
+    cl = ManualCluster(ids, config=cfg or RaftConfig(), spare=spare)
+    cl.elect("n1")
+    assert cl.leaders() == ["n1"]
+    cl.settle(cl.now + 150)
+    return cl
+
+
+def configs(cl, node):
+    lg = cl.logs[node]
+    return [(i, decode_voters(lg.entry(i)[2])) for i in range(1, lg.last_index() + 1)
+            if lg.entry(i)[1] == EntryKind.CONFIG]
+
+
+def test_add_member_catches_up_as_learner_then_config_entry():
+    # seed 002 §添加节点: 2) sync existing log to D, 3) when caught up, a Config Entry ABCD
+    cl = cluster(spare=("n4",))
+    for _ in range(20):
+        cl.propose("n1", 5)
+    cl.settle(cl.now + 50)
+    c = cl.core("n1")
+    c.add_member("n4")
+    assert "n4" not in c.voters and c.progress["n4"].is_learner
+    cl.settle(cl.now + 300)
+    assert c.voters == ("n1", "n2", "n3", "n4") and c.quorum == 3
+    assert configs(cl, "n4")[-1][1] == ("n1", "n2", "n3", "n4")
+    assert cl.core("n4").voters == ("n1", "n2", "n3", "n4")
+    assert any("ConfigChanged" in line for line in cl.out)
+
+
+def test_learner_does_not_count_towards_commit():
+    cl = cluster(spare=("n4",))
+    c = cl.core("n1")
+    cl.partition({"n1", "n4"}, {"n2", "n3"})
+    c.add_member("n4")
+    first, last = cl.propose("n1", 1)
+    cl.settle(cl.now + 100)
+    assert c.commit_index < last  # n1 + learner n4 are not a quorum of {n1, n2, n3}
+
+
+def test_remove_member_config_entry_and_quorum():
+    # seed 002 §删除节点: 1) Config Entry ABC, 3) A stops sending to D
+    cl = cluster(("n1", "n2", "n3", "n4"))
+    c = cl.core("n1")
+    idx = c.remove_member("n4")
+    assert c.voters == ("n1", "n2", "n3")
+    cl.settle(cl.now + 150)
+    assert c.commit_index >= idx
+    assert "n4" not in c.progress  # dropped once the removal committed
+    # n4 received the entry that removes it before the leader stopped: it will not campaign
+    assert cl.core("n4").voters == ("n1", "n2", "n3")
+    cl.take_output()
+    cl.settle(cl.now + 2000)
+    assert not [line for line in cl.out if line.startswith("n4->") and " VOTE " in line]
+
+
+def test_removed_member_cannot_disrupt_the_group():
+    # seed 002 §删除节点 4): a removed node that campaigns gets rejected and terms do not move
+    cl = cluster(("n1", "n2", "n3", "n4"))
+    c = cl.core("n1")
+    cl.partition({"n4"})
+    c.remove_member("n4")
+    cl.settle(cl.now + 200)
+    term = c.term
+    cl.heal()
+    cl.take_output()
+    cl.settle(cl.now + 3000)  # n4 never learned: it campaigns with rising terms
+    assert [line for line in cl.out if line.startswith("n4->") and " VOTE " in line]
+    assert cl.leaders() == ["n1"] and c.term == term
+
+
+def test_unknown_member_vote_is_rejected():
+    cl = cluster()
+    c2 = cl.core("n2")
+    c2.step(VoteRequest(99, "n9", "n2", 100, 99))
+    r = c2.ready()
+    assert r.messages[0].result == VoteResult.REJECT_UNKNOWN_LEADER and c2.term < 99
+
+
+def test_one_membership_change_at_a_time():
+    cl = cluster(("n1", "n2", "n3", "n4"), spare=("n5",))
+    c = cl.core("n1")
+    c.add_member("n5")
+    with pytest.raises(MembershipChangeError, match="learner n5"):
+        c.remove_member("n4")
+    cl.settle(cl.now + 300)
+    cl.partition({"n1"})
+    c.remove_member("n4")  # appended, cannot commit while n1 is alone
+    with pytest.raises(MembershipChangeError, match="not committed"):
+        c.remove_member("n3")
+
+
+def test_membership_change_argument_errors():
+    cl = cluster()
+    c = cl.core("n1")
+    with pytest.raises(MembershipChangeError, match="already a voter"):
+        c.add_member("n2")
+    with pytest.raises(MembershipChangeError, match="transfer leadership"):
+        c.remove_member("n1")
+    with pytest.raises(MembershipChangeError, match="not a voter"):
+        c.remove_member("n7")
+    with pytest.raises(NotLeaderError):
+        cl.core("n2").add_member("n9")
+
+
+def test_config_entry_is_undone_with_a_truncated_tail():
+    # a CONFIG entry takes effect when appended; if it is truncated, the previous one applies
+    cl = cluster(("n1", "n2", "n3", "n4", "n5"))
+    c = cl.core("n1")
+    cl.partition({"n1", "n2"}, {"n3", "n4", "n5"})
+    c.remove_member("n5")
+    cl.drain("n1")
+    cl.deliver()
+    assert cl.core("n2").voters == ("n1", "n2", "n3", "n4")  # applied on append, uncommitted
+    cl.settle(cl.now + 3000)
+    ld = [i for i in cl.leaders() if i in ("n3", "n4", "n5")]
+    assert ld, cl.leaders()
+    cl.propose(ld[0], 1)
+    cl.heal()
+    cl.settle(cl.now + 1000)
+    assert cl.core("n2").voters == ("n1", "n2", "n3", "n4", "n5")  # the CONFIG entry was truncated
+    assert not configs(cl, "n2")
+
+
+# -- leadership transfer -------------------------------------------------------------------
+def test_transfer_to_caught_up_member_campaigns_at_term_plus_one():
+    cl = cluster()
+    c = cl.core("n1")
+    term = c.term
+    cl.propose("n1", 3)
+    c.transfer_leadership("n2")
+    cl.settle(cl.now + 300)
+    assert cl.leaders() == ["n2"]
+    assert cl.core("n2").term == term + 1
+    assert any("TAKE_LEADERSHIP" in line for line in cl.out)
+    # the transferee's vote requests carry the transfer flag past the live-leader rule
+    assert any("VOTE t%d" % (term + 1) in line and "transfer" in line for line in cl.out)
+
+
+def test_transfer_waits_for_transferee_to_catch_up():
+    cl = cluster()
+    c = cl.core("n1")
+    cl.partition({"n1", "n2"}, {"n3"})
+    cl.propose("n1", 5)
+    cl.settle(cl.now + 50)
+    c.transfer_leadership("n3")
+    cl.settle(cl.now + 200)
+    assert not any("TAKE_LEADERSHIP" in line for line in cl.out)  # n3 is behind
+    cl.heal()
+    cl.settle(cl.now + 600)
+    assert cl.leaders() == ["n3"]
+
+
+def test_transfer_times_out_and_leader_serves_again():
+    cl = cluster()
+    c = cl.core("n1")
+    cl.crash("n3")
+    cl.propose("n1", 1)
+    c.transfer_leadership("n3")
+    cl.settle(cl.now + cl.cfg.transfer_timeout_ms + 50)
+    assert any("TransferAborted" in line for line in cl.out)
+    assert c.role == Role.LEADER
+    cl.propose("n1", 1)  # accepted again
+
+
+def test_transfer_argument_errors():
+    cl = cluster()
+    c = cl.core("n1")
+    with pytest.raises(TransferError):
+        c.transfer_leadership("n1")
+    with pytest.raises(TransferError):
+        c.transfer_leadership("n9")
+    c.transfer_leadership("n2")
+    with pytest.raises(TransferError, match="already in progress"):
+        c.transfer_leadership("n3")
+
+
+def test_preferred_leader_takes_over_when_caught_up():
+    cl = ManualCluster(config=RaftConfig(preferred_leader_id="n3"))
+    cl.elect("n1")
+    assert cl.leaders() == ["n1"]
+    cl.settle(cl.now + 600)
+    assert cl.leaders() == ["n3"]
+    cl.settle(cl.now + 1000)
+    assert cl.leaders() == ["n3"]  # and stays

@@ -1,0 +1,268 @@
+"""Log replication (seed-003-dledger-log-replication.txt, seed-002-raft-in-a-message-queue.txt
+§2.3, and the Raft paper where DLedger follows it), limits, and the driver contract."""
+import pytest
+
+from quorumlog.raft import RaftConfig, Role
+from quorumlog.raft.cluster import ManualCluster
+from quorumlog.raft.core import ReadyToServe
+from quorumlog.raft.errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
+                                   ProposalLimitError)
+from quorumlog.raft.log import EntryKind
+from quorumlog.raft.messages import Append, AppendResponse, Code, DispatchState
+
+
+def elected(cfg=None, ids=("n1", "n2", "n3"), **kw):
+    cl = ManualCluster(ids, config=cfg or RaftConfig(), **kw)
+    cl.elect("n1")
+    assert cl.leaders() == ["n1"]
+    cl.settle(cl.now + 50)
+    return cl
+
+
+def appends(cl, dst=None):
+    return [m for m in cl.queue if isinstance(m, Append) and (dst is None or m.dst == dst)]
+
+
+def test_new_leader_appends_noop_in_its_term():
+    # DLedger / Raft §5.4.2: a new leader appends a NOOP so earlier terms' entries can commit
+    cl = elected()
+    c = cl.core("n1")
+    assert cl.logs["n1"].entry(1)[:2] == (c.term, EntryKind.NOOP)
+    cl.settle(cl.now + cl.cfg.heartbeat_interval_ms)
+    assert all(cl.core(i).commit_index == 1 for i in cl.ids)
+
+
+def test_commit_only_entries_of_the_current_term():
+    # Raft §5.4.2 (Figure 8): an old-term entry on a majority is not committed by counting
+    cl = elected()
+    cl.propose("n1", 1)
+    cl.drop()  # nobody gets entry 2
+    c1 = cl.core("n1")
+    # n1 crashes with entry 2 (term t) only in its own log; n2 leads term t+1 and then crashes
+    # before anything; n1 comes back and becomes leader of a later term
+    cl.crash("n1")  # (entry 2 was flushed on n1: auto persist)
+    cl.settle(cl.now + 2000)
+    new = cl.leaders()[0]
+    assert new != "n1"
+    cl.restart("n1")
+    cl.crash(new)
+    cl.settle(cl.now + 3000)
+    assert cl.leaders() == ["n1"] or cl.leaders()
+    ld = cl.leaders()[0]
+    c = cl.core(ld)
+    # whatever survived, every committed index holds an entry of a term that was current when
+    # it committed: the NOOP of this term is what commits anything older
+    assert cl.logs[ld].term_at(c.commit_index) == c.term
+
+
+def test_follower_commits_only_what_matches_this_leader():
+    # deviation from "min(end index, leader commit)": a follower with a stale tail must not
+    # commit it just because the leader's commit index is larger
+    cl = elected()
+    cl.block("n1", "n3")
+    for _ in range(5):
+        cl.propose("n1", 1)
+    cl.deliver()
+    c3 = cl.core("n3")
+    lg3 = cl.logs["n3"]
+    # give n3 a stale tail of a fake old term at the same indexes (as if from a dead leader)
+    assert lg3.last_index() == 1
+    lg3.append_control(c3.term, EntryKind.NOOP, b"stale")
+    lg3.append_control(c3.term, EntryKind.NOOP, b"stale")
+    cl.heal()
+    from quorumlog.raft.messages import Heartbeat
+    c3.step(Heartbeat(c3.term, "n1", "n3", cl.core("n1").commit_index, 99))
+    cl.drain("n3")
+    assert c3.commit_index <= 1  # matched only up to 1 with this leader
+
+
+def test_commit_index_rides_on_heartbeats():
+    cl = elected()
+    first, last = cl.propose("n1", 2)
+    # deliver the appends and their answers, but no later append to carry the commit index
+    cl.deliver()
+    assert cl.core("n1").commit_index == last
+    assert cl.core("n2").commit_index < last
+    cl.tick(cl.now + cl.cfg.heartbeat_interval_ms)
+    cl.deliver()
+    assert cl.core("n2").commit_index == last
+
+
+def test_follower_reports_match_only_after_persisted():
+    # durability hook: matched only after the driver says the entries are durable
+    cl = elected()
+    cl.manual_persist("n2")
+    cl.manual_persist("n3")
+    first, last = cl.propose("n1", 3)
+    cl.deliver()
+    assert cl.core("n1").commit_index < last
+    assert not [m for m in cl.out if "APPEND_RESP" in m and f"match={last}" in m]
+    cl.persist("n2")
+    cl.deliver()
+    assert cl.core("n1").commit_index == last
+
+
+def test_crash_before_flush_loses_only_unacknowledged_entries():
+    cl = elected()
+    cl.manual_persist("n2")
+    first, last = cl.propose("n1", 3)
+    cl.deliver()
+    assert cl.logs["n2"].last_index() == last
+    cl.crash("n2")
+    assert cl.logs["n2"].last_index() < last  # never flushed: gone
+    cl.restart("n2")
+    cl.manual_persist("n2", False)
+    cl.settle(cl.now + 1500)
+    assert cl.logs["n2"].last_index() >= last and cl.core("n2").commit_index >= last
+
+
+def test_append_is_pipelined_up_to_the_window():
+    cfg = RaftConfig(max_batch_entries=1, max_inflight_batches=4)
+    cl = elected(cfg)
+    cl.manual_persist("n2")
+    for _ in range(10):
+        cl.propose("n1", 1)
+    assert len(appends(cl, "n2")) == 4  # four one-entry batches in flight, no more
+    assert cl.core("n1").progress["n2"].state == DispatchState.APPEND
+
+
+def test_batches_respect_byte_and_entry_limits_and_never_span_terms():
+    cfg = RaftConfig(max_batch_entries=5, max_batch_bytes=300, max_inflight_batches=100)
+    cl = elected(cfg)
+    cl.propose("n1", items=[b"x" * 10] * 12)
+    batches = appends(cl, "n2")
+    assert batches
+    for b in batches:
+        assert b.last_index - b.first_index + 1 <= 5
+        assert b.nbytes <= 300 or b.last_index == b.first_index
+        lg = cl.logs["n1"]
+        assert {lg.term_at(i) for i in range(b.first_index, b.last_index + 1)} == {b.entry_term}
+
+
+def test_mismatch_walks_back_one_term_per_round_trip():
+    # seed 003 COMPARE: the follower answers with its conflicting term and where it starts
+    cl = ManualCluster()
+    # n3 wrote 30 entries in each of terms 2, 3, 4 that nobody else has
+    lg3 = cl.logs["n3"]
+    for t in (2, 3, 4):
+        for _ in range(30):
+            lg3.append_control(t, EntryKind.NOOP, b"old")
+    lg3.flush()
+    from quorumlog.raft.core import HardState
+    cl.hard["n3"] = HardState(4, None)
+    for i in ("n1", "n2"):
+        lg = cl.logs[i]
+        lg.append_control(1, EntryKind.NOOP, b"")
+        lg.append_control(5, EntryKind.NOOP, b"")
+        lg.flush()
+        cl.hard[i] = HardState(5, None)
+    for i in cl.ids:
+        cl.restart(i)
+    cl.partition({"n1", "n2"}, {"n3"})
+    cl.elect("n1")
+    assert cl.leaders() == ["n1"]
+    cl.heal()
+    cl.take_output()
+    cl.settle(cl.now + 500)
+    probes = [line for line in cl.out if line.startswith("n1->n3 APPEND") and "probe" in line]
+    assert len(probes) <= 5, probes  # one per term (4, 3, 2) + the first, not one per entry
+    assert cl.logs["n3"].last_index() == cl.logs["n1"].last_index()
+    assert [cl.logs["n3"].term_at(i) for i in range(1, cl.logs["n3"].last_index() + 1)] == \
+           [cl.logs["n1"].term_at(i) for i in range(1, cl.logs["n1"].last_index() + 1)]
+
+
+def test_lost_batch_is_detected_as_gap_and_resent():
+    cl = elected(RaftConfig(max_batch_entries=1, max_inflight_batches=8))
+    for _ in range(4):
+        cl.propose("n1", 1)
+    first = appends(cl, "n2")[0]
+    cl.queue.remove(first)  # lost on the wire
+    cl.deliver()
+    assert any("GAP" in line for line in cl.out)
+    cl.settle(cl.now + 50)
+    assert cl.logs["n2"].last_index() == cl.logs["n1"].last_index()
+
+
+def test_unacknowledged_batch_is_resent_after_append_timeout():
+    cl = elected()
+    cl.propose("n1", 2)
+    cl.drop(lambda m: isinstance(m, Append) and m.dst == "n2")
+    cl.deliver()
+    assert cl.logs["n2"].last_index() < cl.logs["n1"].last_index()
+    cl.settle(cl.now + cl.cfg.append_timeout_ms + 20)
+    assert cl.logs["n2"].last_index() == cl.logs["n1"].last_index()
+
+
+def test_duplicate_batch_is_not_appended_twice():
+    cl = elected()
+    cl.propose("n1", 3)
+    dup = appends(cl, "n2")[0]
+    cl.deliver()
+    end = cl.logs["n2"].last_index()
+    cl.queue.append(dup)
+    cl.deliver()
+    assert cl.logs["n2"].last_index() == end
+
+
+def test_ready_to_serve_after_commit_reaches_log_end_and_dispatch():
+    # seed 001: the new leader becomes master when ledgerEndIndex == committedIndex and
+    # dispatch is caught up
+    cl = ManualCluster()
+    cl.elect("n1")
+    assert "n1 ReadyToServe(term=%d)" % cl.core("n1").term in cl.out
+    c = cl.core("n1")
+    assert c.is_ready_to_serve
+    # without dispatch progress the event does not come
+    cl2 = ManualCluster()
+    c2 = cl2.core("n1")
+    c2.on_dispatched = lambda i: None  # a driver that never reports dispatch
+    cl2.elect("n1")
+    assert not cl2.core("n1").is_ready_to_serve
+
+
+def test_propose_limits_and_errors():
+    cfg = RaftConfig(max_entries_per_proposal=4, max_proposal_bytes=100, max_uncommitted_entries=6)
+    cl = elected(cfg)
+    c = cl.core("n1")
+    with pytest.raises(NotLeaderError) as e:
+        cl.core("n2").propose([b"a"], 1, 1)
+    assert e.value.leader_id == "n1"
+    with pytest.raises(ProposalLimitError, match="max_entries_per_proposal=4"):
+        c.propose([b"a"] * 5, 5, 5)
+    with pytest.raises(ProposalLimitError, match="max_proposal_bytes=100"):
+        c.propose([b"a" * 200], 1, 200)
+    with pytest.raises(ProposalLimitError, match="empty"):
+        c.propose([], 0, 0)
+    cl.partition({"n1"})
+    c.propose([b"a"] * 4, 4, 4)
+    with pytest.raises(BackpressureError, match="max_uncommitted_entries=6"):
+        c.propose([b"a"] * 4, 4, 4)
+    cl.heal()
+    c.transfer_leadership("n2")
+    with pytest.raises(LeaderTransferringError):
+        c.propose([b"a"], 1, 1)
+
+
+def test_config_limits_are_validated():
+    from quorumlog.errors import ConfigError
+    with pytest.raises(ConfigError, match="max_inflight_batches"):
+        RaftConfig(max_inflight_batches=0).validate()
+    with pytest.raises(ConfigError, match="max_vote_interval_ms"):
+        RaftConfig(min_vote_interval_ms=500, max_vote_interval_ms=100).validate()
+
+
+def test_persist_report_from_before_a_truncation_is_ignored():
+    cl = elected()
+    c2 = cl.core("n2")
+    gen = c2._log_gen
+    c2._log_gen += 1  # as if the tail was truncated after the flush started
+    before = c2.persisted_index
+    c2.on_persisted(cl.logs["n2"].last_index() + 5, gen)
+    assert c2.persisted_index == before
+
+
+def test_leader_sees_bigger_term_in_append_response_and_steps_down():
+    cl = elected()
+    c = cl.core("n1")
+    c.step(AppendResponse(c.term + 2, "n2", "n1", Code.EXPIRED_TERM, 0, 0, 0, 0, 0, 0))
+    assert c.role == Role.CANDIDATE and c.need_increase_term_immediately
