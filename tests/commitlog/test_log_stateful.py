@@ -17,7 +17,7 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule)
 
@@ -205,6 +205,7 @@ class LogMachine(RuleBasedStateMachine):
             assert cp.flushed_position <= durable, (cp.flushed_position, durable)
         # keep the records that end at or before the durable position
         keep = sum(1 for p, r in zip(self.positions, self.raws) if p + len(r) <= durable)
+        event(f"crash lost {'no' if keep == self.last else 'some'} records")
         self.drop_after(keep)
         lost_from = durable
         for name in sorted(os.listdir(self.path / "commitlog")):
