@@ -177,7 +177,7 @@ def _validate(cfg: StoreConfig, sources: Mapping[str, str]) -> None:
                           f"(from {where('segment_size_bytes')}) is not a multiple of 4096")
     if cfg.flush not in ("async", "sync"):
         raise ConfigError(f"flush={cfg.flush!r} (from {where('flush')}) must be 'async' or 'sync'")
-    if cfg.max_message_bytes > cfg.segment_size_bytes - 96 - 1024:
+    if cfg.max_message_bytes > cfg.segment_size_bytes - 8192:
         raise ConfigError(f"max_message_bytes={cfg.max_message_bytes} does not fit in a segment "
                           f"of {cfg.segment_size_bytes} bytes")
     if cfg.default_topic_queues > cfg.max_queues_per_topic:
@@ -226,6 +226,11 @@ def load_config(config_file: str | os.PathLike | None = None,
             raise ConfigError(f"unknown setting {name!r}")
         values[name] = _coerce(name, value, "argument")
         sources[name] = "argument"
+    if "max_message_bytes" not in values and "segment_size_bytes" in values:
+        # The 4 MiB default shrinks to fit small segments (tests); an explicit value is checked.
+        seg = values["segment_size_bytes"]
+        if isinstance(seg, int) and seg > 8192:
+            values["max_message_bytes"] = min(StoreConfig.max_message_bytes, seg - 8192)
     cfg = StoreConfig(**values)
     _validate(cfg, sources)
     return cfg

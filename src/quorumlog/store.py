@@ -64,6 +64,7 @@ from .errors import (
 )
 
 log = logging.getLogger(__name__)
+_builtin_open = open
 
 __all__ = ["open", "MessageStore", "PutResult", "Message", "SCHEDULE_TOPIC"]
 
@@ -143,7 +144,7 @@ def _check_topic_name(topic) -> None:
 
 def _atomic_write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "wb") as fh:   # noqa: PTH123 - builtin open (module defines open())
+    with _builtin_open(tmp, "wb") as fh:   # this module defines its own open()
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -153,9 +154,6 @@ def _atomic_write(path: str, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
-
-
-_builtin_open = open
 
 
 def _default_disk_usage(path: str) -> float:
