@@ -525,7 +525,7 @@ class MessageStore:
             total = sum(map(len, bodies))
         except TypeError:
             raise InvalidArgumentError("every body must be a bytes-like object") from None
-        if total > cfg.max_batch_bytes:
+        if total > cfg.max_batch_bytes and n > 1:   # one message: max_message_bytes rules
             raise BatchTooLargeError(f"{total} body bytes > max_batch_bytes {cfg.max_batch_bytes}")
         if type(delay_level) is not int or not 0 <= delay_level <= len(self.schedule.levels_ms):
             raise InvalidDelayLevelError(
