@@ -537,16 +537,21 @@ class MessageStore:
         with self._lock:
             self._check_open()
             self._check_disk()
+            rr = None
             if internal_queue_ids is None:
                 t = self._topic_for_write(topic)
-                qids = self._choose_queues(t, n, queue_id, sharding_key)
+                qids, rr = self._choose_queues(t, n, queue_id, sharding_key)
             else:
                 t = self._topics[topic]
                 qids = internal_queue_ids
             if delay_level > 0:
-                return self._put_delayed(t, bodies, qids, tags, keys, properties, delay_level,
-                                         born)
-            return self._append(t, bodies, qids, tags, keys, properties, born, flags)
+                res = self._put_delayed(t, bodies, qids, tags, keys, properties, delay_level,
+                                        born)
+            else:
+                res = self._append(t, bodies, qids, tags, keys, properties, born, flags)
+            if rr is not None:      # the round-robin cursor moves only for accepted puts
+                t.rr = rr
+            return res
 
     def _choose_queues(self, t: _Topic, n, queue_id, sharding_key):
         nq = len(t.queues)
@@ -556,18 +561,17 @@ class MessageStore:
                                         f"{t.name!r}")
             if sharding_key is not None:
                 raise InvalidArgumentError("give queue_id or sharding_key, not both")
-            return queue_id
+            return queue_id, None
         if sharding_key is not None:
             if isinstance(sharding_key, list):
                 return np.fromiter((_sharding_queue(k, nq) for k in sharding_key),
-                                   dtype=np.int32, count=n)
-            return _sharding_queue(sharding_key, nq)
+                                   dtype=np.int32, count=n), None
+            return _sharding_queue(sharding_key, nq), None
         # Round-robin (RocketMQ's default MessageQueueSelector: an incrementing index).
         start = t.rr
-        t.rr = (start + n) % nq
         if n == 1 or nq == 1:
-            return start
-        return ((np.arange(n, dtype=np.int32) + start) % nq).astype(np.int32)
+            return start, (start + n) % nq
+        return ((np.arange(n, dtype=np.int32) + start) % nq).astype(np.int32), (start + n) % nq
 
     def _offsets_for(self, t: _Topic, qids, n):
         """Queue offsets for a batch (consecutive per queue) and the new counters."""
