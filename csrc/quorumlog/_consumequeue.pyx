@@ -18,7 +18,7 @@ limit), so they are derived data: on reopen anything at or past the durable disp
 position is dropped and re-dispatched from the log.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.string cimport memcpy, memcmp
 from libc.stdint cimport int64_t, int32_t, uint32_t, uint16_t, uint8_t, uint64_t
 
@@ -597,3 +597,94 @@ def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
         f.dirty = True
         cq.next_offset = off + 1
     return n
+
+
+def queue_offsets(const int64_t[:] counters, const int32_t[:] qids):
+    """Queue offsets for a batch whose message i goes to queue qids[i]: consecutive per queue
+    from `counters` -> (offsets int64[n], new counters). `counters` is not modified (the store
+    adopts the new counters only once the log accepted the batch)."""
+    cdef Py_ssize_t i, n = qids.shape[0], nq = counters.shape[0]
+    cdef int32_t q
+    new = np.array(counters, dtype=np.int64)
+    offs = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] c = new
+    cdef int64_t[::1] o = offs
+    for i in range(n):
+        q = qids[i]
+        if q < 0 or q >= nq:
+            raise ValueError(f"queue id {q} outside [0, {nq})")
+        o[i] = c[q]
+        c[q] += 1
+    return offs, new
+
+
+def tag_hashes(list tags):
+    """FNV-1a 64 of each tag (None -> 0) as an int64 array."""
+    cdef Py_ssize_t i, n = len(tags)
+    out = np.zeros(n, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    cdef dict cache = {}
+    for i in range(n):
+        t = tags[i]
+        if t is None:
+            continue
+        h = cache.get(t)
+        if h is None:
+            h = fnv1a64(t.encode("utf-8")) if isinstance(t, str) else 0
+            cache[t] = h
+        o[i] = h
+    return out
+
+
+def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
+                   const int32_t[:] qids, const int64_t[:] offs, int64_t shared_tag_hash,
+                   const int64_t[:] tag_hashes, Py_ssize_t start):
+    """dispatch() for the store's own just-committed batch of one topic: record i spans
+    [positions[i], positions[i+1]) (the last one ends at `end`; the caller checked that no
+    BLANK lies inside). Tag hash: `tag_hashes[i]`, or `shared_tag_hash` when tag_hashes is
+    None. Returns the index of the first record the fast path cannot place, or n."""
+    cdef Py_ssize_t i, n = positions.shape[0], nq = len(qlist)
+    cdef int64_t off, pos, th = shared_tag_hash
+    cdef int32_t qid, sz
+    cdef ConsumeQueue cq
+    cdef CQFile f
+    cdef unsigned char *e
+    cdef bint per_tag = tag_hashes is not None
+    for i in range(start, n):
+        qid = qids[i]
+        if qid < 0 or qid >= nq:
+            return i
+        cq = <ConsumeQueue>qlist[qid]
+        off = offs[i]
+        if cq.empty:
+            return i
+        if off != cq.next_offset:
+            if off < cq.next_offset:
+                continue
+            return i
+        f = cq.cur
+        if f is None or off - f.first_offset >= f.capacity or off < f.first_offset:
+            return i
+        pos = positions[i]
+        sz = <int32_t>((positions[i + 1] if i + 1 < n else end) - pos)
+        if per_tag:
+            th = tag_hashes[i]
+        e = f.base + (off - f.first_offset) * C_ENTRY
+        memcpy(e, &pos, 8)
+        memcpy(e + 8, &sz, 4)
+        memcpy(e + 12, &th, 8)
+        f.dirty = True
+        cq.next_offset = off + 1
+    return n
+
+
+def body_bytes(bodies):
+    """Total length of a list/tuple of bytes-like bodies (TypeError for anything else)."""
+    cdef Py_ssize_t total = 0
+    cdef object b
+    for b in bodies:
+        if PyBytes_CheckExact(b):
+            total += PyBytes_GET_SIZE(b)
+        else:
+            total += len(memoryview(b))
+    return total

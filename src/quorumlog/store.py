@@ -522,7 +522,7 @@ class MessageStore:
             raise BatchTooLargeError(f"{n} messages > max_batch_messages "
                                      f"{cfg.max_batch_messages}")
         try:
-            total = sum(map(len, bodies))
+            total = _cq.body_bytes(bodies)
         except TypeError:
             raise InvalidArgumentError("every body must be a bytes-like object") from None
         if total > cfg.max_batch_bytes and n > 1:   # one message: max_message_bytes rules
@@ -578,12 +578,7 @@ class MessageStore:
         if isinstance(qids, (int, np.integer)):
             first = int(t.counters[qids])
             return first, None
-        counts = np.bincount(qids, minlength=len(t.counters))
-        order = np.argsort(qids, kind="stable")
-        starts = np.cumsum(counts) - counts
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n, dtype=np.int64) - np.repeat(starts, counts)
-        return t.counters[qids] + rank, counts
+        return _cq.queue_offsets(t.counters, qids)
 
     def _append(self, t: _Topic, bodies, qids, tags, keys, properties, born, flags):
         n = len(bodies)
@@ -598,16 +593,48 @@ class MessageStore:
             offs = np.arange(offs, offs + n, dtype=np.int64)
             qids = np.full(n, qids, dtype=np.int32)
         else:
-            t.counters += counts
+            t.counters = counts
         self._stats["puts"] += 1
         self._stats["messages_put"] += n
         if not self._replicated:
             last = first_index + n - 1
+            end = lg.end_position
             if lg.flush_mode == "sync":
-                lg.wait_flushed(lg.end_position)
+                lg.wait_flushed(end)
             lg.commit(last)
-            self._dispatch()
+            S = self._seg_size
+            p0 = int(positions[0])
+            if (self._dispatched == p0 and lg.committed_position == end
+                    and p0 // S == (end - 1) // S):
+                # Fast path: the batch is the whole committed, undispatched tail and sits in one
+                # segment (no BLANK inside), so the append results describe every record; no
+                # need to re-read and re-CRC the headers through scan().
+                self._dispatch_own(t, positions, end, qids, offs, tags, n)
+            else:
+                self._dispatch()
         return first_index, positions, t.name, qids, offs, store_ts
+
+    def _dispatch_own(self, t, positions, end, qids, offs, tags, n):
+        if tags is None:
+            shared, per = 0, None
+        elif isinstance(tags, str):
+            shared, per = _cq.fnv1a64(tags.encode()), None
+        else:
+            shared, per = 0, _cq.tag_hashes(list(tags))
+        i = 0
+        while True:
+            i = _cq.dispatch_batch(t.queues, positions, end, qids, offs, shared, per, i)
+            if i >= n:
+                break
+            size = (int(positions[i + 1]) if i + 1 < n else end) - int(positions[i])
+            self._dispatch_slow(int(positions[i]), size, int(qids[i]), int(offs[i]),
+                                shared if per is None else int(per[i]), t.hash)
+            i += 1
+        self._stats["dispatched_records"] += n
+        self._dispatched = end
+        if (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
+                self.config.dispatch_checkpoint_interval_ms:
+            self._checkpoint_dispatch()
 
     def _put_delayed(self, t: _Topic, bodies, qids, tags, keys, properties, level, born):
         """Store under the schedule topic, queue level-1, with the real topic and queue in
