@@ -688,3 +688,24 @@ def body_bytes(bodies):
         else:
             total += len(memoryview(b))
     return total
+
+
+def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
+    """Round-robin queue choice for n messages from queue `start`, with their queue offsets
+    -> (qids int32[n], offsets int64[n], new counters); `counters` is not modified."""
+    cdef Py_ssize_t i, nq = counters.shape[0]
+    cdef int32_t q = <int32_t>start
+    new = np.array(counters, dtype=np.int64)
+    qids = np.empty(n, dtype=np.int32)
+    offs = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] c = new
+    cdef int32_t[::1] qv = qids
+    cdef int64_t[::1] o = offs
+    for i in range(n):
+        qv[i] = q
+        o[i] = c[q]
+        c[q] += 1
+        q += 1
+        if q == nq:
+            q = 0
+    return qids, offs, new

@@ -571,18 +571,23 @@ class MessageStore:
         start = t.rr
         if n == 1 or nq == 1:
             return start, (start + n) % nq
-        return ((np.arange(n, dtype=np.int32) + start) % nq).astype(np.int32), (start + n) % nq
+        # (qids, offsets, counters) precomputed in one Cython loop; _offsets_for passes it on
+        return _cq.round_robin(t.counters, start, n), (start + n) % nq
 
     def _offsets_for(self, t: _Topic, qids, n):
         """Queue offsets for a batch (consecutive per queue) and the new counters."""
         if isinstance(qids, (int, np.integer)):
             first = int(t.counters[qids])
             return first, None
+        if isinstance(qids, tuple):          # from _cq.round_robin
+            return qids[1], qids[2]
         return _cq.queue_offsets(t.counters, qids)
 
     def _append(self, t: _Topic, bodies, qids, tags, keys, properties, born, flags):
         n = len(bodies)
         offs, counts = self._offsets_for(t, qids, n)
+        if isinstance(qids, tuple):
+            qids = qids[0]
         lg = self._log
         first_index, positions, store_ts = lg.append_batch(
             t.name, bodies, queue_ids=qids, queue_offsets=offs, term=self._term, tags=tags,
@@ -641,6 +646,8 @@ class MessageStore:
         properties (RocketMQ CommitLog#putMessage); the schedule service delivers it."""
         n = len(bodies)
         st = self._schedule_topic()
+        if isinstance(qids, tuple):          # round-robin (qids, offsets, counters)
+            qids = qids[0]
         qarr = np.broadcast_to(np.asarray(qids, dtype=np.int32), (n,))
         props = []
         for i in range(n):
