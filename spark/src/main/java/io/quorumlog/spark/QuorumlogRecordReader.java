@@ -1,0 +1,331 @@
+/*
+ * Reads the MESSAGE records whose first byte lies inside one split of one segment file.
+ *
+ * - The first record is found exactly: a split that starts at byte 0 of a segment starts at
+ *   its first record (segments begin with a record); any other split asks the raft index for
+ *   the first record at or after its start (binary search, RaftIndex).
+ * - A record that starts inside the split is read to its end even past the split's end; a
+ *   record never spans segments, so reading never leaves the file.
+ * - Nothing at or after the split's limit (the checkpoint's committed position) is returned.
+ * - Every record (BLANK included) has its header and CRC32C checked. A bad record before the
+ *   committed position fails the task with the file and offset (or, with
+ *   quorumlog.on.corrupt=skip, is counted and skipped by resynchronising through the raft
+ *   index). A bad record at or after the committed position -- only reachable with
+ *   committed_only off -- is a torn tail and ends the segment, the rule recovery applies.
+ * - BLANK, NOOP, CONFIG and META records are skipped (quorumlog.include.control=true keeps
+ *   NOOP/CONFIG/META); with a topic filter, other topics are skipped after comparing only the
+ *   topic bytes.
+ */
+package io.quorumlog.spark;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.LongWritable;
+import org.apache.hadoop.mapreduce.InputSplit;
+import org.apache.hadoop.mapreduce.RecordReader;
+import org.apache.hadoop.mapreduce.TaskAttemptContext;
+import org.apache.hadoop.mapreduce.lib.input.FileSplit;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogRecord> {
+    private static final Logger LOG = LoggerFactory.getLogger(QuorumlogRecordReader.class);
+
+    public static final String CONF_TOPICS = "quorumlog.topics";             // '/'-separated
+    public static final String CONF_COMMITTED_ONLY = "quorumlog.committed.only";
+    public static final String CONF_ON_CORRUPT = "quorumlog.on.corrupt";     // fail | skip
+    public static final String CONF_INCLUDE_CONTROL = "quorumlog.include.control";
+    public static final String CONF_SPLIT_BYTES = "quorumlog.split.bytes";
+    static final int READ_CHUNK = 4 << 20;
+
+    private final LongWritable key = new LongWritable();
+    private final QuorumlogRecord value = new QuorumlogRecord();
+
+    private Configuration conf;
+    private Path file;
+    private String fileName;
+    private FSDataInputStream in;
+    private RaftIndex index;          // opened lazily: only splits that start mid-segment need it
+    private Path root;
+    private long indexFileEntries;
+
+    private long segBase;             // log position of the file's first byte
+    private long segEnd;              // log position just past the file
+    private long pos;                 // next record's log position
+    private long ownedEnd;            // records starting before this belong to the split
+    private long committedPosition;
+    private long splitStart;
+
+    private byte[] buf = new byte[0];
+    private long bufStart;            // log position of buf[0]
+    private int bufLen;
+    private long streamPos;           // log position the stream will read next
+
+    private byte[][] topics;          // null: all topics
+    private boolean skipCorrupt;
+    private boolean includeControl;
+    private boolean done;
+
+    private long skipped;
+    private long returned;
+    private long bytesRead;
+
+    public long skippedCorruptRecords() { return skipped; }
+    public long recordsReturned() { return returned; }
+    public long bytesRead() { return bytesRead; }
+
+    @Override
+    public void initialize(InputSplit genericSplit, TaskAttemptContext context) throws IOException {
+        initialize(genericSplit, context.getConfiguration());
+    }
+
+    public void initialize(InputSplit genericSplit, Configuration conf) throws IOException {
+        this.conf = conf;
+        FileSplit split = (FileSplit) genericSplit;
+        file = split.getPath();
+        fileName = file.toString();
+        root = StoreMeta.rootOfSegment(file);
+        long limit;
+        if (split instanceof QuorumlogSplit) {
+            QuorumlogSplit qs = (QuorumlogSplit) split;
+            limit = qs.getLimitPosition();
+            committedPosition = qs.getCommittedPosition();
+            indexFileEntries = qs.getIndexFileEntries();
+        } else {  // a plain FileSplit from some other planner: read the checkpoint now
+            StoreMeta meta = StoreMeta.load(root, conf);
+            committedPosition = meta.hasCheckpoint ? meta.committedPosition : 0;
+            limit = conf.getBoolean(CONF_COMMITTED_ONLY, true) ? committedPosition : Long.MAX_VALUE;
+            indexFileEntries = meta.indexFileEntries;
+        }
+        topics = parseTopics(conf.get(CONF_TOPICS));
+        skipCorrupt = "skip".equals(conf.get(CONF_ON_CORRUPT, "fail"));
+        includeControl = conf.getBoolean(CONF_INCLUDE_CONTROL, false);
+
+        String name = file.getName();
+        if (!Format.isNumberedName(name)) {
+            throw new IOException("quorumlog: " + fileName + " is not a segment file (20-digit name)");
+        }
+        segBase = Long.parseLong(name);
+        FileSystem fs = file.getFileSystem(conf);
+        segEnd = segBase + fs.getFileStatus(file).getLen();
+        splitStart = segBase + split.getStart();
+        ownedEnd = Math.min(segBase + split.getStart() + split.getLength(), limit);
+
+        if (split.getStart() == 0) {
+            pos = segBase;
+        } else {
+            pos = openIndex().firstPositionAtOrAfter(splitStart);
+            if (pos < 0) pos = Long.MAX_VALUE;
+        }
+        if (pos >= ownedEnd) {
+            done = true;
+            return;
+        }
+        in = fs.open(file);
+        in.seek(pos - segBase);
+        streamPos = pos;
+        bufStart = pos;
+        bufLen = 0;
+    }
+
+    static byte[][] parseTopics(String s) {
+        if (s == null) return null;
+        if (s.isEmpty()) return new byte[0][];
+        String[] parts = s.split("/", -1);
+        byte[][] out = new byte[parts.length][];
+        for (int i = 0; i < parts.length; i++) out[i] = parts[i].getBytes(StandardCharsets.UTF_8);
+        return out;
+    }
+
+    private RaftIndex openIndex() throws IOException {
+        if (index == null) {
+            if (indexFileEntries <= 0) {
+                StoreMeta meta = StoreMeta.load(root, conf);
+                indexFileEntries = meta.indexFileEntries;
+            }
+            if (indexFileEntries <= 0) {
+                throw new IOException("quorumlog: split of " + fileName + " starts inside the "
+                    + "segment but the store has no checkpoint giving index_file_entries");
+            }
+            index = new RaftIndex(root, indexFileEntries, conf);
+            if (index.isEmpty()) {
+                throw new IOException("quorumlog: split of " + fileName + " starts inside the "
+                    + "segment but the store has no raft index files to find a record boundary");
+            }
+        }
+        return index;
+    }
+
+    /** Makes buf hold [p, p + n); false when the file ends first. */
+    private boolean ensure(long p, int n) throws IOException {
+        if (p >= bufStart && p + n <= bufStart + bufLen) return true;
+        if (p + n > segEnd) return false;
+        if (n > buf.length) {
+            buf = Arrays.copyOf(buf, Math.max(n, Math.min(READ_CHUNK, (int) Math.min(Integer.MAX_VALUE - 8, segEnd - segBase))));
+        }
+        if (p >= bufStart && p <= bufStart + bufLen) {  // keep the already-read tail
+            int keep = (int) (bufStart + bufLen - p);
+            System.arraycopy(buf, (int) (p - bufStart), buf, 0, keep);
+            bufLen = keep;
+        } else {  // a jump (resync after a skipped record): reposition the stream
+            in.seek(p - segBase);
+            streamPos = p;
+            bufLen = 0;
+        }
+        bufStart = p;
+        // Read at least what is needed; read ahead up to the split's end (records starting
+        // there may need a little more, asked for by the next ensure()).
+        long want = Math.max(p + n, Math.min(segEnd, ownedEnd));
+        int target = (int) Math.min(buf.length, want - bufStart);
+        while (bufLen < n || (bufLen < target && bufLen < buf.length)) {
+            int got = in.read(buf, bufLen, target - bufLen);
+            if (got < 0) break;
+            bufLen += got;
+            streamPos += got;
+            bytesRead += got;
+            if (bufLen >= n && got == 0) break;
+        }
+        return bufLen >= n;
+    }
+
+    @Override
+    public boolean nextKeyValue() throws IOException {
+        if (done) return false;
+        while (pos < ownedEnd) {
+            long remaining = segEnd - pos;
+            if (remaining < Format.HEADER_SIZE || !ensure(pos, Format.HEADER_SIZE)) break;
+            int off = (int) (pos - bufStart);
+            if (Format.isZeroHeader(buf, off)) {
+                if (pos < committedPosition) {
+                    if (!bad("unwritten (zero) bytes before the committed position")) break;
+                    continue;
+                }
+                break;  // end of the written log in this segment
+            }
+            String why = Format.checkHeader(buf, off, pos, remaining);
+            if (why != null) {
+                if (!bad(why)) break;
+                continue;
+            }
+            int type = Format.u8(buf, off + Format.OFF_TYPE);
+            int total = (int) Format.u32(buf, off + Format.OFF_TOTAL_SIZE);
+            int covered = type == Format.TYPE_BLANK ? Format.HEADER_SIZE : total;
+            if (!ensure(pos, covered)) {
+                if (!bad("record runs past the end of the file")) break;
+                continue;
+            }
+            off = (int) (pos - bufStart);
+            if (Format.crc32c(buf, off + 4, covered - 4) != Format.u32(buf, off)) {
+                if (!bad("CRC32C mismatch")) break;
+                continue;
+            }
+            if (type != Format.TYPE_BLANK && pos < committedPosition && pos + total > committedPosition) {
+                if (!bad("record crosses the committed position " + committedPosition)) break;
+                continue;
+            }
+            long recPos = pos;
+            pos += total;
+            if (type == Format.TYPE_BLANK) continue;
+            if (type != Format.TYPE_MESSAGE && !includeControl) continue;
+            int topicLen = Format.u16(buf, off + Format.OFF_TOPIC_LEN);
+            if (topics != null && type == Format.TYPE_MESSAGE && !topicWanted(off + Format.HEADER_SIZE, topicLen)) {
+                continue;
+            }
+            fill(off, recPos, type, total, topicLen);
+            returned++;
+            return true;
+        }
+        done = true;
+        return false;
+    }
+
+    private boolean topicWanted(int at, int len) {
+        for (byte[] t : topics) {
+            if (t.length == len && Arrays.equals(buf, at, at + len, t, 0, len)) return true;
+        }
+        return false;
+    }
+
+    private void fill(int off, long recPos, int type, int total, int topicLen) {
+        QuorumlogRecord r = value;
+        r.buf = buf;
+        r.recOff = off;
+        r.type = type;
+        r.totalSize = total;
+        r.flags = Format.u32(buf, off + Format.OFF_FLAGS);
+        r.raftIndex = Format.i64(buf, off + Format.OFF_RAFT_INDEX);
+        r.term = Format.i64(buf, off + Format.OFF_RAFT_TERM);
+        r.position = recPos;
+        r.queueOffset = Format.i64(buf, off + Format.OFF_QUEUE_OFFSET);
+        r.bornTimestampMs = Format.i64(buf, off + Format.OFF_BORN_TS);
+        r.storeTimestampMs = Format.i64(buf, off + Format.OFF_STORE_TS);
+        r.tagHash = Format.i64(buf, off + Format.OFF_TAG_HASH);
+        r.queueId = Format.u32(buf, off + Format.OFF_QUEUE_ID);
+        r.topicLen = topicLen;
+        r.tagsLen = Format.u16(buf, off + Format.OFF_TAGS_LEN);
+        r.keysLen = (int) Format.u32(buf, off + Format.OFF_KEYS_LEN);
+        r.propsLen = (int) Format.u32(buf, off + Format.OFF_PROPS_LEN);
+        r.bodyLen = (int) Format.u32(buf, off + Format.OFF_BODY_LEN);
+        r.file = fileName;
+        r.fileOffset = recPos - segBase;
+        key.set(recPos);
+    }
+
+    /**
+     * A record at pos failed validation. Returns true when reading continues at a new pos
+     * (skip mode), false when this segment's records end here (torn tail); throws otherwise.
+     */
+    private boolean bad(String why) throws IOException {
+        long offset = pos - segBase;
+        if (pos >= committedPosition) {
+            LOG.info("quorumlog: {} at offset {} ({}) is past the committed position: torn tail, "
+                + "reading of this segment ends there", fileName, offset, why);
+            return false;
+        }
+        if (!skipCorrupt) throw new CorruptRecordException(why, fileName, offset);
+        skipped++;
+        LOG.warn("quorumlog: skipping corrupt record in {} at offset {}: {}", fileName, offset, why);
+        long next = -1;
+        if (indexFileEntries > 0) {
+            try {
+                next = openIndex().firstPositionAtOrAfter(pos + 1);
+            } catch (IOException e) {
+                LOG.warn("quorumlog: cannot resynchronise after {} offset {}: {}", fileName, offset,
+                    e.getMessage());
+            }
+        }
+        if (next < 0 || next >= segEnd) return false;
+        pos = next;
+        return true;
+    }
+
+    @Override
+    public LongWritable getCurrentKey() { return key; }
+
+    @Override
+    public QuorumlogRecord getCurrentValue() { return value; }
+
+    @Override
+    public float getProgress() {
+        if (done) return 1.0f;
+        long span = ownedEnd - splitStart;
+        return span <= 0 ? 1.0f : Math.min(1.0f, Math.max(0f, (pos - splitStart) / (float) span));
+    }
+
+    @Override
+    public void close() throws IOException {
+        if (skipped > 0) {
+            LOG.warn("quorumlog: skipped {} corrupt record(s) in {}", skipped, fileName);
+        }
+        if (in != null) in.close();
+        if (index != null) index.close();
+        in = null;
+        index = null;
+    }
+}

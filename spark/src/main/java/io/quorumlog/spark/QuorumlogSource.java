@@ -1,0 +1,236 @@
+/*
+ * The JVM-side DataFrame builder: a Spark DataSource V2 whose partitions are the
+ * QuorumlogInputFormat's splits and whose reader drives QuorumlogRecordReader straight into
+ * columnar batches (OnHeapColumnVector), so no record crosses into Python and only the
+ * columns a query needs are filled (count + sum(length(body)) touches just the body).
+ *
+ *   spark.read().format("io.quorumlog.spark.QuorumlogSource")       // or "quorumlog-jvm"
+ *        .option("topics", "a/b").option("committedOnly", "true")
+ *        .option("splitBytes", "67108864").option("onCorrupt", "fail").load(storeDir)
+ */
+package io.quorumlog.spark;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapreduce.InputSplit;
+import org.apache.spark.SparkContext;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.metric.CustomSumMetric;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.util.SerializableConfiguration;
+
+public class QuorumlogSource implements TableProvider, DataSourceRegister {
+    public static final StructType SCHEMA = new StructType(new StructField[] {
+        DataTypes.createStructField("topic", DataTypes.StringType, false),
+        DataTypes.createStructField("queue_id", DataTypes.IntegerType, false),
+        DataTypes.createStructField("queue_offset", DataTypes.LongType, false),
+        DataTypes.createStructField("raft_index", DataTypes.LongType, false),
+        DataTypes.createStructField("term", DataTypes.LongType, false),
+        DataTypes.createStructField("position", DataTypes.LongType, false),
+        DataTypes.createStructField("born_timestamp", DataTypes.TimestampType, false),
+        DataTypes.createStructField("store_timestamp", DataTypes.TimestampType, false),
+        DataTypes.createStructField("tags", DataTypes.StringType, true),
+        DataTypes.createStructField("keys",
+            DataTypes.createArrayType(DataTypes.StringType, false), false),
+        DataTypes.createStructField("properties",
+            DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType, false), false),
+        DataTypes.createStructField("body", DataTypes.BinaryType, false),
+    });
+
+    @Override
+    public String shortName() { return "quorumlog-jvm"; }
+
+    @Override
+    public StructType inferSchema(CaseInsensitiveStringMap options) { return SCHEMA; }
+
+    @Override
+    public boolean supportsExternalMetadata() { return false; }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> props) {
+        return new StoreTable(new CaseInsensitiveStringMap(props));
+    }
+
+    static final class StoreTable implements Table, SupportsRead {
+        private final CaseInsensitiveStringMap options;
+
+        StoreTable(CaseInsensitiveStringMap options) { this.options = options; }
+
+        @Override public String name() { return "quorumlog:" + options.get("path"); }
+        @Override public StructType schema() { return SCHEMA; }
+        @Override public Set<TableCapability> capabilities() {
+            return Collections.singleton(TableCapability.BATCH_READ);
+        }
+        @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
+            return new StoreScan(opts);
+        }
+    }
+
+    static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+        private final CaseInsensitiveStringMap options;
+        private StructType required = SCHEMA;
+        private transient Configuration conf;
+
+        StoreScan(CaseInsensitiveStringMap options) { this.options = options; }
+
+        @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
+        @Override public Scan build() { return this; }
+        @Override public StructType readSchema() { return required; }
+        @Override public String description() { return "quorumlog store " + options.get("path"); }
+        @Override public Batch toBatch() { return this; }
+
+        @Override public CustomMetric[] supportedCustomMetrics() {
+            return new CustomMetric[] { new SkippedMetric() };
+        }
+
+        private Configuration conf() {
+            if (conf == null) {
+                SparkContext sc = SparkSession.active().sparkContext();
+                conf = new Configuration(sc.hadoopConfiguration());
+                String topics = options.get("topics");
+                if (topics != null) conf.set(QuorumlogRecordReader.CONF_TOPICS, topics);
+                conf.setBoolean(QuorumlogRecordReader.CONF_COMMITTED_ONLY,
+                    options.getBoolean("committedOnly", true));
+                String onCorrupt = options.getOrDefault("onCorrupt", "fail");
+                if (!onCorrupt.equals("fail") && !onCorrupt.equals("skip")) {
+                    throw new IllegalArgumentException("quorumlog: onCorrupt must be 'fail' or "
+                        + "'skip', got '" + onCorrupt + "'");
+                }
+                conf.set(QuorumlogRecordReader.CONF_ON_CORRUPT, onCorrupt);
+                conf.setBoolean(QuorumlogRecordReader.CONF_INCLUDE_CONTROL, false);
+            }
+            return conf;
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            String path = options.get("path");
+            if (path == null) throw new IllegalArgumentException("quorumlog: no store path given");
+            try {
+                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(),
+                    new Path[] { new Path(path) }, options.getLong("splitBytes", -1));
+                InputPartition[] out = new InputPartition[splits.size()];
+                for (int i = 0; i < out.length; i++) {
+                    out[i] = new SplitPartition((QuorumlogSplit) splits.get(i));
+                }
+                return out;
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            SparkContext sc = SparkSession.active().sparkContext();
+            Broadcast<SerializableConfiguration> bc = JavaSparkContext.fromSparkContext(sc)
+                .broadcast(new SerializableConfiguration(conf()));
+            return new ReaderFactory(bc, required);
+        }
+    }
+
+    /** One split, carried to the executor as plain fields (FileSplit is Writable, not Serializable). */
+    static final class SplitPartition implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final String path;
+        final long start, length, limit, committed, indexEntries;
+        final String[] hosts;
+
+        SplitPartition(QuorumlogSplit s) {
+            path = s.getPath().toString();
+            start = s.getStart();
+            length = s.getLength();
+            limit = s.getLimitPosition();
+            committed = s.getCommittedPosition();
+            indexEntries = s.getIndexFileEntries();
+            String[] h;
+            try { h = s.getLocations(); } catch (IOException e) { h = new String[0]; }
+            hosts = h;
+        }
+
+        QuorumlogSplit toSplit() {
+            return new QuorumlogSplit(new Path(path), start, length, hosts, limit, committed,
+                indexEntries);
+        }
+
+        @Override public String[] preferredLocations() { return hosts; }
+    }
+
+    static final class ReaderFactory implements PartitionReaderFactory {
+        private static final long serialVersionUID = 1L;
+        private final Broadcast<SerializableConfiguration> conf;
+        private final StructType required;
+
+        ReaderFactory(Broadcast<SerializableConfiguration> conf, StructType required) {
+            this.conf = conf;
+            this.required = required;
+        }
+
+        @Override public boolean supportColumnarReads(InputPartition p) { return true; }
+
+        @Override
+        public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
+            try {
+                return new ColumnarReader(((SplitPartition) p).toSplit(), conf.value().value(), required);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
+        @Override
+        public PartitionReader<InternalRow> createReader(InputPartition p) {
+            PartitionReader<ColumnarBatch> batches = createColumnarReader(p);
+            return new PartitionReader<InternalRow>() {
+                private ColumnarBatch batch;
+                private int row = -1;
+
+                @Override public boolean next() throws IOException {
+                    while (batch == null || ++row >= batch.numRows()) {
+                        if (!batches.next()) return false;
+                        batch = batches.get();
+                        row = -1;
+                    }
+                    return true;
+                }
+                @Override public InternalRow get() { return batch.getRow(row); }
+                @Override public void close() throws IOException { batches.close(); }
+                @Override public CustomTaskMetric[] currentMetricsValues() {
+                    return batches.currentMetricsValues();
+                }
+            };
+        }
+    }
+
+    public static final class SkippedMetric extends CustomSumMetric {
+        @Override public String name() { return "skippedCorruptRecords"; }
+        @Override public String description() { return "corrupt records skipped (onCorrupt=skip)"; }
+    }
+}

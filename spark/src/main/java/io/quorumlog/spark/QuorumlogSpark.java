@@ -1,0 +1,42 @@
+/*
+ * Entry point Python calls through py4j (quorumlog.spark.read_store): builds the store's
+ * DataFrame on the JVM with the QuorumlogSource, so records never travel through Python.
+ */
+package io.quorumlog.spark;
+
+import java.util.List;
+
+import org.apache.spark.sql.DataFrameReader;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+
+public final class QuorumlogSpark {
+    private QuorumlogSpark() {}
+
+    /** Version string the Python side checks so a stale jar is noticed, not misused. */
+    public static final String VERSION = "1";
+
+    public static String version() { return VERSION; }
+
+    /**
+     * DataFrame of the store at path. topics: null for all, else only these topics (filtered
+     * in the reader). splitBytes <= 0: the default split size. onCorrupt: "fail" or "skip".
+     */
+    public static Dataset<Row> readStore(SparkSession spark, String path, List<String> topics,
+                                         boolean committedOnly, long splitBytes, String onCorrupt) {
+        DataFrameReader r = spark.read().format(QuorumlogSource.class.getName())
+            .option("committedOnly", committedOnly)
+            .option("splitBytes", splitBytes)
+            .option("onCorrupt", onCorrupt);
+        if (topics != null) {
+            for (String t : topics) {
+                if (t.isEmpty() || t.indexOf('/') >= 0 || t.indexOf('\0') >= 0) {
+                    throw new IllegalArgumentException("quorumlog: invalid topic name '" + t + "'");
+                }
+            }
+            r = r.option("topics", String.join("/", topics));
+        }
+        return r.load(path);
+    }
+}
