@@ -129,7 +129,7 @@ def test_append_single(benchmark, bench_dir):
     log.close()
 
 
-@pytest.mark.parametrize("threads", [4])
+@pytest.mark.parametrize("threads", [4, 16])
 def test_sync_group_commit(benchmark, bench_dir, threads):
     log = _new_log(bench_dir, "sync", flush="sync")
     body = os.urandom(1024)
