@@ -17,9 +17,8 @@ import pytest
 
 from quorumlog import format as qf
 
-from cl_support import SEG, IDX_ENTRIES, open_log, requires_native
+from cl_support import SEG, IDX_ENTRIES, open_log
 
-pytestmark = requires_native
 
 WRITER = textwrap.dedent(f"""
     import sys

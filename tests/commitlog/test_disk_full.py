@@ -14,9 +14,8 @@ import textwrap
 
 import pytest
 
-from cl_support import SEG, requires_native
+from cl_support import SEG
 
-pytestmark = requires_native
 
 SCENARIO = textwrap.dedent(f"""
     import json, os, sys

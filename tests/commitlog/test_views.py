@@ -10,9 +10,8 @@ import textwrap
 
 import pytest
 
-from cl_support import SEG, IDX_ENTRIES, requires_native
+from cl_support import SEG, IDX_ENTRIES
 
-pytestmark = requires_native
 
 PRELUDE = textwrap.dedent(f"""
     import gc, os, sys
