@@ -17,16 +17,15 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import strategies as st
+from hypothesis import event, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule)
 
 from quorumlog import errors, format as qf
 
 from cl_support import (SEG, IDX_ENTRIES, controls, hsettings, messages, open_log,
-                        requires_native, topics)
+                        topics)
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               max_message_bytes=20000)
@@ -205,6 +204,7 @@ class LogMachine(RuleBasedStateMachine):
             assert cp.flushed_position <= durable, (cp.flushed_position, durable)
         # keep the records that end at or before the durable position
         keep = sum(1 for p, r in zip(self.positions, self.raws) if p + len(r) <= durable)
+        event(f"crash lost {'no' if keep == self.last else 'some'} records")
         self.drop_after(keep)
         lost_from = durable
         for name in sorted(os.listdir(self.path / "commitlog")):
