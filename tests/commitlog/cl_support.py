@@ -26,20 +26,6 @@ def hsettings(max_examples, **kw):
     return settings(max_examples=max(1, int(max_examples * SCALE)), **kw)
 
 
-try:
-    from quorumlog.commitlog import CommitLog  # noqa: F401
-    HAVE_NATIVE = True
-except ImportError:
-    CommitLog = None
-    HAVE_NATIVE = False
-
-# Until the native log is merged into this branch its tests fail on the import, and only then
-# are they expected to fail; strict so that an XPASS is reported once it lands.
-requires_native = pytest.mark.xfail(
-    not HAVE_NATIVE, raises=ImportError, strict=True,
-    reason="native CommitLog (quorumlog.commitlog) not built on this branch yet")
-
-
 def open_log(path, **kw):
     from quorumlog.commitlog import CommitLog
     kw.setdefault("segment_size_bytes", SEG)

@@ -12,11 +12,9 @@ from hypothesis import given, strategies as st
 
 from quorumlog import format as qf
 
-from cl_support import (SEG, controls, hsettings, messages, open_log, requires_native,
-                        topics, tags as tags_st, keys as keys_st, properties as props_st,
+from cl_support import (SEG, controls, hsettings, messages, open_log, topics, tags as tags_st, keys as keys_st, properties as props_st,
                         timestamps)
 
-pytestmark = requires_native
 
 
 class Predictor:

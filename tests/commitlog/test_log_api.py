@@ -12,10 +12,8 @@ import pytest
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, IDX_ENTRIES, append_message, log_files, open_log, requires_native,
-                        store_files)
+from cl_support import (SEG, IDX_ENTRIES, append_message, log_files, open_log, store_files)
 
-pytestmark = requires_native
 
 
 # ------------------------------------------------------------------ CRC32C

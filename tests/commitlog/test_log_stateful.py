@@ -24,9 +24,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 from quorumlog import errors, format as qf
 
 from cl_support import (SEG, IDX_ENTRIES, controls, hsettings, messages, open_log,
-                        requires_native, topics)
+                        topics)
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               max_message_bytes=20000)

@@ -15,10 +15,8 @@ from hypothesis import given, strategies as st
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, hsettings, log_files, messages, open_log, recrc,
-                        requires_native)
+from cl_support import (SEG, hsettings, log_files, messages, open_log, recrc)
 
-pytestmark = requires_native
 
 KW = dict(preallocate_next=False)
 

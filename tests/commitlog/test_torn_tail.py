@@ -18,9 +18,8 @@ import pytest
 
 from quorumlog import format as qf
 
-from cl_support import SEG, IDX_ENTRIES, open_log, requires_native, store_files
+from cl_support import SEG, IDX_ENTRIES, open_log, store_files
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               preallocate_next=False)
