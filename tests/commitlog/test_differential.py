@@ -7,14 +7,26 @@ timestamp the log assigned; the native decoder (decode_at, record) must equal th
 decoder; and the reference decoder must accept the native bytes. Positions are predicted
 independently (format.md's BLANK rule) rather than trusted.
 """
+import contextlib
+import pathlib
+import shutil
+
 import numpy as np
 from hypothesis import given, strategies as st
 
 from quorumlog import format as qf
 
-from cl_support import (SEG, controls, hsettings, messages, open_log, topics, tags as tags_st, keys as keys_st, properties as props_st,
-                        timestamps)
+from cl_support import (SEG, controls, fast_mkdtemp, hsettings, messages, open_log, topics,
+                        tags as tags_st, keys as keys_st, properties as props_st, timestamps)
 
+
+
+@contextlib.contextmanager
+def cleanup(path):
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class Predictor:
@@ -56,10 +68,10 @@ def check_against_reference(log, index, rtype, *, term, position, ts, m=None, pa
        st.lists(st.booleans(), min_size=30, max_size=30))
 @hsettings(40)
 def test_append_matches_reference(tmp_path_factory, ops, term_bumps):
-    path = tmp_path_factory.mktemp("diff")
+    path = pathlib.Path(fast_mkdtemp("ql-diff-"))
     pred = Predictor()
     term = 1
-    with open_log(path / "s", max_message_bytes=8000) as log:
+    with cleanup(path), open_log(path / "s", max_message_bytes=8000) as log:
         for i, ((kind, a), bump) in enumerate(zip(ops, term_bumps), start=1):
             term += bump
             if kind == "m":
@@ -144,10 +156,10 @@ def expand(n, kw, i):
 @given(st.lists(batches(), min_size=1, max_size=4))
 @hsettings(40)
 def test_append_batch_matches_reference(tmp_path_factory, batch_list):
-    path = tmp_path_factory.mktemp("diffb")
+    path = pathlib.Path(fast_mkdtemp("ql-diffb-"))
     pred = Predictor()
     index = 0
-    with open_log(path / "s") as log:
+    with cleanup(path), open_log(path / "s") as log:
         for term, (topic, bodies, kw) in enumerate(batch_list, start=1):
             first, positions, ts = log.append_batch(topic, bodies, term=term, **kw)
             assert first == index + 1
@@ -170,8 +182,8 @@ def test_append_batch_matches_reference(tmp_path_factory, batch_list):
 @hsettings(20)
 def test_scan_matches_reference(tmp_path_factory, msgs):
     """scan()'s RECORD_INFO rows carry the header fields the reference decoder reads."""
-    path = tmp_path_factory.mktemp("diffs")
-    with open_log(path / "s") as log:
+    path = pathlib.Path(fast_mkdtemp("ql-diffs-"))
+    with cleanup(path), open_log(path / "s") as log:
         for m in msgs:
             m = dict(m)
             log.append(m.pop("topic"), m.pop("body"), term=1, **m)

@@ -415,3 +415,26 @@ def test_max_message_bytes_boundary(tmp_path):
         with pytest.raises(errors.MessageTooLargeError):
             log.append("t", b"x" * (SEG - 96 - 96), term=1)
         assert log.last_index == 1
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True])
+def test_truncate_below_flushed_position_lowers_it(tmp_path, with_checkpoint):
+    """flushed_position is a record boundary at or before the end: after truncate_after()
+    below it, neither the log nor the checkpoint on disk may claim more (recovery would
+    trust bytes that are gone)."""
+    p = tmp_path / "s"
+    log = open_log(p, flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000)
+    for _ in range(3):
+        log.append_control(qf.TYPE_NOOP, term=1)
+    log.flush()
+    if with_checkpoint:
+        log.checkpoint()
+    log.truncate_after(1)
+    assert log.end_position == 96
+    assert log.flushed_position <= log.end_position
+    log._crash()
+    if (p / "checkpoint").exists():
+        cp = qf.decode_checkpoint((p / "checkpoint").read_bytes())
+        assert cp.flushed_position <= 96 and cp.flushed_index <= 1
+    with open_log(p) as log:
+        assert (log.last_index, log.end_position) == (1, 96)
