@@ -243,7 +243,9 @@ def test_read_limits(tmp_path):
         assert log.read(3, 4)[1] == 1
         assert log.read(21, 30)[1] == 0                 # lo > last_index
         assert log.read(20, 30)[1] == 1
-        assert log.read(5, 4)[1] == 0                  # empty range
+        assert log.read(5, 5)[1] == 0                  # empty range
+        with pytest.raises(errors.InvalidArgumentError):
+            log.read(5, 4)                             # hi < lo: a caller bug
         for lo, hi in ((0, 5), (-1, 3)):               # below first_index
             with pytest.raises(errors.IndexOutOfRangeError):
                 log.read(lo, hi)
@@ -267,8 +269,10 @@ def test_truncate_after(tmp_path):
         log.truncate_after(0)
         assert (log.last_index, log.end_position) == (0, 0)
         assert log.append("t", b"again", term=7)[:2] == (1, 0)
-        log.truncate_after(5)                           # beyond the end: nothing to drop
+        with pytest.raises(errors.IndexOutOfRangeError):
+            log.truncate_after(5)                       # beyond last_index
         assert log.last_index == 1
+        log.truncate_after(1)                           # at last_index: nothing to drop
         with pytest.raises((errors.IndexOutOfRangeError, errors.InvalidArgumentError)):
             log.truncate_after(-1)
     with open_log(p) as log:
