@@ -24,8 +24,10 @@ from cl_support import (SEG, IDX_ENTRIES, append_message, log_files, open_log, s
 ])
 def test_native_crc32c_known_vectors(data, want):
     from quorumlog import commitlog
-    assert commitlog.crc32c(data) == want
+    assert commitlog.crc32c(data) == want             # SSE4.2 where the CPU has it
+    assert commitlog.crc32c_software(data) == want    # the portable table fallback
     assert qf.crc32c(data) == want
+    assert commitlog.crc32c(data[5:], commitlog.crc32c(data[:5])) == want   # incremental
 
 
 def test_native_crc32c_matches_reference_on_odd_lengths_and_alignments():
@@ -33,7 +35,10 @@ def test_native_crc32c_matches_reference_on_odd_lengths_and_alignments():
     blob = bytes((i * 131 + 7) & 0xFF for i in range(5000))
     for start in range(0, 9):
         for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4096 - start):
-            assert commitlog.crc32c(blob[start:start + n]) == qf.crc32c(blob[start:start + n])
+            want = qf.crc32c(blob[start:start + n])
+            assert commitlog.crc32c(blob[start:start + n]) == want
+            assert commitlog.crc32c(memoryview(blob)[start:start + n]) == want
+            assert commitlog.crc32c_software(blob[start:start + n]) == want
 
 
 # ------------------------------------------------------------------ open / close
