@@ -7,7 +7,6 @@ import pathlib
 import struct
 import tempfile
 
-import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 
 from quorumlog import format as qf

@@ -66,7 +66,7 @@ def check_against_reference(log, index, rtype, *, term, position, ts, m=None, pa
 @given(st.lists(st.one_of(messages(max_body=6000).map(lambda m: ("m", m)),
                           controls().map(lambda c: ("c", c))), min_size=1, max_size=30),
        st.lists(st.booleans(), min_size=30, max_size=30))
-@hsettings(40)
+@hsettings(80)
 def test_append_matches_reference(tmp_path_factory, ops, term_bumps):
     path = pathlib.Path(fast_mkdtemp("ql-diff-"))
     pred = Predictor()

@@ -2,8 +2,6 @@
 raft index, truncation, bad arguments (each raises its specific error and changes nothing),
 CRC32C known vectors of the native implementation.
 """
-import os
-import struct
 import subprocess
 import sys
 import textwrap
@@ -12,7 +10,7 @@ import pytest
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, IDX_ENTRIES, append_message, log_files, open_log, store_files)
+from cl_support import (SEG, IDX_ENTRIES, log_files, open_log, store_files)
 
 
 

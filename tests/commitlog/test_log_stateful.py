@@ -14,7 +14,6 @@ Flushes happen only on explicit flush()/close(): the background flusher runs onc
 import os
 import pathlib
 import shutil
-import tempfile
 
 import pytest
 from hypothesis import event, strategies as st
@@ -262,4 +261,4 @@ class LogMachine(RuleBasedStateMachine):
 
 
 TestLogStateful = LogMachine.TestCase
-TestLogStateful.settings = hsettings(50, stateful_step_count=30)
+TestLogStateful.settings = hsettings(100, stateful_step_count=40)

@@ -12,7 +12,6 @@ import os
 import pathlib
 import random
 import shutil
-import struct
 
 import pytest
 
