@@ -2,6 +2,7 @@
 raft index, truncation, bad arguments (each raises its specific error and changes nothing),
 CRC32C known vectors of the native implementation.
 """
+import os
 import subprocess
 import sys
 import textwrap
@@ -445,3 +446,21 @@ def test_truncate_below_flushed_position_lowers_it(tmp_path, with_checkpoint):
         assert cp.flushed_position <= 96 and cp.flushed_index <= 1
     with open_log(p) as log:
         assert (log.last_index, log.end_position) == (1, 96)
+
+
+@pytest.mark.parametrize("body_size", [100, 3000, 20000])
+def test_segment_preparation_never_loses_a_segment(tmp_path, body_size):
+    """With preallocate_next the next segment is prepared by a background thread while the
+    append path may create it itself: whichever wins, every segment the log lists exists on
+    disk for its whole life, and a reopen finds every record."""
+    p = tmp_path / "s"
+    with open_log(p, preallocate_next=True, max_message_bytes=32768) as log:
+        body = b"\x5a" * body_size
+        while log.end_position < 40 * SEG:
+            log.append("t", body, term=1)
+            missing = [path for _, path in log.segments() if not os.path.exists(path)]
+            assert not missing, f"segment files gone while listed: {missing}"
+        last, end = log.last_index, log.end_position
+    with open_log(p) as log:
+        assert (log.last_index, log.end_position) == (last, end)
+        log.verify()
