@@ -20,7 +20,6 @@ with on_corrupt="skip").
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import pathlib
 import struct
@@ -433,50 +432,50 @@ def scan_split(split: Split, *, topics: Sequence[str] | None = None, on_corrupt:
     b = int(np.searchsorted(positions, hi, side="left"))
     if a >= b:
         return
+    # Read the split's records (plus the next header, for the BLANK check) in one go: at most
+    # split_bytes + one record; no mmap, so nothing pins the file after an error.
+    rbase = int(positions[a])
+    rend = min(seg_end, int(positions[b - 1]) + int(sizes[b - 1]) + fmt.HEADER_SIZE)
     with open(split.segment, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        seg = np.frombuffer(mm, np.uint8)
-        i = a
-        while i < b:
-            # One batch: consecutive records, bounded in count and bytes.
-            j = min(b, i + BATCH_MAX_RECORDS)
-            cum = np.cumsum(sizes[i:j].astype(np.int64))
-            j = i + max(1, int(np.searchsorted(cum, BATCH_MAX_BYTES, side="right")))
-            try:
-                batch = _scan_batch(split, seg, positions, sizes, first_index, i, j, seg_end,
-                                    topic_set)
-                i = j
+        f.seek(rbase - split.base)
+        seg = np.frombuffer(f.read(max(0, rend - rbase)), np.uint8)
+    i = a
+    while i < b:
+        # One batch: consecutive records, bounded in count and bytes.
+        j = min(b, i + BATCH_MAX_RECORDS)
+        cum = np.cumsum(sizes[i:j].astype(np.int64))
+        j = i + max(1, int(np.searchsorted(cum, BATCH_MAX_BYTES, side="right")))
+        try:
+            batch = _scan_batch(split, seg, rbase, positions, sizes, first_index, i, j, seg_end,
+                                topic_set)
+            i = j
+            if batch is not None:
+                yield batch
+        except _Bad as e:
+            bad_i, reason = e.args
+            bad_pos = int(positions[bad_i])
+            # Records before the bad one in this batch are good: return them first.
+            if bad_i > i:
+                batch = _scan_batch(split, seg, rbase, positions, sizes, first_index, i, bad_i,
+                                    seg_end, topic_set)
                 if batch is not None:
                     yield batch
-            except _Bad as e:
-                bad_i, reason = e.args
-                bad_pos = int(positions[bad_i])
-                # Records before the bad one in this batch are good: return them first.
-                if bad_i > i:
-                    batch = _scan_batch(split, seg, positions, sizes, first_index, i, bad_i,
-                                        seg_end, topic_set)
-                    if batch is not None:
-                        yield batch
-                if bad_pos >= split.committed:
-                    log.info("quorumlog: %s offset %d (%s) is past the committed position: "
-                             "torn tail", split.segment, bad_pos - split.base, reason)
-                    return
-                if on_corrupt != "skip":
-                    raise CorruptLogError(
-                        f"quorumlog: corrupt data in {split.segment} at offset "
-                        f"{bad_pos - split.base}: {reason}", split.segment, bad_pos - split.base)
-                stats["skipped"] += 1
-                log.warning("quorumlog: skipping corrupt record in %s at offset %d: %s",
-                            split.segment, bad_pos - split.base, reason)
-                i = bad_i + 1
-        _check_tail_blank(split, seg, positions, sizes, b, hi, seg_end, on_corrupt, stats)
-    finally:
-        del seg
-        mm.close()
+            if bad_pos >= split.committed:
+                log.info("quorumlog: %s offset %d (%s) is past the committed position: "
+                         "torn tail", split.segment, bad_pos - split.base, reason)
+                return
+            if on_corrupt != "skip":
+                raise CorruptLogError(
+                    f"quorumlog: corrupt data in {split.segment} at offset "
+                    f"{bad_pos - split.base}: {reason}", split.segment, bad_pos - split.base)
+            stats["skipped"] += 1
+            log.warning("quorumlog: skipping corrupt record in %s at offset %d: %s",
+                        split.segment, bad_pos - split.base, reason)
+            i = bad_i + 1
+    _check_tail_blank(split, seg, rbase, positions, sizes, b, hi, seg_end, on_corrupt, stats)
 
 
-def _check_tail_blank(split, seg, positions, sizes, b, hi, seg_end, on_corrupt, stats):
+def _check_tail_blank(split, seg, rbase, positions, sizes, b, hi, seg_end, on_corrupt, stats):
     """The BLANK after the segment's last record (if this split owns it) is CRC-checked too."""
     if b == 0:
         return
@@ -486,32 +485,40 @@ def _check_tail_blank(split, seg, positions, sizes, b, hi, seg_end, on_corrupt, 
     if b < len(positions) and int(positions[b]) == end:
         return  # a record follows (it belongs to the next split)
     off = end - split.base
-    if seg_end - end < fmt.HEADER_SIZE or not seg[off:off + fmt.HEADER_SIZE].any():
+    roff = end - rbase
+    if seg_end - end < fmt.HEADER_SIZE or len(seg) < roff + fmt.HEADER_SIZE \
+            or not seg[roff:roff + fmt.HEADER_SIZE].any():
         return
-    try:
-        rec = fmt.decode_record(seg, off, expected_position=end, path=split.segment)
-        if rec.type != fmt.TYPE_BLANK:
-            raise CorruptLogError("unindexed record after the last indexed one", split.segment,
-                                  off)
-    except CorruptLogError as e:
-        if end >= split.committed:
-            return
-        if on_corrupt != "skip":
-            raise CorruptLogError(f"quorumlog: corrupt data in {split.segment} at offset {off}: "
-                                  f"{e}", split.segment, off) from None
-        stats["skipped"] += 1
+    h = seg[roff:roff + fmt.HEADER_SIZE].tobytes()
+    crc, total, magic, version, rtype = struct.unpack_from("<IIHBB", h)
+    (field_pos,) = struct.unpack_from("<Q", h, 32)
+    why = None
+    if magic != fmt.MAGIC or version != fmt.FORMAT_VERSION:
+        why = "bad magic/version"
+    elif rtype != fmt.TYPE_BLANK:
+        why = "unindexed record after the last indexed one"
+    elif total != seg_end - end or field_pos != end:
+        why = "BLANK does not fill the segment tail"
+    elif fmt.crc32c(h[4:]) != crc:  # a BLANK's CRC covers its header only
+        why = "CRC32C mismatch"
+    if why is None or end >= split.committed:
+        return
+    if on_corrupt != "skip":
+        raise CorruptLogError(f"quorumlog: corrupt data in {split.segment} at offset {off}: "
+                              f"{why}", split.segment, off)
+    stats["skipped"] += 1
 
 
-def _scan_batch(split, seg, positions, sizes, first_index, i, j, seg_end, topic_set):
+def _scan_batch(split, seg, rbase, positions, sizes, first_index, i, j, seg_end, topic_set):
     pos = positions[i:j].astype(np.int64)
     size = sizes[i:j].astype(np.int64)
-    off = pos - split.base
+    off = pos - rbase
     n = j - i
     if int(pos[0]) < split.base or int(pos[-1] + size[-1]) > seg_end:
         raise _Bad(i if int(pos[0]) < split.base else j - 1, "raft index points outside the segment")
     hdr_idx = off[:, None] + np.arange(fmt.HEADER_SIZE)[None, :]
-    if int(off[-1]) + fmt.HEADER_SIZE > len(seg):
-        raise _Bad(j - 1, "record header runs past the end of the file")
+    if int(off[-1] + size[-1]) > len(seg):
+        raise _Bad(j - 1, "record runs past the end of the file")
     h = seg[hdr_idx].view(_HDR).reshape(n)
     raft = np.arange(i, j, dtype=np.int64) + first_index
     var = (h["topic_len"].astype(np.int64) + h["tags_len"] + h["keys_len"].astype(np.int64)
@@ -563,10 +570,10 @@ def _scan_batch(split, seg, positions, sizes, first_index, i, j, seg_end, topic_
         "born_timestamp": h["born_ts"] * 1000,
         "store_timestamp": h["store_ts"] * 1000,
         "tags": (_concat_slices(seg, toff + tlen, glen), glen > 0),
-        "keys": _decode_lists(seg, koff, klen, pairs=False, path=split.segment, base=split.base,
-                              rec_off=off),
+        "keys": _decode_lists(seg, koff, klen, pairs=False, path=split.segment,
+                              rec_off=off + (rbase - split.base)),
         "properties": _decode_lists(seg, poff, plen, pairs=True, path=split.segment,
-                                    base=split.base, rec_off=off),
+                                    rec_off=off + (rbase - split.base)),
         "body": _concat_slices(seg, boff, blen),
     }
 
@@ -589,7 +596,7 @@ def _reason(h, pos, size, raft, crc_ok) -> str:
     return "field lengths do not add up / record not contiguous with the previous one"
 
 
-def _decode_lists(seg, offs, lens, *, pairs, path, base, rec_off):
+def _decode_lists(seg, offs, lens, *, pairs, path, rec_off):
     """keys (list of str) or properties (list of (k, v)) per record; Python only where present."""
     out = [[] for _ in range(len(lens))]
     for r in np.flatnonzero(lens):
@@ -748,7 +755,10 @@ def _lazy_datasource():
                 self.path, committed_only=self.committed_only, split_bytes=self.split_bytes)]
 
         def read(self, partition):
-            for cols in scan_split(partition.split, topics=self.topics,
+            split = getattr(partition, "split", None)
+            if split is None:  # Spark asks for one partition even when we planned none
+                return
+            for cols in scan_split(split, topics=self.topics,
                                    on_corrupt=self.on_corrupt):
                 yield to_arrow(cols)
 

@@ -1,0 +1,49 @@
+"""Fixtures of the Spark reader tests: ONE Spark session for the whole run (the jar must be
+on spark.jars before the first getOrCreate in the process; start-up costs 4-14 s here), and
+engine-written stores shared read-only between tests."""
+from __future__ import annotations
+
+import os
+import pytest
+
+import _spark_stores as st
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark", reason="pyspark is the optional [spark] extra")
+    from quorumlog import spark as qs
+
+    s = qs.session("quorumlog-tests", master="local[2]",
+                   conf={"spark.sql.shuffle.partitions": "2",
+                         "spark.driver.memory": "1g"})
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_store(tmp_path_factory):
+    """Several segments with BLANK tails, 3 topics, bodies 0 B .. 1 MiB, control records,
+    several raft index files; all committed but the last 4 records."""
+    path = str(tmp_path_factory.mktemp("spark-store") / "store")
+    plan = st.message_plan()
+    st.write_store(path, plan, commit_upto=len(plan) - 4)  # one raft index per plan entry
+    return path
+
+
+@pytest.fixture(scope="session")
+def torn_store(tmp_path_factory):
+    """Committed prefix, then appended-but-uncommitted records whose last one is torn."""
+    path = str(tmp_path_factory.mktemp("spark-torn") / "store")
+    plan = [p for p in st.message_plan(seed=3, n=60) if p[0] == "message"]
+    last = st.write_store(path, plan, commit_upto=50)
+    committed = st.expected_messages(path, committed_only=True)
+    intact = st.expected_messages(path, committed_only=False)[:-1]
+    assert len(committed) == 50 and len(intact) == len(plan) - 1
+    tail = st.all_records(path)[-1]
+    # A torn write: the last record's final bytes never reached the disk.
+    st.corrupt_byte(path, tail.position + tail.size - 1, delta=17)
+    return path, committed, intact
