@@ -115,19 +115,29 @@ def build_into(target_dir: pathlib.Path) -> pathlib.Path | None:
     return jar
 
 
-def run_java_tests(jar: pathlib.Path, store_dirs: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Compiles spark/src/test/java against the jar and runs io.quorumlog.spark.JavaTests."""
-    javac, java = find_tool("javac"), find_tool("java")
+def compile_java_tests(jar: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """Compiles spark/src/test/java against the jar into out (a directory); returns out."""
+    javac = find_tool("javac")
     jars = pyspark_jars()
-    if javac is None or java is None or jars is None:
-        raise JarBuildError("javac/java/pyspark needed to run the Java tests")
+    if javac is None or jars is None:
+        raise JarBuildError("javac and pyspark are needed to compile the Java tests")
+    _javac(javac, [jar, *jars], _sources(TEST_SRC), pathlib.Path(out))
+    return pathlib.Path(out)
+
+
+def run_java_tests(jar: pathlib.Path, args: list[str] | None = None,
+                   classes: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    """Runs io.quorumlog.spark.JavaTests (compiling it first unless classes is given)."""
+    java = find_tool("java")
+    if java is None:
+        raise JarBuildError("java is needed to run the Java tests")
     with tempfile.TemporaryDirectory(prefix="quorumlog-jtest-") as tmp:
-        classes = pathlib.Path(tmp) / "classes"
-        cp = [jar, *jars]
-        _javac(javac, cp, _sources(TEST_SRC), classes)
+        if classes is None:
+            classes = compile_java_tests(jar, pathlib.Path(tmp) / "classes")
+        cp = [classes, jar, *pyspark_jars()]
         return subprocess.run(
-            [java, "-cp", os.pathsep.join(str(p) for p in [classes, *cp]),
-             "io.quorumlog.spark.JavaTests", *(store_dirs or [])],
+            [java, "-Xmx512m", "-cp", os.pathsep.join(str(p) for p in cp),
+             "io.quorumlog.spark.JavaTests", *(args or [])],
             capture_output=True, text=True)
 
 

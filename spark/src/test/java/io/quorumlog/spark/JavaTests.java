@@ -4,8 +4,9 @@
  * spark/build_jar.py, on stores written by the engine / reference writer:
  *
  *   JavaTests selftest <store>                 CRC vector, raft-index search, split invariance
- *   JavaTests dump <store> <splitBytes> <committedOnly>   one canonical line per message
+ *   JavaTests dump <store> <splitBytes> <committedOnly> <out>  one canonical line per message
  *   JavaTests expect-corrupt <store> <segment-name> <offset>   the read must fail there
+ *   (several commands in one JVM: separate them with "--")
  *
  * Exit status 0 = pass; failures print what differed and exit 1.
  */
@@ -29,16 +30,29 @@ public final class JavaTests {
         }
     }
 
+    /** Runs one or more commands in one JVM (start-up dominates here), separated by "--". */
     public static void main(String[] args) throws Exception {
-        switch (args[0]) {
-            case "selftest": selftest(args[1]); break;
-            case "dump": dump(args[1], Long.parseLong(args[2]), Boolean.parseBoolean(args[3])); break;
-            case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
-            default: throw new IllegalArgumentException(args[0]);
+        List<String> cmd = new ArrayList<>();
+        for (int i = 0; i <= args.length; i++) {
+            if (i == args.length || args[i].equals("--")) {
+                if (!cmd.isEmpty()) run(cmd.toArray(new String[0]));
+                cmd.clear();
+            } else {
+                cmd.add(args[i]);
+            }
         }
         if (failures > 0) {
             System.out.println(failures + " failure(s)");
             System.exit(1);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
+        switch (args[0]) {
+            case "selftest": selftest(args[1]); break;
+            case "dump": dump(args[1], Long.parseLong(args[2]), Boolean.parseBoolean(args[3]), args[4]); break;
+            case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
+            default: throw new IllegalArgumentException(args[0]);
         }
     }
 
@@ -86,10 +100,9 @@ public final class JavaTests {
         return out;
     }
 
-    static void dump(String store, long splitBytes, boolean committedOnly) throws Exception {
-        for (String l : readAll(store, splitBytes, conf(committedOnly, false), null)) {
-            System.out.println(l);
-        }
+    static void dump(String store, long splitBytes, boolean committedOnly, String out) throws Exception {
+        java.nio.file.Files.write(java.nio.file.Paths.get(out),
+            readAll(store, splitBytes, conf(committedOnly, false), null));
     }
 
     static void selftest(String store) throws Exception {
@@ -118,10 +131,9 @@ public final class JavaTests {
             for (int i = 0; i < positions.size(); i++) {
                 long p = positions.get(i);
                 for (long target : new long[] { p - 1, p, p + 1 }) {
-                    long expect = -1;
-                    for (long q : positions) {
-                        if (q >= target) { expect = q; break; }
-                    }
+                    int k = java.util.Collections.binarySearch(positions, target);
+                    if (k < 0) k = -k - 1;
+                    long expect = k < positions.size() ? positions.get(k) : -1;
                     idx.probes = 0;
                     long got = idx.firstPositionAtOrAfter(target);
                     check(got == expect, "index search for " + target + ": " + got + " != " + expect);
