@@ -269,6 +269,8 @@ class MessageStore:
             topics = meta["topics"]
         except FileNotFoundError:
             topics = {}
+            # No topic list: rebuild the consume queues (and the list) from the whole log.
+            self._cq_missing = True
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumlogError(f"{meta_path} is damaged ({exc}); delete it to rebuild the "
                                  "topic list from the log") from None
