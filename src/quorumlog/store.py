@@ -408,6 +408,9 @@ class MessageStore:
         for t in self._topics.values():
             for q, cq in enumerate(t.queues):
                 t.counters[q] = cq.next_offset
+            # Resume round-robin at the first least-filled queue: where an uninterrupted
+            # round-robin sequence would continue.
+            t.rr = int(np.argmin(t.counters)) if len(t.counters) else 0
         # Records appended but not yet committed (replicated mode) already hold offsets.
         if lg.end_position > self._dispatched:
             pos = self._dispatched
