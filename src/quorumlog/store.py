@@ -157,11 +157,11 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 
 def _default_disk_usage(path: str) -> float:
+    """Used fraction as df reports it: used / (used + available to unprivileged users)."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
-        return 0.0
-    return 1.0 - (st.f_bavail * st.f_frsize) / total
+    used = st.f_blocks - st.f_bfree
+    denom = used + st.f_bavail
+    return used / denom if denom > 0 else 0.0
 
 
 class MessageStore:
