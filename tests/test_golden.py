@@ -59,18 +59,6 @@ COMMIT_INDEX = 8
 DISPATCHED = "end of record 7"   # set_dispatched_position(end position of record 7)
 
 
-try:
-    import quorumlog.commitlog  # noqa: F401
-    HAVE_NATIVE = True
-except ImportError:
-    HAVE_NATIVE = False
-# Until the native log is merged into this branch its tests fail on the import, and only then
-# are they expected to fail; remove once the native branch is merged (strict: XPASS fails).
-requires_native = pytest.mark.xfail(
-    not HAVE_NATIVE, raises=ImportError, strict=True,
-    reason="native CommitLog (quorumlog.commitlog) not built on this branch yet")
-
-
 def store_ts(index):
     return TS0 + 1000 * index
 
@@ -339,14 +327,12 @@ def test_golden_json_matches_files():
     assert doc["records"] == [record_json(r) for r in recs]
 
 
-@requires_native
 def test_native_commitlog_produces_golden_bytes(tmp_path, expected):
     files, t0, t1 = write_native(tmp_path / "store")
     got = normalise_clock(files, t0, t1)
     assert got == expected, describe_diff(got, expected)
 
 
-@requires_native
 def test_native_commitlog_reads_golden_store(tmp_path):
     """The native log opens a copy of the golden store and returns the golden records."""
     import shutil

@@ -60,3 +60,25 @@ class TopicNotFoundError(QuorumlogError, KeyError):
 
 class ConfigError(QuorumlogError, ValueError):
     """Invalid configuration (file, environment or arguments)."""
+
+
+# --- message store (issue 3) ---------------------------------------------------------------
+
+class BatchTooLargeError(InvalidArgumentError):
+    """A put_batch exceeds max_batch_messages or max_batch_bytes; nothing was written."""
+
+
+class InvalidDelayLevelError(InvalidArgumentError):
+    """delay_level outside 0..len(delay_levels); nothing was written."""
+
+
+class OffsetOutOfRangeError(QuorumlogError, IndexError):
+    """A queue offset outside [min_offset, max_offset] of its queue.
+
+    Carries `min_offset` and `max_offset` so a consumer that fell behind retention can
+    resume at min_offset."""
+
+    def __init__(self, message, min_offset=None, max_offset=None):
+        super().__init__(message)
+        self.min_offset = min_offset
+        self.max_offset = max_offset

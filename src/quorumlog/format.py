@@ -170,7 +170,8 @@ class Record:
     """One decoded record (one Raft entry). BLANK records decode with index 0 and no content.
 
     `body` is bytes (reference codec) or a memoryview (native log, zero-copy); both compare
-    equal to bytes with the same content."""
+    equal to bytes with the same content. `size` is the header's total_size; decoders set
+    it, hand-built Records may leave it 0 (encode ignores it)."""
     type: int
     index: int
     term: int
@@ -186,11 +187,7 @@ class Record:
     keys: tuple
     properties: dict
     body: bytes | memoryview
-
-    @property
-    def size(self) -> int:
-        """total_size of the encoded record (not meaningful for BLANK: see its header)."""
-        return record_size(self.topic, self.tags, self.keys, self.properties, len(self.body))
+    size: int = 0           # total_size of the record (for BLANK: up to the segment end)
 
     def encode(self) -> bytes:
         return encode(self)
@@ -439,7 +436,7 @@ def decode_record(buf, offset: int = 0, *, expected_position: int | None = None,
             raise _corrupt("BLANK record with a non-zero field", offset, path)
         if bytes(mv[offset + HEADER_SIZE:offset + total]) != bytes(total - HEADER_SIZE):
             raise _corrupt("BLANK record with non-zero bytes after its header", offset, path)
-        return Record(TYPE_BLANK, 0, 0, position, "", 0, 0, 0, 0, 0, 0, None, (), {}, b"")
+        return Record(TYPE_BLANK, 0, 0, position, "", 0, 0, 0, 0, 0, 0, None, (), {}, b"", total)
     if total != HEADER_SIZE + topic_len + tags_len + keys_len + props_len + body_len:
         raise _corrupt(f"total_size {total} does not match the field lengths", offset, path)
     if index < 1:
@@ -497,7 +494,7 @@ def decode_record(buf, offset: int = 0, *, expected_position: int | None = None,
         props[kv[0]] = kv[1]
     body = bytes(mv[p:p + body_len])
     return Record(rtype, index, term, position, topic, queue_id, queue_offset, born_ts,
-                  store_ts, flags, tag_hash, tags, tuple(keys), props, body)
+                  store_ts, flags, tag_hash, tags, tuple(keys), props, body, total)
 
 
 def iter_records(segment_bytes, base_position: int, *, include_blank: bool = False,

@@ -1,0 +1,20 @@
+# Declarations other Cython modules may cimport from quorumlog._commitlog: the CRC32C
+# functions (linked into every extension by setup.py) and the mapping object whose buffer
+# the log's memoryviews export.
+from libc.stdint cimport uint32_t, int64_t
+
+cdef extern from "crc32c.h" nogil:
+    uint32_t ql_crc32c_update(uint32_t state, const void *buf, size_t length)
+    uint32_t ql_crc32c(const void *buf, size_t length)
+    uint32_t ql_crc32c_sw(const void *buf, size_t length)
+    int ql_crc32c_hw()
+
+
+cdef class Mapping:
+    """One mmap(2)'d file. munmap happens only in __dealloc__, i.e. when neither the log
+    nor any exported memoryview refers to it any more."""
+    cdef char *addr
+    cdef Py_ssize_t size
+    cdef Py_ssize_t _stride
+    cdef readonly int64_t start
+    cdef readonly str path

@@ -1,0 +1,103 @@
+/* Small POSIX helpers for _commitlog.pyx: open + posix_fallocate + mmap of a log file,
+ * msync, zeroing a file range, and the wall clock. Plain C returning errno codes so the
+ * Cython side can call them without the GIL and map ENOSPC to DiskFullError. */
+#ifndef QL_SYS_H
+#define QL_SYS_H
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/falloc.h>
+#endif
+
+static inline int64_t ql_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Open (creating when `create`), make the file exactly `size` bytes with every block
+ * allocated (posix_fallocate: fails cleanly with ENOSPC instead of a later SIGBUS), then
+ * map it shared read-write. A file longer than `size` is refused (EFBIG): files are never
+ * shrunk. `*created` is set when this call created the file (the caller unlinks it again
+ * when allocation fails). Returns 0 or an errno value. */
+static int ql_map_file(const char *path, int64_t size, int create, int always_allocate,
+                       void **out_addr, int *created) {
+    int fd, r;
+    struct stat st;
+    void *p;
+    *created = 0;
+    fd = open(path, O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT && create) {
+        fd = open(path, O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) *created = 1;
+    }
+    if (fd < 0) return errno;
+    if (fstat(fd, &st) != 0) { r = errno; close(fd); return r; }
+    if (st.st_size > size) { close(fd); return EFBIG; }
+    if (st.st_size < size || always_allocate) {
+        r = posix_fallocate(fd, 0, size);
+        if (r != 0) { close(fd); return r; }
+    }
+    p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { r = errno; close(fd); return r; }
+    close(fd);   /* the mapping keeps the file referenced */
+    *out_addr = p;
+    return 0;
+}
+
+/* msync [off, off+len) of a mapping starting at `base` (page-aligned by mmap). */
+static int ql_msync(char *base, int64_t off, int64_t len) {
+    int64_t page = 4096, a = off & ~(page - 1);
+    if (len <= 0) return 0;
+    if (msync(base + a, (size_t)(off + len - a), MS_SYNC) != 0) return errno;
+    return 0;
+}
+
+/* Make [off, off+len) of a mapped file read as zero. The page-aligned middle is zeroed
+ * with fallocate(ZERO_RANGE) (metadata only, no page-cache fill: recovery of a 1 GiB
+ * segment stays fast); where that is unsupported, only pages that are not already zero
+ * are written. The partial pages at both ends are memset through the mapping. */
+static int ql_zero_range(const char *path, char *base, int64_t off, int64_t len) {
+    int64_t page = 4096, a, b, p;
+    if (len <= 0) return 0;
+    a = (off + page - 1) & ~(page - 1);
+    b = (off + len) & ~(page - 1);
+    if (b <= a) { memset(base + off, 0, (size_t)len); return 0; }
+    memset(base + off, 0, (size_t)(a - off));
+    memset(base + b, 0, (size_t)(off + len - b));
+#ifdef FALLOC_FL_ZERO_RANGE
+    {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd >= 0) {
+            int r = fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, a, b - a);
+            close(fd);
+            if (r == 0) return 0;
+        }
+    }
+#endif
+    for (p = a; p < b; p += page) {
+        const uint64_t *w = (const uint64_t *)(base + p);
+        int64_t i, nz = 0;
+        for (i = 0; i < page / 8; i++) if (w[i]) { nz = 1; break; }
+        if (nz) memset(base + p, 0, (size_t)page);
+    }
+    return 0;
+}
+
+/* Pre-fault pages for writing (Linux >= 5.14); errors are ignored by the caller. */
+static int ql_populate_write(char *base, int64_t off, int64_t len) {
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(base + off, (size_t)len, MADV_POPULATE_WRITE) != 0) return errno;
+    return 0;
+#else
+    (void)base; (void)off; (void)len;
+    return ENOSYS;
+#endif
+}
+#endif

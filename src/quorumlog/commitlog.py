@@ -1,0 +1,25 @@
+"""The commit log seam: re-exports the native (Cython) CommitLog and the format constants.
+
+Contract: docs/architecture.md ("The commit log seam"); bytes on disk: docs/format.md.
+"""
+from quorumlog._commitlog import (  # noqa: F401
+    BLANK,
+    CHECKPOINT_SIZE,
+    CONFIG,
+    HEADER_SIZE,
+    MAX_BATCH_RECORDS,
+    MESSAGE,
+    META,
+    NOOP,
+    RECORD_INFO,
+    CommitLog,
+    Mapping,
+    crc32c,
+    crc32c_hardware,
+    crc32c_software,
+    fnv1a64,
+)
+
+__all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
+           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "Mapping", "crc32c",
+           "crc32c_hardware", "crc32c_software", "fnv1a64"]

@@ -1,0 +1,107 @@
+"""Retention: which commit-log segments to delete and when (RocketMQ's CleanCommitLogService,
+seed 004), plus the disk-full write gate.
+
+Rules (settings in StoreConfig):
+- a segment is *expired* when its last write is older than `file_reserved_hours` (72 h);
+- expired segments are deleted at the `delete_when` hour(s) of the local day ("04"), or at any
+  time once disk use exceeds `disk_clean_ratio` (75 %);
+- above `disk_force_clean_ratio` (85 %) the oldest segments go even if unexpired, one at a time,
+  re-measuring disk use after each, until use is back under that ratio;
+- above `disk_reject_ratio` (90 %) puts fail with DiskFullError; they are accepted again as soon
+  as a later measurement is back under it;
+- whole segments only, oldest first, at most `max_segment_deletes_per_run` per run, never the
+  segment being written, never one holding records not yet committed and dispatched;
+- consume-queue files and queue min offsets follow the log's new min position.
+
+A segment's last write time is taken as the store timestamp of the first record of the next
+segment (an upper bound, so a segment is never deleted early); mmap'd writes do not update file
+mtimes reliably. The wall clock (`clock_ms`) and `disk_usage(path) -> used fraction` are
+injected through the store, so tests drive every threshold.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from .config import parse_delete_when
+
+log = logging.getLogger(__name__)
+
+EXPIRED = "expired"
+FORCE = "force"
+
+
+class Retention:
+    def __init__(self, store):
+        self.store = store
+        cfg = store.config
+        self.delete_hours = parse_delete_when(cfg.delete_when)
+        self.reserved_ms = int(cfg.file_reserved_hours * 3_600_000)
+
+    def check_disk(self, force: bool = False) -> float:
+        """Measure disk use, update the store's write gate -> used fraction."""
+        s = self.store
+        ratio = float(s._disk_usage(s.path))
+        full = ratio > s.config.disk_reject_ratio
+        if full != s._disk_full:
+            if full:
+                log.error("store %s: disk use %.1f%% above %.0f%%: rejecting writes", s.path,
+                          ratio * 100, s.config.disk_reject_ratio * 100)
+            else:
+                log.warning("store %s: disk use %.1f%%: accepting writes again", s.path,
+                            ratio * 100)
+        s._disk_full = full
+        s._disk_ratio = ratio
+        s._last_disk_check = s._monotonic()
+        return ratio
+
+    def mode(self, now_ms: int, ratio: float):
+        cfg = self.store.config
+        if ratio > cfg.disk_force_clean_ratio:
+            return FORCE
+        if ratio > cfg.disk_clean_ratio:
+            return EXPIRED
+        if time.localtime(now_ms / 1000.0).tm_hour in self.delete_hours:
+            return EXPIRED
+        return None
+
+    def _last_write_ms(self, next_start: int):
+        lg = self.store._log
+        if next_start >= lg.end_position:
+            return None                      # the next segment holds nothing yet
+        return lg.decode_at(next_start).store_timestamp_ms
+
+    def run(self, now_ms: int) -> int:
+        s = self.store
+        lg = s._log
+        ratio = self.check_disk()
+        mode = self.mode(now_ms, ratio)
+        deleted = 0
+        if mode is not None:
+            limit = min(s._dispatched, lg.committed_position)
+            while deleted < s.config.max_segment_deletes_per_run:
+                segs = lg.segments()
+                if len(segs) < 2:
+                    break
+                next_start = segs[1][0]
+                if next_start > limit:
+                    break                    # holds undispatched / uncommitted records
+                if mode == EXPIRED:
+                    last = self._last_write_ms(next_start)
+                    if last is None or now_ms - last < self.reserved_ms:
+                        break
+                if lg.delete_segments_before(next_start) == 0:
+                    break
+                deleted += 1
+                log.info("store %s: deleted segment %d (%s, disk use %.1f%%)", s.path,
+                         segs[0][0], mode, ratio * 100)
+                if mode == FORCE:
+                    ratio = self.check_disk()
+                    mode = self.mode(now_ms, ratio)
+                    if mode is None:
+                        break
+        if deleted:
+            s._stats["segments_deleted"] += deleted
+            s._after_segments_deleted()
+            self.check_disk()
+        return deleted
