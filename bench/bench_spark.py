@@ -43,8 +43,9 @@ def _write_store(path) -> int:
         done = 0
         while done < N:
             n = min(BATCH, N - done)
-            last, _, _ = log.append_batch("bench-t", [body] * n, queue_ids=0,
+            first, _, _ = log.append_batch("bench-t", [body] * n, queue_ids=0,
                                           queue_offsets=done, term=1)
+            last = first + n - 1
             done += n
         log.commit(last)
     finally:

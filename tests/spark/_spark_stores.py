@@ -60,8 +60,9 @@ def message_plan(seed: int = 7, n: int = 420):
 
 def write_store(path, plan, *, commit_upto: int | None = None, term: int = 1,
                 engine: str = "auto") -> int:
-    """Writes plan into a new store at path; commits raft indexes 1..commit_upto (default:
-    all). Returns the last raft index."""
+    """Writes plan into a new store at path through the commit log (native CommitLog when
+    built, else the reference writer); commits raft indexes 1..commit_upto (default: all).
+    Returns the last raft index."""
     os.makedirs(path, exist_ok=True)
     if engine == "auto":
         engine = "native" if CommitLog is not None else "reference"
@@ -94,6 +95,53 @@ def write_store(path, plan, *, commit_upto: int | None = None, term: int = 1,
     w.commit(last if commit_upto is None else commit_upto)
     w.write(path, written_at_ms=TS0)
     return last
+
+
+def have_message_store() -> bool:
+    try:
+        from quorumlog import open as _  # noqa: F401
+    except ImportError:
+        return False
+    return CommitLog is not None
+
+
+def _open_message_store(path):
+    import quorumlog
+
+    return quorumlog.open(os.fspath(path), segment_size_bytes=SEGMENT_SIZE,
+                          index_file_entries=1024, max_message_bytes=(1 << 20) + 65536)
+
+
+def write_message_store(path, plan) -> None:
+    """Writes the plan's messages through the MessageStore (quorumlog.open ... put)."""
+    with _open_message_store(path) as ms:
+        for kind, kw in plan:
+            if kind != "message":
+                continue
+            kw = dict(kw)
+            kw.pop("queue_offset")  # the store assigns queue offsets
+            ms.put(kw.pop("topic"), kw.pop("body"), **kw)
+
+
+def message_store_rows(path):
+    """Every message MessageStore.get returns, over all topics and queues, as canonical
+    tuples sorted by raft index."""
+    out = []
+    with _open_message_store(path) as ms:
+        for topic, nqueues in ms.topics().items():
+            for q in range(nqueues):
+                off = ms.min_offset(topic, q)
+                while True:
+                    got = ms.get(topic, q, off, 32)
+                    if not got:
+                        break
+                    out += [(m.topic, m.queue_id, m.queue_offset, m.index, m.term, m.position,
+                             m.born_timestamp_ms * 1000, m.store_timestamp_ms * 1000, m.tags,
+                             tuple(m.keys), tuple(sorted(m.properties.items())), bytes(m.body))
+                            for m in got]
+                    off += len(got)
+    out.sort(key=lambda t: t[3])
+    return out
 
 
 def all_records(path):

@@ -26,10 +26,24 @@ def spark():
 
 @pytest.fixture(scope="session")
 def engine_store(tmp_path_factory):
-    """Several segments with BLANK tails, 3 topics, bodies 0 B .. 1 MiB, control records,
-    several raft index files; all committed but the last 4 records."""
+    """Written by the engine's MessageStore (put) when it is built, else through the commit
+    log: several segments with BLANK tails, 3 topics, bodies 0 B .. 1 MiB, tags, keys,
+    properties."""
     path = str(tmp_path_factory.mktemp("spark-store") / "store")
     plan = st.message_plan()
+    if st.have_message_store():
+        st.write_message_store(path, plan)
+    else:
+        st.write_store(path, plan)
+    return path
+
+
+@pytest.fixture(scope="session")
+def log_store(tmp_path_factory):
+    """Written through the commit log (native CommitLog when built): messages and
+    NOOP/CONFIG/META records, several raft index files; all committed but the last 4."""
+    path = str(tmp_path_factory.mktemp("spark-log") / "store")
+    plan = st.message_plan(seed=11, n=300)
     st.write_store(path, plan, commit_upto=len(plan) - 4)  # one raft index per plan entry
     return path
 
@@ -38,11 +52,12 @@ def engine_store(tmp_path_factory):
 def torn_store(tmp_path_factory):
     """Committed prefix, then appended-but-uncommitted records whose last one is torn."""
     path = str(tmp_path_factory.mktemp("spark-torn") / "store")
-    plan = [p for p in st.message_plan(seed=3, n=60) if p[0] == "message"]
-    last = st.write_store(path, plan, commit_upto=50)
+    plan = st.message_plan(seed=3, n=60)
+    st.write_store(path, plan, commit_upto=50)
     committed = st.expected_messages(path, committed_only=True)
     intact = st.expected_messages(path, committed_only=False)[:-1]
-    assert len(committed) == 50 and len(intact) == len(plan) - 1
+    assert len(committed) == sum(k == "message" for k, _ in plan[:50])
+    assert len(intact) == sum(k == "message" for k, _ in plan) - 1
     tail = st.all_records(path)[-1]
     # A torn write: the last record's final bytes never reached the disk.
     st.corrupt_byte(path, tail.position + tail.size - 1, delta=17)

@@ -23,7 +23,7 @@ SPLITS = (1 << 40, 5003)
 
 
 @pytest.fixture(scope="module")
-def java_run(engine_store, tmp_path_factory):
+def java_run(engine_store, log_store, tmp_path_factory):
     if build_jar.find_tool("javac") is None or build_jar.pyspark_jars() is None:
         pytest.skip("needs a JDK and pyspark (test_jar.py fails if the JDK is there but no jar)")
     jar = qs.jar_path()
@@ -31,13 +31,14 @@ def java_run(engine_store, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jtest")
     classes = build_jar.compile_java_tests(jar, tmp / "classes")
     corrupt = tmp / "corrupt"
-    shutil.copytree(engine_store, corrupt)
+    shutil.copytree(log_store, corrupt)
     victim = [r for r in st.all_records(str(corrupt)) if r.type == fmt.TYPE_MESSAGE][150]
     seg, _ = st.corrupt_byte(str(corrupt), victim.position + victim.size - 1)
-    args = ["selftest", engine_store, "--", "selftest", GOLDEN_STORE, "--",
+    args = ["selftest", engine_store, "--", "selftest", log_store, "--",
+            "selftest", GOLDEN_STORE, "--",
             "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE]
     dumps = {}
-    for name, path in (("engine", engine_store), ("golden", GOLDEN_STORE)):
+    for name, path in (("engine", engine_store), ("log", log_store), ("golden", GOLDEN_STORE)):
         for sb in SPLITS:
             dumps[name, sb] = tmp / f"{name}-{sb}.txt"
             args += ["--", "dump", path, sb, "true", dumps[name, sb]]
@@ -57,15 +58,15 @@ def _line(r):
 def test_java_tests_pass(java_run):
     res, _ = java_run
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    assert res.stdout.count("records checked") == 2      # engine store + golden vector
+    assert res.stdout.count("records checked") == 3      # 2 engine stores + golden vector
     assert "expect-corrupt:" in res.stdout and "CRC32C mismatch" in res.stdout
 
 
-@pytest.mark.parametrize("store", ["engine", "golden"])
-def test_java_records_equal_reference_decoder(java_run, engine_store, store):
+@pytest.mark.parametrize("store", ["engine", "log", "golden"])
+def test_java_records_equal_reference_decoder(java_run, engine_store, log_store, store):
     res, dumps = java_run
     assert res.returncode == 0, res.stdout[-4000:]
-    path = engine_store if store == "engine" else GOLDEN_STORE
+    path = {"engine": engine_store, "log": log_store, "golden": GOLDEN_STORE}[store]
     cp = fmt.decode_checkpoint((pathlib.Path(path) / "checkpoint").read_bytes())
     want = [_line(r) for r in st.all_records(path)
             if r.type == fmt.TYPE_MESSAGE and r.position < cp.committed_position]

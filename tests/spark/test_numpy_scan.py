@@ -56,9 +56,12 @@ def _us(dt):
 
 
 @pytest.mark.parametrize("split_bytes", [1 << 30, 4096, 150001])
-def test_scan_split_equals_reference(engine_store, split_bytes):
+def test_scan_split_equals_reference(log_store, split_bytes):
     pytest.importorskip("pyarrow")
-    assert _scan_all(engine_store, split_bytes) == st.expected_messages(engine_store)
+    assert _scan_all(log_store, split_bytes) == st.expected_messages(log_store)
+    # committed_only=False reads the uncommitted tail too
+    assert _scan_all(log_store, split_bytes, committed_only=False) == \
+        st.expected_messages(log_store, committed_only=False)
 
 
 def test_scan_golden_vector():
@@ -73,10 +76,10 @@ def test_scan_golden_vector():
     assert got == want and want
 
 
-def test_scan_corrupt_record_names_file_and_offset(engine_store, tmp_path):
+def test_scan_corrupt_record_names_file_and_offset(log_store, tmp_path):
     pytest.importorskip("pyarrow")
     path = str(tmp_path / "s")
-    shutil.copytree(engine_store, path)
+    shutil.copytree(log_store, path)
     victim = [r for r in st.all_records(path) if r.type == fmt.TYPE_MESSAGE][77]
     seg, _ = st.corrupt_byte(path, victim.position + 50)  # inside the header: queue offset
     with pytest.raises(CorruptLogError) as ei:
@@ -85,4 +88,4 @@ def test_scan_corrupt_record_names_file_and_offset(engine_store, tmp_path):
     stats = {}
     n = sum(len(c["queue_id"]) for sp in qs.plan_splits(path)
             for c in qs.scan_split(sp, on_corrupt="skip", stats=stats))
-    assert n == len(st.expected_messages(engine_store)) - 1
+    assert n == len(st.expected_messages(log_store)) - 1
