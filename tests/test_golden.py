@@ -16,10 +16,8 @@ Regenerate (review the diff!):  python tests/test_golden.py --rewrite [--writer 
 tests/golden/golden.json lists the records' fields for readers in other languages (Java).
 """
 import json
-import os
 import pathlib
 import struct
-import sys
 import time
 
 import pytest
@@ -228,7 +226,6 @@ def normalise_clock(files, t0, t1):
     index = 1
     for name in segs:
         seg = bytearray(files[name])
-        base = int(name.split("/")[1])
         off = 0
         while off + 96 <= len(seg) and any(seg[off:off + 96]):
             total, rtype = struct.unpack_from("<I", seg, off + 4)[0], seg[off + 11]

@@ -810,7 +810,17 @@ cdef class CommitLog:
                 return m
             if self._prepared is not None:
                 self._discard_prepared()
-        m = map_file(self._seg_path(k), self.segment_size_bytes, start, True, True, "segment")
+            # keep the preparer off this file while it is created here
+            self._prep_busy = True
+            if self._prep_request <= start:
+                self._prep_request = -1
+        try:
+            m = map_file(self._seg_path(k), self.segment_size_bytes, start, True, True,
+                         "segment")
+        finally:
+            with self._prep_cv:
+                self._prep_busy = False
+                self._prep_cv.notify_all()
         self.n_segments_created += 1
         self.n_sync_created += 1
         return m
@@ -820,6 +830,8 @@ cdef class CommitLog:
         # cannot look like a later segment at recovery.
         m = <Mapping>self._prepared
         self._prepared = None
+        if any(x is m or (<Mapping>x).start == m.start for x in self._segs):
+            return      # never unlink a segment the log holds
         try:
             os.unlink(m.path)
         except OSError:
@@ -870,7 +882,7 @@ cdef class CommitLog:
         while True:
             with self._prep_cv:
                 while not self._stopping and (
-                        self._prep_request < 0 or
+                        self._prep_busy or self._prep_request < 0 or
                         (self._prepared is not None and
                          (<Mapping>self._prepared).start == self._prep_request) or
                         self._prep_request <= self._cur_start):
@@ -895,11 +907,10 @@ cdef class CommitLog:
             with self._prep_cv:
                 self._prep_busy = False
                 if m is not None:
-                    if want > self._cur_start:
+                    if want > self._cur_start and self._seg(want // self.segment_size_bytes) is None:
                         self._prepared = m
                         self.n_segments_created += 1
-                    else:   # the append path already created it synchronously
-                        pass
+                    # else: the log already holds that segment; drop this second mapping
                 else:
                     self._prep_request = -1 if self._prep_request == want else self._prep_request
                 self._prep_cv.notify_all()
@@ -1453,9 +1464,12 @@ cdef class CommitLog:
         cdef bint release_gil
         cdef char *e
         self._check_open()
-        if isinstance(raw, str):
+        if isinstance(raw, str) or raw is None:
             raise ArgumentTypeError("raw must be bytes-like")
-        v = raw
+        try:
+            v = raw
+        except (TypeError, ValueError, BufferError):
+            raise ArgumentTypeError(f"raw must be bytes-like, not {type(raw).__name__}") from None
         n = v.shape[0]
         if n == 0:
             return self._next_index - 1
@@ -1585,8 +1599,6 @@ cdef class CommitLog:
         cdef int64_t hi, p0, k, lo2, hi2, mid, endb, seg_end
         cdef const IdxEntry *e
         self._check_open()
-        if hi_index < lo_index:
-            raise InvalidArgumentError(f"read({lo_index}, {hi_index}): hi_index < lo_index")
         if max_bytes < 0:
             raise InvalidArgumentError("max_bytes must be >= 0")
         if lo_index > self._next_index - 1 and lo_index >= 1:
@@ -1758,11 +1770,8 @@ cdef class CommitLog:
         cdef int64_t seg_old_end, new_term
         cdef bint lowered
         self._check_open()
-        if i > self._next_index - 1:
-            raise IndexOutOfRangeError(
-                f"cannot truncate after {i}: last_index is {self._next_index - 1}")
-        if i == self._next_index - 1:
-            return
+        if i >= self._next_index - 1:
+            return      # nothing after i
         if i < self._first_index - 1 or i < 0:
             raise IndexOutOfRangeError(f"cannot truncate after {i}: first_index is {self._first_index}")
         if i < self._committed_index:
@@ -2190,9 +2199,32 @@ cdef class CommitLog:
                 raise CorruptLogError("checkpoint min_position not segment-aligned",
                                       os.path.join(self.path, "checkpoint"), 48)
             starts = [start]
+        # Durable bytes (before the checkpoint's flushed position) must all be there: a
+        # missing or short segment below it is lost data, not a torn tail.
+        if cp:
+            fp = cp["flushed_position"]
+            if fp > cp["min_position"]:
+                if starts[0] > cp["min_position"] and starts[0] < fp:
+                    miss = os.path.join(self._segdir, _segment_name(cp["min_position"]))
+                    raise CorruptLogError(f"{miss}: segment holding durable data is missing",
+                                          miss, 0)
+                need_last = ((fp - 1) // S) * S
+                if starts[len(starts) - 1] < need_last:
+                    miss = os.path.join(self._segdir, _segment_name(starts[len(starts) - 1] + S))
+                    raise CorruptLogError(f"{miss}: segment holding durable data is missing",
+                                          miss, 0)
+                for s0 in starts:
+                    if s0 < fp:
+                        f = os.path.join(self._segdir, _segment_name(s0))
+                        sz = os.path.getsize(f)
+                        if sz < S and s0 + sz < fp:
+                            raise CorruptLogError(
+                                f"{f}: segment is {sz} bytes, shorter than {S}, and held "
+                                f"durable data", f, sz)
         self._first_seg = starts[0] // S
         for s in starts:
-            # a short file (copied, or cut by a crash of a file tool) is re-extended
+            # a short file past the durable point (cut by a crash of a file tool) is
+            # re-extended; its missing bytes read as zero, i.e. a torn tail
             m = map_file(os.path.join(self._segdir, _segment_name(s)), S, s, True, False,
                          "segment")
             self._segs.append(m)

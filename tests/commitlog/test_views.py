@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from cl_support import SEG, IDX_ENTRIES
 
