@@ -12,7 +12,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(spark_jar):
     pytest.importorskip("pyspark", reason="pyspark is the optional [spark] extra")
     from quorumlog import spark as qs
 
@@ -62,3 +62,23 @@ def torn_store(tmp_path_factory):
     # A torn write: the last record's final bytes never reached the disk.
     st.corrupt_byte(path, tail.position + tail.size - 1, delta=17)
     return path, committed, intact
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_jar():
+    """Make sure quorumlog-spark.jar is built and current BEFORE any JVM starts (the jar must
+    be on spark.jars at the first getOrCreate). A fresh `pip install -e .[spark]` builds the
+    package before pyspark is installed, so the install alone cannot always compile it; here
+    a compile error raises (JarBuildError) and fails the tests instead of skipping them.
+    Returns the jar's path, or None without javac/pyspark."""
+    import pathlib
+    import sys
+
+    import quorumlog
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "spark"))
+    import build_jar
+
+    return build_jar.ensure_jar(pathlib.Path(quorumlog.__file__).resolve().parent)
