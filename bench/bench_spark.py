@@ -36,14 +36,17 @@ def _write_store(path) -> int:
     from quorumlog.commitlog import CommitLog
 
     seg = ((N * (96 + 8 + BODY) * 11 // 10) // 4096 + 1) * 4096  # one segment holds all
-    body = bytes(range(BODY))
     log = CommitLog(str(path), segment_size_bytes=max(seg, 1 << 20))
     try:
         last = 0
         done = 0
         while done < N:
             n = min(BATCH, N - done)
-            first, _, _ = log.append_batch("bench-t", [body] * n, queue_ids=0,
+            # Random bodies: identical ones would let Parquet dictionary-encode the column
+            # away (measured: 8.4 M/s on identical vs 4.0 M/s on random 100 B bodies).
+            pool = memoryview(os.urandom(BODY * n))
+            bodies = [pool[i * BODY:(i + 1) * BODY] for i in range(n)]
+            first, _, _ = log.append_batch("bench-t", bodies, queue_ids=0,
                                           queue_offsets=done, term=1)
             last = first + n - 1
             done += n

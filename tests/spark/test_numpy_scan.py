@@ -55,8 +55,18 @@ def _us(dt):
         // datetime.timedelta(microseconds=1)
 
 
+@pytest.fixture(params=["native-crc", "numpy-crc"])
+def crc_path(request, monkeypatch):
+    """Run with the engine's CRC function and with the pure-numpy lanes (same results)."""
+    if request.param == "numpy-crc":
+        monkeypatch.setenv("QUORUMLOG_SPARK_NUMPY_CRC", "1")
+    elif qs._native_crc32c() is None:
+        pytest.skip("native extension not built: only the numpy CRC path exists")
+    return request.param
+
+
 @pytest.mark.parametrize("split_bytes", [1 << 30, 4096, 150001])
-def test_scan_split_equals_reference(log_store, split_bytes):
+def test_scan_split_equals_reference(log_store, split_bytes, crc_path):
     pytest.importorskip("pyarrow")
     assert _scan_all(log_store, split_bytes) == st.expected_messages(log_store)
     # committed_only=False reads the uncommitted tail too
@@ -76,7 +86,7 @@ def test_scan_golden_vector():
     assert got == want and want
 
 
-def test_scan_corrupt_record_names_file_and_offset(log_store, tmp_path):
+def test_scan_corrupt_record_names_file_and_offset(log_store, tmp_path, crc_path):
     pytest.importorskip("pyarrow")
     path = str(tmp_path / "s")
     shutil.copytree(log_store, path)
