@@ -727,3 +727,24 @@ def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
         if q == nq:
             q = 0
     return qids, offs, new
+
+
+def dispatch_one(ConsumeQueue cq, int64_t off, int64_t pos, int32_t size, int64_t tag_hash):
+    """The fast path of dispatch() for one record -> False when the caller must take the slow
+    path (empty queue, new file, gap); True when written or already present."""
+    cdef CQFile f
+    cdef unsigned char *e
+    if cq.empty:
+        return False
+    if off != cq.next_offset:
+        return off < cq.next_offset
+    f = cq.cur
+    if f is None or off - f.first_offset >= f.capacity or off < f.first_offset:
+        return False
+    e = f.base + (off - f.first_offset) * C_ENTRY
+    memcpy(e, &pos, 8)
+    memcpy(e + 8, &size, 4)
+    memcpy(e + 12, &tag_hash, 8)
+    f.dirty = True
+    cq.next_offset = off + 1
+    return True

@@ -185,6 +185,7 @@ class MessageStore:
         self._by_hash: dict[int, list] = {}       # topic hash -> list of ConsumeQueue
         self._topic_by_hash: dict[int, _Topic] = {}
         self._segviews: dict[int, SegmentView] = {}
+        self._tag_hashes: dict[str, int] = {}
         self._cqdir = os.path.join(self._path, "consumequeue")
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
@@ -498,12 +499,65 @@ class MessageStore:
             born_timestamp_ms: int | None = None) -> PutResult:
         """Append one message; returns where it went. Queue: `queue_id`, else the queue of
         `sharding_key` (same key -> same queue), else round-robin."""
-        r = self._put(topic, (body,), queue_id, tags,
-                      None if not keys else [tuple(keys)] if not isinstance(keys, str)
-                      else [(keys,)],
-                      None if properties is None else [properties], delay_level, sharding_key,
-                      None if born_timestamp_ms is None else [born_timestamp_ms], 0)
-        return PutResult(r[0], int(r[1][0]), r[2], int(r[3][0]), int(r[4][0]), r[5])
+        if isinstance(keys, str):
+            keys = (keys,)
+        if delay_level:
+            r = self._put(topic, (body,), queue_id, tags, [tuple(keys)] if keys else None,
+                          None if properties is None else [properties], delay_level,
+                          sharding_key, None if born_timestamp_ms is None
+                          else [born_timestamp_ms], 0)
+            return PutResult(r[0], int(r[1][0]), r[2], int(r[3][0]), int(r[4][0]), r[5])
+        # One message: CommitLog.append and one consume-queue entry, no arrays.
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
+            self._check_disk()
+            t = self._topics.get(topic)
+            if t is None or t.system:
+                t = self._topic_for_write(topic)
+            q, rr = self._choose_queues(t, 1, queue_id, sharding_key)
+            off = int(t.counters[q])
+            lg = self._log
+            index, pos, ts = lg.append(t.name, body, queue_id=q, queue_offset=off,
+                                       term=self._term, tags=tags,
+                                       keys=tuple(keys) if keys else (),
+                                       properties=properties,
+                                       born_timestamp_ms=born_timestamp_ms)
+            t.counters[q] = off + 1
+            if rr is not None:
+                t.rr = rr
+            st = self._stats
+            st["puts"] += 1
+            st["messages_put"] += 1
+            if not self._replicated:
+                end = lg.end_position
+                if lg.flush_mode == "sync":
+                    lg.wait_flushed(end)
+                lg.commit(index)
+                S = self._seg_size
+                if (self._dispatched == pos and lg.committed_position == end
+                        and pos // S == (end - 1) // S):
+                    th = self._tag_hash(tags)
+                    if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
+                        self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    st["dispatched_records"] += 1
+                    self._dispatched = end
+                    if (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
+                            self.config.dispatch_checkpoint_interval_ms:
+                        self._checkpoint_dispatch()
+                else:
+                    self._dispatch()
+            return PutResult(index, pos, t.name, q, off, ts)
+
+    def _tag_hash(self, tags) -> int:
+        if not tags:
+            return 0
+        h = self._tag_hashes.get(tags)
+        if h is None:
+            if len(self._tag_hashes) >= 4096:
+                self._tag_hashes.clear()
+            h = self._tag_hashes[tags] = _cq.fnv1a64(tags.encode())
+        return h
 
     def put_batch(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
                   keys=None, properties=None, delay_level: int = 0, sharding_key=None,
