@@ -16,10 +16,8 @@ Regenerate (review the diff!):  python tests/test_golden.py --rewrite [--writer 
 tests/golden/golden.json lists the records' fields for readers in other languages (Java).
 """
 import json
-import os
 import pathlib
 import struct
-import sys
 import time
 
 import pytest
@@ -57,18 +55,6 @@ GOLDEN = [
 ]
 COMMIT_INDEX = 8
 DISPATCHED = "end of record 7"   # set_dispatched_position(end position of record 7)
-
-
-try:
-    import quorumlog.commitlog  # noqa: F401
-    HAVE_NATIVE = True
-except ImportError:
-    HAVE_NATIVE = False
-# Until the native log is merged into this branch its tests fail on the import, and only then
-# are they expected to fail; remove once the native branch is merged (strict: XPASS fails).
-requires_native = pytest.mark.xfail(
-    not HAVE_NATIVE, raises=ImportError, strict=True,
-    reason="native CommitLog (quorumlog.commitlog) not built on this branch yet")
 
 
 def store_ts(index):
@@ -240,7 +226,6 @@ def normalise_clock(files, t0, t1):
     index = 1
     for name in segs:
         seg = bytearray(files[name])
-        base = int(name.split("/")[1])
         off = 0
         while off + 96 <= len(seg) and any(seg[off:off + 96]):
             total, rtype = struct.unpack_from("<I", seg, off + 4)[0], seg[off + 11]
@@ -339,14 +324,12 @@ def test_golden_json_matches_files():
     assert doc["records"] == [record_json(r) for r in recs]
 
 
-@requires_native
 def test_native_commitlog_produces_golden_bytes(tmp_path, expected):
     files, t0, t1 = write_native(tmp_path / "store")
     got = normalise_clock(files, t0, t1)
     assert got == expected, describe_diff(got, expected)
 
 
-@requires_native
 def test_native_commitlog_reads_golden_store(tmp_path):
     """The native log opens a copy of the golden store and returns the golden records."""
     import shutil

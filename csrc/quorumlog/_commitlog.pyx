@@ -39,6 +39,20 @@ from quorumlog.errors import (CorruptLogError, DiskFullError, IndexOutOfRangeErr
 cnp.import_array()
 log = logging.getLogger(__name__)
 
+
+# Wrong argument types are bad input like any other: each is a TypeError *and* the specific
+# quorumlog error, so callers can catch either.
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type; nothing was changed."""
+
+
+class TopicTypeError(InvalidTopicError, TypeError):
+    """The topic is not a str; nothing was changed."""
+
+
+class QueueTypeError(InvalidQueueError, TypeError):
+    """queue_id is not an int; nothing was changed."""
+
 if sys.byteorder != "little":  # the format is little-endian and the codec writes natively
     raise ImportError("quorumlog's native commit log needs a little-endian CPU")
 
@@ -77,6 +91,7 @@ cdef enum:
     CP_SIZE = 128
     CP_MAGIC = 0x50434C51
     NOGIL_BYTES = 262144      # release the GIL for batches at least this big
+    POPULATE_AHEAD = 1048576  # fault pages in ahead of single appends in 1 MiB steps
 
 HEADER_SIZE = HDR
 MESSAGE = T_MESSAGE
@@ -213,11 +228,13 @@ cdef enum:
     V_POSITION = 6
     V_LENGTHS = 7
     V_CRC = 8
+    V_INDEX = 9       # raft index out of sequence (or term decreasing)
 
 _VERIFY_REASONS = {V_SHORT: "header does not fit in the segment", V_MAGIC: "bad magic",
                    V_VERSION: "bad version", V_TYPE: "bad record type",
                    V_SIZE: "bad total_size", V_POSITION: "position field mismatch",
-                   V_LENGTHS: "field lengths disagree with total_size", V_CRC: "CRC mismatch"}
+                   V_LENGTHS: "field lengths disagree with total_size", V_CRC: "CRC mismatch",
+                   V_INDEX: "raft index or term out of sequence"}
 
 
 cdef int verify_record(const char *p, int64_t avail, uint64_t position,
@@ -347,7 +364,7 @@ cdef bytes _check_topic(object topic):
     if r is not None:
         return <bytes>r
     if not isinstance(topic, str):
-        raise TypeError(f"topic must be str, not {type(topic).__name__}")
+        raise TopicTypeError(f"topic must be str, not {type(topic).__name__}")
     try:
         b = (<str>topic).encode("utf-8")
     except UnicodeEncodeError as e:
@@ -367,7 +384,7 @@ cdef bytes _check_topic(object topic):
 cdef bytes _encode_tags(object tags):
     cdef bytes b
     if not isinstance(tags, str):
-        raise TypeError(f"tags must be str or None, not {type(tags).__name__}")
+        raise ArgumentTypeError(f"tags must be str or None, not {type(tags).__name__}")
     try:
         b = (<str>tags).encode("utf-8")
     except UnicodeEncodeError as e:
@@ -381,10 +398,10 @@ cdef bytes _encode_keys(object keys):
     cdef list parts = []
     cdef Py_ssize_t total = 0
     if isinstance(keys, (str, bytes)) or not isinstance(keys, (tuple, list)):
-        raise TypeError(f"keys must be a tuple or list of str, not {type(keys).__name__}")
+        raise ArgumentTypeError(f"keys must be a tuple or list of str, not {type(keys).__name__}")
     for k in keys:
         if not isinstance(k, str):
-            raise TypeError(f"each key must be str, not {type(k).__name__}")
+            raise ArgumentTypeError(f"each key must be str, not {type(k).__name__}")
         try:
             kb = (<str>k).encode("utf-8")
         except UnicodeEncodeError as e:
@@ -403,10 +420,10 @@ cdef bytes _encode_props(object props):
     cdef list parts = []
     cdef Py_ssize_t total = 0
     if not isinstance(props, dict):
-        raise TypeError(f"properties must be a dict of str to str, not {type(props).__name__}")
+        raise ArgumentTypeError(f"properties must be a dict of str to str, not {type(props).__name__}")
     for k, v in (<dict>props).items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError("property keys and values must be str")
+            raise ArgumentTypeError("property keys and values must be str")
         try:
             kb = (<str>k).encode("utf-8")
             vb = (<str>v).encode("utf-8")
@@ -508,10 +525,7 @@ cdef Mapping map_file(str path, int64_t size, int64_t start, bint create,
 # ---------------------------------------------------------------------------------------
 # the record class decode_at/record return
 # ---------------------------------------------------------------------------------------
-try:
-    from quorumlog.format import Record as _Record
-except ImportError:  # the reference codec lives on branch cltests until merged
-    from quorumlog._record import Record as _Record
+from quorumlog.format import Record as _Record
 
 _HDR_STRUCT = struct.Struct("<IIHBBIQQQQqqqIHHIIII")
 
@@ -585,6 +599,7 @@ cdef class CommitLog:
     cdef int64_t _flushed_pos, _flushed_index
     cdef int64_t _committed_index, _committed_pos, _dispatched
     cdef int64_t _idx_dirty_lo     # lowest raft index whose entry may be unflushed
+    cdef int64_t _pop_end          # pages of the current segment before this are faulted in
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
@@ -630,7 +645,7 @@ cdef class CommitLog:
                         ("checkpoint_interval_ms", checkpoint_interval_ms),
                         ("max_message_bytes", max_message_bytes)):
             if not isinstance(v, int) or isinstance(v, bool):
-                raise TypeError(f"{name} must be an int")
+                raise ArgumentTypeError(f"{name} must be an int")
         if segment_size_bytes < 65536 or segment_size_bytes % 4096 or segment_size_bytes > (1 << 40):
             raise InvalidArgumentError(
                 "segment_size_bytes must be a multiple of 4096 in [65536, 2**40]")
@@ -795,7 +810,17 @@ cdef class CommitLog:
                 return m
             if self._prepared is not None:
                 self._discard_prepared()
-        m = map_file(self._seg_path(k), self.segment_size_bytes, start, True, True, "segment")
+            # keep the preparer off this file while it is created here
+            self._prep_busy = True
+            if self._prep_request <= start:
+                self._prep_request = -1
+        try:
+            m = map_file(self._seg_path(k), self.segment_size_bytes, start, True, True,
+                         "segment")
+        finally:
+            with self._prep_cv:
+                self._prep_busy = False
+                self._prep_cv.notify_all()
         self.n_segments_created += 1
         self.n_sync_created += 1
         return m
@@ -805,6 +830,8 @@ cdef class CommitLog:
         # cannot look like a later segment at recovery.
         m = <Mapping>self._prepared
         self._prepared = None
+        if any(x is m or (<Mapping>x).start == m.start for x in self._segs):
+            return      # never unlink a segment the log holds
         try:
             os.unlink(m.path)
         except OSError:
@@ -815,6 +842,25 @@ cdef class CommitLog:
         self._views.append(memoryview(m))
         self._cur = m
         self._cur_start = m.start
+        self._pop_end = m.start
+
+    cdef void _populate(self, int64_t upto):
+        # Fault the next pages of the current segment in for writing with one madvise
+        # instead of one page fault per 4 KiB (the page-fault path is most of the cost of
+        # writing through a shared mapping into fresh page cache).
+        cdef int64_t a = self._pop_end, b
+        cdef int64_t seg_end = self._cur_start + self.segment_size_bytes
+        if a < self._end:
+            a = self._end & ~(<int64_t>4095)
+        b = min(max(upto, a + POPULATE_AHEAD), seg_end)
+        b = (b + 4095) & ~(<int64_t>4095)
+        if b > seg_end:
+            b = seg_end
+        if b <= a:
+            return
+        with nogil:
+            ql_populate_write(self._cur.addr, a - self._cur_start, b - a)
+        self._pop_end = b
 
     cdef inline void _maybe_request_prepare(self):
         # Prepare the next segment once the current one is half full, off the append path.
@@ -836,7 +882,7 @@ cdef class CommitLog:
         while True:
             with self._prep_cv:
                 while not self._stopping and (
-                        self._prep_request < 0 or
+                        self._prep_busy or self._prep_request < 0 or
                         (self._prepared is not None and
                          (<Mapping>self._prepared).start == self._prep_request) or
                         self._prep_request <= self._cur_start):
@@ -861,11 +907,10 @@ cdef class CommitLog:
             with self._prep_cv:
                 self._prep_busy = False
                 if m is not None:
-                    if want > self._cur_start:
+                    if want > self._cur_start and self._seg(want // self.segment_size_bytes) is None:
                         self._prepared = m
                         self.n_segments_created += 1
-                    else:   # the append path already created it synchronously
-                        pass
+                    # else: the log already holds that segment; drop this second mapping
                 else:
                     self._prep_request = -1 if self._prep_request == want else self._prep_request
                 self._prep_cv.notify_all()
@@ -988,9 +1033,10 @@ cdef class CommitLog:
             pb = _encode_props(properties)
             s.props = PyBytes_AS_STRING(pb)
             s.props_len = <uint32_t>PyBytes_GET_SIZE(pb)
-        if type(queue_id) is not int or type(queue_offset) is not int or type(term) is not int \
-                or type(flags) is not int:
-            raise TypeError("queue_id, queue_offset, term and flags must be int")
+        if type(queue_id) is not int:
+            raise QueueTypeError(f"queue_id must be int, not {type(queue_id).__name__}")
+        if type(queue_offset) is not int or type(term) is not int or type(flags) is not int:
+            raise ArgumentTypeError("queue_offset, term and flags must be int")
         if not (0 <= queue_id < MAX_QUEUE_ID):
             raise InvalidQueueError(f"queue_id {queue_id} outside [0, {MAX_QUEUE_ID})")
         if queue_offset < 0 or queue_offset >= (1 << 63):
@@ -1007,9 +1053,11 @@ cdef class CommitLog:
         if born_timestamp_ms is None:
             born = store
         elif type(born_timestamp_ms) is int:
+            if not (-(1 << 63) <= born_timestamp_ms < (1 << 63)):
+                raise InvalidArgumentError(f"born_timestamp_ms {born_timestamp_ms} is not an i64")
             born = born_timestamp_ms
         else:
-            raise TypeError("born_timestamp_ms must be int or None")
+            raise ArgumentTypeError("born_timestamp_ms must be int or None")
         if PyBytes_CheckExact(body):
             s.body = PyBytes_AS_STRING(body)
             s.body_len = <uint32_t>min(PyBytes_GET_SIZE(body), 0xFFFFFFFF)
@@ -1019,8 +1067,12 @@ cdef class CommitLog:
                     f"{self.max_message_bytes}")
         else:
             if isinstance(body, str):
-                raise TypeError("body must be bytes-like, not str")
-            PyObject_GetBuffer(body, &buf, PyBUF_SIMPLE)
+                raise ArgumentTypeError("body must be bytes-like, not str")
+            try:
+                PyObject_GetBuffer(body, &buf, PyBUF_SIMPLE)
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"body must be bytes-like, not {type(body).__name__}") from None
             have_buf = True
             if buf.len > self.max_message_bytes:
                 PyBuffer_Release(&buf)
@@ -1043,6 +1095,8 @@ cdef class CommitLog:
                 self._ensure_room(size)
                 pos = self._end
                 index = self._next_index
+                if pos + size > self._pop_end:
+                    self._populate(pos + size)
                 encode_record(self._cur.addr + (pos - self._cur_start), &s, T_MESSAGE, fl,
                               index, t, pos, qoff, born, store, <uint32_t>qid, size)
                 e = self._entry(index, True)
@@ -1071,9 +1125,9 @@ cdef class CommitLog:
         if rtype not in (T_NOOP, T_CONFIG, T_META):
             raise InvalidArgumentError(f"append_control type must be NOOP, CONFIG or META, not {rtype}")
         if isinstance(payload, str) or payload is None:
-            raise TypeError("payload must be bytes-like")
+            raise ArgumentTypeError("payload must be bytes-like")
         if type(term) is not int:
-            raise TypeError("term must be int")
+            raise ArgumentTypeError("term must be int")
         if term < 0 or term >= (1 << 63):
             raise InvalidArgumentError(f"term {term} out of range")
         t = term
@@ -1167,14 +1221,14 @@ cdef class CommitLog:
 
         self._check_open()
         if not isinstance(bodies, (list, tuple)):
-            raise TypeError("bodies must be a list or tuple of bytes-like objects")
+            raise ArgumentTypeError("bodies must be a list or tuple of bytes-like objects")
         bt = tuple(bodies)
         n = len(bt)
         if n > MAX_BATCH_RECORDS:
             raise InvalidArgumentError(f"batch of {n} records over the {MAX_BATCH_RECORDS} limit")
         tb = _check_topic(topic)
         if type(term) is not int or type(flags) is not int:
-            raise TypeError("term and flags must be int")
+            raise ArgumentTypeError("term and flags must be int")
         if term < 0 or term >= (1 << 63):
             raise InvalidArgumentError(f"term {term} out of range")
         if flags < 0 or flags > 0xFFFFFFFF:
@@ -1191,7 +1245,10 @@ cdef class CommitLog:
                 raise InvalidQueueError(f"queue_id {queue_ids} outside [0, {MAX_QUEUE_ID})")
             qid0 = queue_ids
         else:
-            qids_arr = np.ascontiguousarray(queue_ids, dtype=np.int64)
+            try:
+                qids_arr = np.ascontiguousarray(queue_ids, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise QueueTypeError("queue_ids must be an int or a sequence of int") from None
             if qids_arr.ndim != 1 or qids_arr.shape[0] != n:
                 raise InvalidArgumentError(f"queue_ids must have one entry per body ({n})")
             if n and (qids_arr.min() < 0 or qids_arr.max() >= MAX_QUEUE_ID):
@@ -1202,7 +1259,10 @@ cdef class CommitLog:
                 raise InvalidArgumentError(f"queue_offsets {queue_offsets} out of range")
             qoff0 = queue_offsets
         else:
-            qoffs_arr = np.ascontiguousarray(queue_offsets, dtype=np.int64)
+            try:
+                qoffs_arr = np.ascontiguousarray(queue_offsets, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise ArgumentTypeError("queue_offsets must be an int or int64 array") from None
             if qoffs_arr.ndim != 1 or qoffs_arr.shape[0] != n:
                 raise InvalidArgumentError(f"queue_offsets must have one entry per body ({n})")
             if n and qoffs_arr.min() < 0:
@@ -1211,9 +1271,14 @@ cdef class CommitLog:
         if born_timestamps_ms is None:
             born0 = store
         elif isinstance(born_timestamps_ms, int) and not isinstance(born_timestamps_ms, bool):
+            if not (-(1 << 63) <= born_timestamps_ms < (1 << 63)):
+                raise InvalidArgumentError("born_timestamps_ms is not an i64")
             born0 = born_timestamps_ms
         else:
-            borns_arr = np.ascontiguousarray(born_timestamps_ms, dtype=np.int64)
+            try:
+                borns_arr = np.ascontiguousarray(born_timestamps_ms, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise ArgumentTypeError("born_timestamps_ms must be None, int or int64 array") from None
             if borns_arr.ndim != 1 or borns_arr.shape[0] != n:
                 raise InvalidArgumentError(f"born_timestamps_ms must have one entry per body ({n})")
             borns_p = <int64_t *>cnp.PyArray_DATA(borns_arr)
@@ -1223,7 +1288,7 @@ cdef class CommitLog:
         if tags is not None and not per_tags:
             shared_tags = _encode_tags(tags)
         if keys is not None and not per_keys:
-            raise TypeError("keys must be None or a list with one tuple of str per body")
+            raise ArgumentTypeError("keys must be None or a list with one tuple of str per body")
         if properties is not None and not per_props:
             shared_props = _encode_props(properties)
         if per_tags and (not isinstance(tags, (list, tuple)) or len(tags) != n):
@@ -1252,7 +1317,7 @@ cdef class CommitLog:
                     blen = PyBytes_GET_SIZE(o)
                 else:
                     if isinstance(o, str) or o is None:
-                        raise TypeError(f"bodies[{j}] must be bytes-like, not {type(o).__name__}")
+                        raise ArgumentTypeError(f"bodies[{j}] must be bytes-like, not {type(o).__name__}")
                     if bufs == NULL:
                         bufs = <Py_buffer *>calloc(n, sizeof(Py_buffer))
                         bufmask = <char *>calloc(n, 1)
@@ -1263,7 +1328,7 @@ cdef class CommitLog:
                     except BufferError:
                         raise
                     except TypeError:
-                        raise TypeError(f"bodies[{j}] must be bytes-like, "
+                        raise ArgumentTypeError(f"bodies[{j}] must be bytes-like, "
                                         f"not {type(o).__name__}") from None
                     bufmask[j] = 1
                     nbuf += 1
@@ -1399,9 +1464,12 @@ cdef class CommitLog:
         cdef bint release_gil
         cdef char *e
         self._check_open()
-        if isinstance(raw, str):
-            raise TypeError("raw must be bytes-like")
-        v = raw
+        if isinstance(raw, str) or raw is None:
+            raise ArgumentTypeError("raw must be bytes-like")
+        try:
+            v = raw
+        except (TypeError, ValueError, BufferError):
+            raise ArgumentTypeError(f"raw must be bytes-like, not {type(raw).__name__}") from None
         n = v.shape[0]
         if n == 0:
             return self._next_index - 1
@@ -1531,7 +1599,9 @@ cdef class CommitLog:
         cdef int64_t hi, p0, k, lo2, hi2, mid, endb, seg_end
         cdef const IdxEntry *e
         self._check_open()
-        if lo_index > self._next_index - 1:
+        if max_bytes < 0:
+            raise InvalidArgumentError("max_bytes must be >= 0")
+        if lo_index > self._next_index - 1 and lo_index >= 1:
             return (memoryview(b""), 0)
         if lo_index < self._first_index or lo_index < 1:
             raise IndexOutOfRangeError(
@@ -1556,6 +1626,8 @@ cdef class CommitLog:
         e = self._entry_checked(lo2)
         endb = e.position + e.size
         m = self._seg(k)
+        # CRC on read too: a leader never ships damaged bytes
+        self._verify_span(p0, endb, lo_index)
         return ((<object>self._views[k - self._first_seg])[p0 - m.start:endb - m.start],
                 lo2 - lo_index + 1)
 
@@ -1631,9 +1703,9 @@ cdef class CommitLog:
             infos = <RecInfo *>cnp.PyArray_DATA(out)
             if cap > 64:
                 with nogil:
-                    rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, infos, cap, &count)
+                    rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, infos, cap, &count, -1)
             else:
-                rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, infos, cap, &count)
+                rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, infos, cap, &count, -1)
         finally:
             free(addrs)
         if rc != V_OK:
@@ -1647,16 +1719,42 @@ cdef class CommitLog:
 
     def verify(self, from_position=None):
         """CRC-check every record from `from_position` (default min_position) to the end;
-        CorruptLogError naming file and offset on the first damaged one."""
+        CorruptLogError naming file and offset on the first damaged one -> end position."""
         cdef int64_t pos
         self._check_open()
         pos = self.min_position if from_position is None else from_position
-        while pos < self._end:
-            arr, nxt = self.scan(pos, self._end, 1 << 20)
-            if nxt == pos:
-                break
-            pos = nxt
-        return pos
+        if pos < self.min_position or pos > self._end:
+            raise IndexOutOfRangeError(
+                f"position {pos} outside [{self.min_position}, {self._end}]")
+        self._verify_span(pos, self._end, -1)
+        return self._end
+
+    cdef int _verify_span(self, int64_t from_pos, int64_t limit, int64_t expect_index) except -1:
+        """Verify every record in [from_pos, limit) (GIL released); CorruptLogError at the
+        first bad one. expect_index > 0 also checks the raft index sequence."""
+        cdef int64_t S = self.segment_size_bytes, k0, pos = from_pos
+        cdef Py_ssize_t nseg, j, count = 0
+        cdef char **addrs
+        cdef int rc
+        if limit <= from_pos:
+            return 0
+        k0 = from_pos // S
+        nseg = (limit - 1) // S - k0 + 1
+        segs = self._segs[k0 - self._first_seg:k0 - self._first_seg + nseg]
+        addrs = <char **>malloc(nseg * sizeof(char *))
+        if addrs == NULL:
+            raise MemoryError()
+        try:
+            for j in range(nseg):
+                addrs[j] = (<Mapping>segs[j]).addr
+            with nogil:
+                rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, NULL, limit, &count,
+                                expect_index)
+        finally:
+            free(addrs)
+        if rc != V_OK or pos < limit:
+            self._raise_bad(self._seg_for_pos(pos), pos, rc if rc != V_OK else V_SIZE)
+        return 0
 
     # ------------------------------------------------------------------ truncation, retention
     def truncate_after(self, int64_t i):
@@ -1673,13 +1771,15 @@ cdef class CommitLog:
         cdef bint lowered
         self._check_open()
         if i >= self._next_index - 1:
-            return
+            return      # nothing after i
         if i < self._first_index - 1 or i < 0:
             raise IndexOutOfRangeError(f"cannot truncate after {i}: first_index is {self._first_index}")
         if i < self._committed_index:
             raise InvalidArgumentError(
                 f"cannot truncate after {i}: entries up to {self._committed_index} are committed")
         self._acquire()
+        # no flush may be in flight: it would raise flushed_position past the new end
+        self._flush_lock.acquire()
         try:
             old_end = self._end
             if i >= self._first_index:
@@ -1732,6 +1832,7 @@ cdef class CommitLog:
             if lowered:
                 self._fsync_dir(self._segdir)
         finally:
+            self._flush_lock.release()
             self._release()
 
     def segments(self):
@@ -1847,18 +1948,20 @@ cdef class CommitLog:
         return True
 
     def _flush_loop(self):
+        # Flush when a waiter asks (group commit: everything appended so far goes in one
+        # msync) or when flush_interval_ms has passed with unflushed data.
         interval = self.flush_interval_ms / 1000.0
-        sync = self.flush_mode == "sync"
         while True:
+            deadline = time.monotonic() + interval
             with self._cv:
-                if sync:
-                    while not self._stopping and self._flush_request <= self._flushed_pos:
-                        self._cv.wait(interval)
+                while not self._stopping and self._flush_request <= self._flushed_pos:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
                         if self._end > self._flushed_pos:
-                            break   # also flush periodically in sync mode
-                else:
-                    if not self._stopping and self._flush_request <= self._flushed_pos:
-                        self._cv.wait(interval)
+                            break
+                        deadline = time.monotonic() + interval
+                        remaining = interval
+                    self._cv.wait(remaining)
                 if self._stopping:
                     return
             try:
@@ -1894,7 +1997,9 @@ cdef class CommitLog:
     def checkpoint(self):
         """Write the checkpoint file now (flushed position as of the last flush)."""
         self._check_open()
-        self._write_checkpoint(False)
+        # serialised with flushes and truncation so an older snapshot never lands last
+        with self._flush_lock:
+            self._write_checkpoint(False)
 
     cdef _fsync_dir(self, str d):
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
@@ -1973,7 +2078,8 @@ cdef class CommitLog:
         self._acquire()
         try:
             self._flush()
-            self._write_checkpoint(True)
+            with self._flush_lock:
+                self._write_checkpoint(True)
             self._closed = True
             self._drop_mappings()
             try:
@@ -2035,10 +2141,20 @@ cdef class CommitLog:
         if version != 1:
             raise CorruptLogError(f"{cp}: unknown checkpoint version {version}", cp, 4)
         if seg_size != self.segment_size_bytes or idx_entries != self.index_file_entries:
-            raise ConfigError(
-                f"{self.path} was written with segment_size_bytes={seg_size}, "
-                f"index_file_entries={idx_entries}; opened with "
-                f"{self.segment_size_bytes}, {self.index_file_entries}")
+            # The raft index geometry of an existing log is the one it was created with,
+            # whatever the caller passes (it only names files).
+            if (seg_size < 65536 or seg_size % 4096 or seg_size > 0xFFFFFFFF or
+                    idx_entries < 1 or idx_entries > (1 << 30)):
+                raise CorruptLogError(f"{cp}: implausible segment/index geometry", cp, 56)
+            if seg_size != self.segment_size_bytes:
+                # segment boundaries decide where records are: never reinterpret them
+                raise ConfigError(f"{self.path} was written with segment_size_bytes="
+                                  f"{seg_size}; opened with {self.segment_size_bytes}")
+            if idx_entries != self.index_file_entries:
+                log.info("%s: using the stored index_file_entries=%d (asked %d)", self.path,
+                         idx_entries, self.index_file_entries)
+            self.segment_size_bytes = seg_size
+            self.index_file_entries = idx_entries
         return dict(flags=flags, flushed_position=flushed_pos, flushed_index=flushed_index,
                     committed_index=committed_index, committed_position=committed_pos,
                     dispatched_position=dispatched, min_position=min_pos)
@@ -2054,7 +2170,7 @@ cdef class CommitLog:
         return out
 
     def _recover(self):
-        cdef int64_t S = self.segment_size_bytes, N = self.index_file_entries
+        cdef int64_t S, N
         cdef int64_t start, k, pos, idx, term, end, last_index, stop_pos, first_index
         cdef int rc, stop_rc
         cdef Mapping m
@@ -2066,6 +2182,8 @@ cdef class CommitLog:
         with open(abort_path, "wb"):
             pass
         cp = self._read_checkpoint()
+        S = self.segment_size_bytes
+        N = self.index_file_entries
         starts = self._list_numbered(self._segdir)
         for s in starts:
             if s % S:
@@ -2081,9 +2199,32 @@ cdef class CommitLog:
                 raise CorruptLogError("checkpoint min_position not segment-aligned",
                                       os.path.join(self.path, "checkpoint"), 48)
             starts = [start]
+        # Durable bytes (before the checkpoint's flushed position) must all be there: a
+        # missing or short segment below it is lost data, not a torn tail.
+        if cp:
+            fp = cp["flushed_position"]
+            if fp > cp["min_position"]:
+                if starts[0] > cp["min_position"] and starts[0] < fp:
+                    miss = os.path.join(self._segdir, _segment_name(cp["min_position"]))
+                    raise CorruptLogError(f"{miss}: segment holding durable data is missing",
+                                          miss, 0)
+                need_last = ((fp - 1) // S) * S
+                if starts[len(starts) - 1] < need_last:
+                    miss = os.path.join(self._segdir, _segment_name(starts[len(starts) - 1] + S))
+                    raise CorruptLogError(f"{miss}: segment holding durable data is missing",
+                                          miss, 0)
+                for s0 in starts:
+                    if s0 < fp:
+                        f = os.path.join(self._segdir, _segment_name(s0))
+                        sz = os.path.getsize(f)
+                        if sz < S and s0 + sz < fp:
+                            raise CorruptLogError(
+                                f"{f}: segment is {sz} bytes, shorter than {S}, and held "
+                                f"durable data", f, sz)
         self._first_seg = starts[0] // S
         for s in starts:
-            # a short file (copied, or cut by a crash of a file tool) is re-extended
+            # a short file past the durable point (cut by a crash of a file tool) is
+            # re-extended; its missing bytes read as zero, i.e. a torn tail
             m = map_file(os.path.join(self._segdir, _segment_name(s)), S, s, True, False,
                          "segment")
             self._segs.append(m)
@@ -2193,9 +2334,8 @@ cdef class CommitLog:
             bpath = os.fsencode(m.path)
             ql_zero_range(bpath, m.addr, stop_pos - m.start, m.start + S - stop_pos)
             ql_msync(m.addr, stop_pos - m.start, m.start + S - stop_pos)
-            if stop_rc != V_OK or self.unclean_open:
-                log.warning("%s: recovered; log ends at position %d (%s)", self.path, stop_pos,
-                            _VERIFY_REASONS.get(stop_rc, "clean end") if stop_rc else "clean end")
+            log.warning("%s: %s open; log ends at position %d (index %d)", self.path,
+                        "unclean" if self.unclean_open else "clean", stop_pos, last_index)
         while len(self._segs) > k - self._first_seg + 1:
             mm = <Mapping>self._segs.pop()
             self._views.pop()
@@ -2283,6 +2423,15 @@ cdef class CommitLog:
 # ---------------------------------------------------------------------------------------
 # nogil loops
 # ---------------------------------------------------------------------------------------
+cdef inline void _populate_span(char *base, int64_t cs, int64_t S, int64_t pos,
+                                int64_t batch_end) noexcept nogil:
+    # one madvise(MADV_POPULATE_WRITE) for the pages a batch writes in this segment
+    cdef int64_t a = pos & ~(<int64_t>4095)
+    cdef int64_t b = batch_end if batch_end < cs + S else cs + S
+    if b - a >= 65536:
+        ql_populate_write(base, a - cs, b - a)
+
+
 cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *posp,
                        Py_ssize_t n, char **segaddr, int64_t k_cur, int64_t S,
                        int64_t end, char **idxaddr, int64_t f0, int64_t N,
@@ -2295,6 +2444,8 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
     cdef int64_t fcur = 0
     cdef char *ibase = idxaddr[0]
     cdef int64_t islot = (first_index - 1) - f0 * N
+    cdef int64_t batch_end = posp[n - 1] + sizes[n - 1]
+    _populate_span(base, cs, S, pos, batch_end)
     for j in range(n):
         if posp[j] != pos:
             # the rest of this segment becomes a BLANK; the record starts the next one
@@ -2303,6 +2454,7 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
             cs += S
             base = segaddr[seg]
             pos = cs
+            _populate_span(base, cs, S, pos, batch_end)
         index = first_index + j
         encode_record(base + (pos - cs), &src[j], T_MESSAGE, flags, <uint64_t>index,
                       <uint64_t>term, <uint64_t>pos,
@@ -2320,7 +2472,10 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
 
 
 cdef int _scan_loop(char **addrs, int64_t k0, Py_ssize_t nseg, int64_t S, int64_t *pos_io,
-                    int64_t limit, RecInfo *out, int64_t cap, Py_ssize_t *count_out) noexcept nogil:
+                    int64_t limit, RecInfo *out, int64_t cap, Py_ssize_t *count_out,
+                    int64_t expect_index) noexcept nogil:
+    # Verifies consecutive records (CRC included) and, when `out` is not NULL, fills one
+    # RECORD_INFO per non-BLANK record. expect_index > 0: raft indexes must continue it.
     cdef int64_t pos = pos_io[0], k, off
     cdef Py_ssize_t count = 0
     cdef const RecHeader *h
@@ -2342,6 +2497,15 @@ cdef int _scan_loop(char **addrs, int64_t k0, Py_ssize_t nseg, int64_t S, int64_
             continue
         if pos + h.total_size > limit:
             break
+        if expect_index > 0:
+            if h.raft_index != <uint64_t>expect_index:
+                rc = V_INDEX
+                break
+            expect_index += 1
+        if out == NULL:
+            count += 1
+            pos += h.total_size
+            continue
         r = &out[count]
         r.index = h.raft_index
         r.term = h.raft_term

@@ -11,9 +11,8 @@ import pytest
 
 from quorumlog import errors, format as qf
 
-from cl_support import SEG, open_log, requires_native, store_files
+from cl_support import SEG, open_log, store_files
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               preallocate_next=False)
@@ -131,3 +130,25 @@ def test_tampered_position_field_is_corruption(tmp_path):
     struct.pack_into("<I", seg, pos, qf.crc32c(bytes(seg[pos + 4:pos + sizes[i]])))
     damage(path, pos, bytes(seg[pos:pos + 96]))
     expect_corrupt_open(path, pos)
+
+
+@pytest.mark.parametrize("how", ["deleted", "short"])
+def test_missing_durable_segment_is_corruption(tmp_path, how):
+    """A clean checkpoint says every byte before flushed_position is durable; a segment that
+    should hold such bytes but is gone (or cut short) is lost committed data, never a torn
+    tail to be truncated silently."""
+    path = tmp_path / "s"
+    with open_log(path, **LOG_KW) as log:
+        while log.end_position < 2 * SEG + 1000:
+            log.append("t", b"\x03" * 2000, term=1)
+        last_seg = log.end_position - log.end_position % SEG
+    f = path / "commitlog" / qf.segment_name(last_seg)
+    if how == "deleted":
+        f.unlink()
+    else:
+        os.truncate(f, 500)
+    before = store_files(path)
+    with pytest.raises(errors.CorruptLogError) as ei:
+        open_log(path, **LOG_KW)
+    assert qf.segment_name(last_seg) in str(ei.value)
+    assert store_files(path) == before

@@ -9,7 +9,7 @@ quorumlog.errors exceptions, and whatever they accept re-encodes to the same byt
 import struct
 
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import given, strategies as st
 
 from quorumlog import errors, format as qf
 

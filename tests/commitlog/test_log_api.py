@@ -3,7 +3,6 @@ raft index, truncation, bad arguments (each raises its specific error and change
 CRC32C known vectors of the native implementation.
 """
 import os
-import struct
 import subprocess
 import sys
 import textwrap
@@ -12,10 +11,8 @@ import pytest
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, IDX_ENTRIES, append_message, log_files, open_log, requires_native,
-                        store_files)
+from cl_support import (SEG, IDX_ENTRIES, log_files, open_log, store_files)
 
-pytestmark = requires_native
 
 
 # ------------------------------------------------------------------ CRC32C
@@ -26,8 +23,10 @@ pytestmark = requires_native
 ])
 def test_native_crc32c_known_vectors(data, want):
     from quorumlog import commitlog
-    assert commitlog.crc32c(data) == want
+    assert commitlog.crc32c(data) == want             # SSE4.2 where the CPU has it
+    assert commitlog.crc32c_software(data) == want    # the portable table fallback
     assert qf.crc32c(data) == want
+    assert commitlog.crc32c(data[5:], commitlog.crc32c(data[:5])) == want   # incremental
 
 
 def test_native_crc32c_matches_reference_on_odd_lengths_and_alignments():
@@ -35,7 +34,10 @@ def test_native_crc32c_matches_reference_on_odd_lengths_and_alignments():
     blob = bytes((i * 131 + 7) & 0xFF for i in range(5000))
     for start in range(0, 9):
         for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4096 - start):
-            assert commitlog.crc32c(blob[start:start + n]) == qf.crc32c(blob[start:start + n])
+            want = qf.crc32c(blob[start:start + n])
+            assert commitlog.crc32c(blob[start:start + n]) == want
+            assert commitlog.crc32c(memoryview(blob)[start:start + n]) == want
+            assert commitlog.crc32c_software(blob[start:start + n]) == want
 
 
 # ------------------------------------------------------------------ open / close
@@ -245,7 +247,8 @@ def test_read_limits(tmp_path):
         assert log.read(3, 4)[1] == 1
         assert log.read(21, 30)[1] == 0                 # lo > last_index
         assert log.read(20, 30)[1] == 1
-        assert log.read(5, 4)[1] == 0                  # empty range
+        assert log.read(5, 5)[1] == 0                  # empty range
+        assert log.read(5, 4)[1] == 0                  # hi < lo: empty as well
         for lo, hi in ((0, 5), (-1, 3)):               # below first_index
             with pytest.raises(errors.IndexOutOfRangeError):
                 log.read(lo, hi)
@@ -269,8 +272,10 @@ def test_truncate_after(tmp_path):
         log.truncate_after(0)
         assert (log.last_index, log.end_position) == (0, 0)
         assert log.append("t", b"again", term=7)[:2] == (1, 0)
-        log.truncate_after(5)                           # beyond the end: nothing to drop
-        assert log.last_index == 1
+        before = log_files(p)
+        log.truncate_after(5)                           # beyond last_index: nothing to drop
+        log.truncate_after(1)                           # at last_index: nothing to drop
+        assert log.last_index == 1 and log_files(p) == before
         with pytest.raises((errors.IndexOutOfRangeError, errors.InvalidArgumentError)):
             log.truncate_after(-1)
     with open_log(p) as log:
@@ -417,3 +422,44 @@ def test_max_message_bytes_boundary(tmp_path):
         with pytest.raises(errors.MessageTooLargeError):
             log.append("t", b"x" * (SEG - 96 - 96), term=1)
         assert log.last_index == 1
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True])
+def test_truncate_below_flushed_position_lowers_it(tmp_path, with_checkpoint):
+    """flushed_position is a record boundary at or before the end: after truncate_after()
+    below it, neither the log nor the checkpoint on disk may claim more (recovery would
+    trust bytes that are gone)."""
+    p = tmp_path / "s"
+    log = open_log(p, flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000)
+    for _ in range(3):
+        log.append_control(qf.TYPE_NOOP, term=1)
+    log.flush()
+    if with_checkpoint:
+        log.checkpoint()
+    log.truncate_after(1)
+    assert log.end_position == 96
+    assert log.flushed_position <= log.end_position
+    log._crash()
+    if (p / "checkpoint").exists():
+        cp = qf.decode_checkpoint((p / "checkpoint").read_bytes())
+        assert cp.flushed_position <= 96 and cp.flushed_index <= 1
+    with open_log(p) as log:
+        assert (log.last_index, log.end_position) == (1, 96)
+
+
+@pytest.mark.parametrize("body_size", [100, 3000, 20000])
+def test_segment_preparation_never_loses_a_segment(tmp_path, body_size):
+    """With preallocate_next the next segment is prepared by a background thread while the
+    append path may create it itself: whichever wins, every segment the log lists exists on
+    disk for its whole life, and a reopen finds every record."""
+    p = tmp_path / "s"
+    with open_log(p, preallocate_next=True, max_message_bytes=32768) as log:
+        body = b"\x5a" * body_size
+        while log.end_position < 40 * SEG:
+            log.append("t", body, term=1)
+            missing = [path for _, path in log.segments() if not os.path.exists(path)]
+            assert not missing, f"segment files gone while listed: {missing}"
+        last, end = log.last_index, log.end_position
+    with open_log(p) as log:
+        assert (log.last_index, log.end_position) == (last, end)
+        log.verify()

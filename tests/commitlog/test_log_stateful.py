@@ -14,7 +14,6 @@ Flushes happen only on explicit flush()/close(): the background flusher runs onc
 import os
 import pathlib
 import shutil
-import tempfile
 
 import pytest
 from hypothesis import event, strategies as st
@@ -23,10 +22,9 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, IDX_ENTRIES, controls, hsettings, messages, open_log,
-                        requires_native, topics)
+from cl_support import (SEG, IDX_ENTRIES, controls, fast_mkdtemp, hsettings, messages, open_log,
+                        topics)
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               max_message_bytes=20000)
@@ -43,7 +41,7 @@ def message_bytes(index, term, position, ts, m):
 class LogMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.tmp = tempfile.mkdtemp(prefix="ql-stateful-")
+        self.tmp = fast_mkdtemp("ql-stateful-")
         self.path = pathlib.Path(self.tmp) / "s"
         self.log = None
         self.raws = []          # raws[i-1]: the exact bytes of record i
@@ -263,4 +261,4 @@ class LogMachine(RuleBasedStateMachine):
 
 
 TestLogStateful = LogMachine.TestCase
-TestLogStateful.settings = hsettings(25, stateful_step_count=30)
+TestLogStateful.settings = hsettings(100, stateful_step_count=40)

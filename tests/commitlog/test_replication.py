@@ -15,10 +15,8 @@ from hypothesis import given, strategies as st
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, hsettings, log_files, messages, open_log, recrc,
-                        requires_native)
+from cl_support import (SEG, hsettings, log_files, open_log, recrc)
 
-pytestmark = requires_native
 
 KW = dict(preallocate_next=False)
 
@@ -296,7 +294,7 @@ def fuzz_pair(tmp_path_factory):
 
 
 @given(mutations(), st.integers(1, 5))
-@hsettings(300)
+@hsettings(500)
 def test_fuzz_append_replicated(fuzz_pair, ops, n):
     leader, follower, tmp = fuzz_pair
     lo = follower.last_index + 1

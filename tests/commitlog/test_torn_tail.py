@@ -12,30 +12,23 @@ import os
 import pathlib
 import random
 import shutil
-import struct
 
 import pytest
 
 from quorumlog import format as qf
 
-from cl_support import SEG, IDX_ENTRIES, open_log, requires_native, store_files
+from cl_support import SEG, IDX_ENTRIES, fast_mkdtemp, open_log, store_files
 
-pytestmark = requires_native
 
 LOG_KW = dict(flush="async", flush_interval_ms=3_600_000, checkpoint_interval_ms=3_600_000,
               preallocate_next=False)
 
 
 @pytest.fixture
-def fast_dir(tmp_path):
-    base = pathlib.Path("/dev/shm")
-    if base.is_dir() and os.access(base, os.W_OK):
-        d = base / f"ql-torn-{os.getpid()}-{random.randrange(1 << 30)}"
-        d.mkdir()
-        yield d
-        shutil.rmtree(d, ignore_errors=True)
-    else:
-        yield tmp_path
+def fast_dir():
+    d = pathlib.Path(fast_mkdtemp("ql-torn-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def build(path):

@@ -1,0 +1,173 @@
+"""Quick checks of the native commit log's own machinery (the thorough suite is the rest of
+tests/commitlog): CRC paths agree, views outlive close/truncate/deletion, the next segment
+is prepared off the append path, group commit flushes fewer times than it appends, a full
+disk is reported as DiskFullError and leaves the log usable, scan() agrees with record().
+"""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from quorumlog import errors
+from quorumlog.commitlog import (BLANK, HEADER_SIZE, MESSAGE, RECORD_INFO, CommitLog, crc32c,
+                                 crc32c_hardware, crc32c_software, fnv1a64)
+
+SEG = 65536
+
+
+def open_log(path, **kw):
+    kw.setdefault("segment_size_bytes", SEG)
+    kw.setdefault("index_file_entries", 64)
+    return CommitLog(str(path), **kw)
+
+
+def test_crc32c_check_value_and_paths_agree():
+    assert crc32c(b"123456789") == 0xE3069283
+    data = os.urandom(20000)
+    for n in (0, 1, 7, 8, 9, 100, 3071, 3072, 3073, 9000, 20000):
+        for off in (0, 1, 5):
+            assert crc32c(data[off:off + n]) == crc32c_software(data[off:off + n])
+    assert crc32c(data[100:], crc32c(data[:100])) == crc32c(data)
+    assert isinstance(crc32c_hardware(), bool)
+
+
+def test_fnv1a64_reference_values():
+    assert fnv1a64(b"") == 0
+    # FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c (published test vector), stored signed
+    assert fnv1a64(b"a") == 0xaf63dc4c8601ec8c - (1 << 64)
+
+
+def test_views_survive_close_truncate_and_segment_deletion(tmp_path):
+    log = open_log(tmp_path / "s")
+    for i in range(100):
+        log.append("t", bytes([i]) * 2000, term=1)
+    first = log.record_at(0)
+    view, n = log.read(1, 5)
+    tail = log.record_at(log.position_of(100))
+    log.delete_segments_before(log.position_of(100))
+    assert log.min_position > 0
+    log.truncate_after(log.first_index)
+    log.close()
+    # the mappings are gone from the log; the views keep theirs alive
+    assert bytes(first[HEADER_SIZE:HEADER_SIZE + 2]) == b"t\x00"
+    assert len(view) == n * (HEADER_SIZE + 1 + 2000)
+    assert bytes(tail[-2000:]) == bytes([99]) * 2000 or bytes(tail[-2000:]) == bytes(2000)
+    with pytest.raises(errors.LogClosedError):
+        log.read(1, 2)
+
+
+def test_next_segment_is_prepared_in_the_background(tmp_path):
+    log = open_log(tmp_path / "s", segment_size_bytes=1 << 20)
+    for _ in range(40):
+        log.append_batch("t", [b"x" * 1000] * 40, queue_ids=0, queue_offsets=0, term=1)
+        if log.stats()["segments_prepared_used"]:
+            break
+        # give the preparer a moment, as a real producer's pauses would
+        threading.Event().wait(0.01)
+    s = log.stats()
+    assert s["segments_prepared_used"] >= 1, s
+    log.close()
+
+
+def test_group_commit_flushes_less_than_appends(tmp_path):
+    log = open_log(tmp_path / "s", flush="sync", segment_size_bytes=1 << 24)
+    n_threads, per = 4, 200
+
+    def worker(k):
+        for _ in range(per):
+            _, pos, _ = log.append("t", b"y" * 1024, queue_id=k, term=1)
+            assert log.wait_flushed(pos + 1, timeout=30)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(n_threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    s = log.stats()
+    assert s["records"] == n_threads * per
+    assert log.flushed_position == log.end_position
+    assert s["flushes"] < s["records"], s
+    log.close()
+
+
+def test_scan_matches_records_and_skips_blank(tmp_path):
+    log = open_log(tmp_path / "s")
+    first, positions, ts = log.append_batch(
+        "orders", [os.urandom(1500) for _ in range(100)], queue_ids=np.arange(100) % 7,
+        queue_offsets=1000, term=3, tags="tg", properties={"k": "v"})
+    arr, nxt = log.scan(log.min_position, log.end_position)
+    assert arr.dtype == RECORD_INFO and len(arr) == 100 and nxt == log.end_position
+    assert (arr["index"] == np.arange(first, first + 100)).all()
+    assert (arr["position"] == positions).all()
+    assert (arr["queue_id"] == np.arange(100) % 7).all()
+    assert (arr["queue_offset"] == np.arange(1000, 1100)).all()
+    assert (arr["type"] == MESSAGE).all() and (arr["tag_hash"] == fnv1a64(b"tg")).all()
+    assert (arr["topic_hash"] == fnv1a64(b"orders")).all()
+    r = log.record(first + 50)
+    a = arr[50]
+    assert bytes(log.record_at(int(a["position"]))[a["body_offset"]:]) == r.body
+    # a BLANK sits at every segment tail that was crossed
+    seg0_last = positions[positions < SEG].max()
+    blank_at = int(seg0_last) + log.size_of(int(first + (positions < SEG).sum() - 1))
+    assert bytes(log.record_at(blank_at)[11:12]) == bytes([BLANK])
+    log.close()
+
+
+def test_disk_full_is_reported_and_recoverable(tmp_path):
+    """ENOSPC from posix_fallocate: DiskFullError, nothing changed, appends work again once
+    space is freed. Runs in a 6 MiB tmpfs inside a private mount namespace (unshare -m);
+    skipped with the reason where the machine does not permit that."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) not available to make a small tmpfs")
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path[:0] = {sys.path!r}
+        from quorumlog import errors
+        from quorumlog.commitlog import CommitLog
+        d = "/mnt/qlfull"
+        log = CommitLog(d + "/s", segment_size_bytes=1 << 20, index_file_entries=1024,
+                        preallocate_next=False)
+        filler = open(d + "/filler", "wb")
+        try:
+            while True:
+                filler.write(b"\\0" * 65536); filler.flush()
+        except OSError:
+            pass
+        filler.close()
+        n = 0
+        try:
+            while True:
+                log.append("t", b"z" * 4000, term=1)
+                n += 1
+        except errors.DiskFullError:
+            pass
+        last, end = log.last_index, log.end_position
+        assert log.record(last).body == b"z" * 4000
+        try:
+            log.append_batch("t", [b"q" * 4000] * 400, queue_ids=0, queue_offsets=0, term=1)
+            raise SystemExit("batch over a full disk succeeded")
+        except errors.DiskFullError:
+            pass
+        assert (log.last_index, log.end_position) == (last, end)
+        os.unlink(d + "/filler")
+        log.append_batch("t", [b"q" * 4000] * 400, queue_ids=0, queue_offsets=0, term=1)
+        assert log.last_index == last + 400
+        log.close()
+        print("OK", n)
+    """)
+    script = ("mount -t tmpfs -o size=6m tmpfs /mnt/qlfull 2>/dev/null || exit 77; "
+              f"{sys.executable} -c \"$QL_CODE\"")
+    os.makedirs("/mnt/qlfull", exist_ok=True) if os.access("/mnt", os.W_OK) else None
+    if not os.path.isdir("/mnt/qlfull"):
+        pytest.skip("cannot create /mnt/qlfull as a mount point")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QL_CODE=code))
+    if r.returncode == 77 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
+        pytest.skip(f"no private tmpfs here: {r.stderr.strip()[:200]}")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
