@@ -39,6 +39,7 @@ import json
 import logging
 import mmap
 import os
+import shutil
 import threading
 import time
 import zlib
@@ -309,6 +310,15 @@ class MessageStore:
             self._save_topics()
         return t
 
+    def _drop_topic(self, t: _Topic):
+        """Undo the auto-creation of a topic whose first put was rejected (bad input
+        changes nothing)."""
+        self._topics.pop(t.name, None)
+        self._topic_by_hash.pop(t.hash, None)
+        self._by_hash.pop(t.hash, None)
+        shutil.rmtree(os.path.join(self._cqdir, t.name), ignore_errors=True)
+        self._save_topics()
+
     def _save_topics(self):
         meta = {"version": 1, "topics": {
             t.name: {"queues": len(t.queues), "system": t.system, "created_ms": t.created_ms}
@@ -513,16 +523,22 @@ class MessageStore:
                 raise LogClosedError(f"store {self._path} is closed")
             self._check_disk()
             t = self._topics.get(topic)
+            created = t is None
             if t is None or t.system:
                 t = self._topic_for_write(topic)
-            q, rr = self._choose_queues(t, 1, queue_id, sharding_key)
-            off = int(t.counters[q])
             lg = self._log
-            index, pos, ts = lg.append(t.name, body, queue_id=q, queue_offset=off,
-                                       term=self._term, tags=tags,
-                                       keys=tuple(keys) if keys else (),
-                                       properties=properties,
-                                       born_timestamp_ms=born_timestamp_ms)
+            try:
+                q, rr = self._choose_queues(t, 1, queue_id, sharding_key)
+                off = int(t.counters[q])
+                index, pos, ts = lg.append(t.name, body, queue_id=q, queue_offset=off,
+                                           term=self._term, tags=tags,
+                                           keys=tuple(keys) if keys else (),
+                                           properties=properties,
+                                           born_timestamp_ms=born_timestamp_ms)
+            except BaseException:
+                if created:
+                    self._drop_topic(t)
+                raise
             t.counters[q] = off + 1
             if rr is not None:
                 t.rr = rr
@@ -597,17 +613,25 @@ class MessageStore:
             self._check_open()
             self._check_disk()
             rr = None
+            created = topic not in self._topics
             if internal_queue_ids is None:
                 t = self._topic_for_write(topic)
-                qids, rr = self._choose_queues(t, n, queue_id, sharding_key)
             else:
                 t = self._topics[topic]
-                qids = internal_queue_ids
-            if delay_level > 0:
-                res = self._put_delayed(t, bodies, qids, tags, keys, properties, delay_level,
-                                        born)
-            else:
-                res = self._append(t, bodies, qids, tags, keys, properties, born, flags)
+            try:
+                if internal_queue_ids is None:
+                    qids, rr = self._choose_queues(t, n, queue_id, sharding_key)
+                else:
+                    qids = internal_queue_ids
+                if delay_level > 0:
+                    res = self._put_delayed(t, bodies, qids, tags, keys, properties,
+                                            delay_level, born)
+                else:
+                    res = self._append(t, bodies, qids, tags, keys, properties, born, flags)
+            except BaseException:
+                if created and t.name in self._topics and not t.counters.any():
+                    self._drop_topic(t)      # an auto-created topic of a rejected put
+                raise
             if rr is not None:      # the round-robin cursor moves only for accepted puts
                 t.rr = rr
             return res
