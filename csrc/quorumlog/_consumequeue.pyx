@@ -334,7 +334,8 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
 
 cdef class CQFile:
     def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create):
-        cdef Py_ssize_t nbytes = capacity * C_ENTRY
+        cdef Py_ssize_t nbytes = capacity * C_ENTRY, i
+        cdef bint fresh = False
         self.path = path
         self.first_offset = first_offset
         self.capacity = capacity
@@ -342,6 +343,7 @@ cdef class CQFile:
         fd = os.open(path, flags, 0o644)
         try:
             st = os.fstat(fd)
+            fresh = st.st_size == 0
             if st.st_size < nbytes:
                 # Preallocate before mapping: a store into a sparse mapping on a full disk is
                 # SIGBUS; fallocate fails cleanly with ENOSPC instead.
@@ -361,6 +363,12 @@ cdef class CQFile:
         self._has_buf = True
         self.base = <unsigned char *>self._buf.buf
         self.dirty = False
+        if fresh:
+            # Fault every page in for writing now (the file is all zeros, so storing a zero
+            # changes nothing): dispatch then never takes a page fault per 204 entries.
+            with nogil:
+                for i in range(0, nbytes, 4096):
+                    (<volatile unsigned char *>self.base)[i] = 0
 
     def __dealloc__(self):
         if self._has_buf:
