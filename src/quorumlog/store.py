@@ -605,12 +605,15 @@ class MessageStore:
         if type(delay_level) is not int or not 0 <= delay_level <= len(self.schedule.levels_ms):
             raise InvalidDelayLevelError(
                 f"delay_level {delay_level!r} outside [0, {len(self.schedule.levels_ms)}]")
-        for name, v in (("tags", tags), ("keys", keys), ("properties", properties),
-                        ("sharding_key", sharding_key), ("born_timestamps_ms", born)):
-            if isinstance(v, list) and len(v) != n:
-                raise InvalidArgumentError(f"{name}: {len(v)} values for {n} messages")
+        if (tags is not None or keys is not None or properties is not None
+                or sharding_key is not None or born is not None):
+            for name, v in (("tags", tags), ("keys", keys), ("properties", properties),
+                            ("sharding_key", sharding_key), ("born_timestamps_ms", born)):
+                if isinstance(v, list) and len(v) != n:
+                    raise InvalidArgumentError(f"{name}: {len(v)} values for {n} messages")
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
             self._check_disk()
             rr = None
             created = topic not in self._topics
@@ -706,7 +709,7 @@ class MessageStore:
         if tags is None:
             shared, per = 0, None
         elif isinstance(tags, str):
-            shared, per = _cq.fnv1a64(tags.encode()), None
+            shared, per = self._tag_hash(tags), None
         else:
             shared, per = 0, _cq.tag_hashes(list(tags))
         i = 0
