@@ -137,6 +137,10 @@ def test_cold_reopen(benchmark):
                 holder.pop().close()
 
         benchmark.pedantic(reopen, rounds=3, iterations=1, teardown=teardown)
+        with _open(d) as st:
+            assert sum(st.max_offset("bench", q) for q in range(QUEUES)) == \
+                REOPEN_MESSAGES // len(batch) * len(batch)
+            assert st.commitlog.last_index >= REOPEN_MESSAGES // len(batch) * len(batch)
         benchmark.extra_info.update(messages=REOPEN_MESSAGES)
     finally:
         shutil.rmtree(d, ignore_errors=True)

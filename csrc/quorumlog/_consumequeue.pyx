@@ -334,7 +334,8 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
 
 cdef class CQFile:
     def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create):
-        cdef Py_ssize_t nbytes = capacity * C_ENTRY
+        cdef Py_ssize_t nbytes = capacity * C_ENTRY, i
+        cdef bint fresh = False
         self.path = path
         self.first_offset = first_offset
         self.capacity = capacity
@@ -342,6 +343,7 @@ cdef class CQFile:
         fd = os.open(path, flags, 0o644)
         try:
             st = os.fstat(fd)
+            fresh = st.st_size == 0
             if st.st_size < nbytes:
                 # Preallocate before mapping: a store into a sparse mapping on a full disk is
                 # SIGBUS; fallocate fails cleanly with ENOSPC instead.
@@ -361,6 +363,12 @@ cdef class CQFile:
         self._has_buf = True
         self.base = <unsigned char *>self._buf.buf
         self.dirty = False
+        if fresh:
+            # Fault every page in for writing now (the file is all zeros, so storing a zero
+            # changes nothing): dispatch then never takes a page fault per 204 entries.
+            with nogil:
+                for i in range(0, nbytes, 4096):
+                    (<volatile unsigned char *>self.base)[i] = 0
 
     def __dealloc__(self):
         if self._has_buf:
@@ -727,3 +735,24 @@ def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
         if q == nq:
             q = 0
     return qids, offs, new
+
+
+def dispatch_one(ConsumeQueue cq, int64_t off, int64_t pos, int32_t size, int64_t tag_hash):
+    """The fast path of dispatch() for one record -> False when the caller must take the slow
+    path (empty queue, new file, gap); True when written or already present."""
+    cdef CQFile f
+    cdef unsigned char *e
+    if cq.empty:
+        return False
+    if off != cq.next_offset:
+        return off < cq.next_offset
+    f = cq.cur
+    if f is None or off - f.first_offset >= f.capacity or off < f.first_offset:
+        return False
+    e = f.base + (off - f.first_offset) * C_ENTRY
+    memcpy(e, &pos, 8)
+    memcpy(e + 8, &size, 4)
+    memcpy(e + 12, &tag_hash, 8)
+    f.dirty = True
+    cq.next_offset = off + 1
+    return True

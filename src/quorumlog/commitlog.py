@@ -12,8 +12,11 @@ from quorumlog._commitlog import (  # noqa: F401
     META,
     NOOP,
     RECORD_INFO,
+    ArgumentTypeError,
     CommitLog,
     Mapping,
+    QueueTypeError,
+    TopicTypeError,
     crc32c,
     crc32c_hardware,
     crc32c_software,
@@ -22,4 +25,5 @@ from quorumlog._commitlog import (  # noqa: F401
 
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
            "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "Mapping", "crc32c",
+           "ArgumentTypeError", "TopicTypeError", "QueueTypeError",
            "crc32c_hardware", "crc32c_software", "fnv1a64"]

@@ -193,10 +193,6 @@ class Record:
         return encode(self)
 
 
-def _err(msg, exc=InvalidArgumentError):
-    return exc(msg)
-
-
 def _check_int(name, v, lo, hi, exc=InvalidArgumentError):
     # bool is an int subclass but never a meaningful index/offset: reject it as a wrong type.
     if type(v) is bool or not isinstance(v, int):
