@@ -41,3 +41,10 @@ def test_compile_error_raises_not_warns(tmp_path):
     with pytest.raises(build_jar.JarBuildError, match="javac failed"):
         build_jar._javac(build_jar.find_tool("javac"), build_jar.pyspark_jars(), [str(bad)],
                          tmp_path / "out")
+
+
+def test_without_javac_the_build_warns_and_continues(monkeypatch, tmp_path):
+    monkeypatch.setattr(build_jar, "find_tool", lambda name: None)
+    with pytest.warns(UserWarning, match="javac not found"):
+        assert build_jar.build_into(tmp_path) is None
+    assert not (tmp_path / build_jar.JAR_NAME).exists()
