@@ -18,6 +18,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import warnings
 import zipfile
@@ -35,11 +36,24 @@ class JarBuildError(RuntimeError):
 
 
 def pyspark_jars() -> list[pathlib.Path] | None:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for loc in spec.submodule_search_locations:
-        jars = sorted((pathlib.Path(loc) / "jars").glob("*.jar"))
+    """pyspark's bundled jars: from the importable pyspark, else from the target
+    environment's site-packages (pip's isolated build env hides those from sys.path, but
+    the interpreter, and so sys.prefix, is still the target's), else $QUORUMLOG_PYSPARK_JARS."""
+    dirs = []
+    if os.environ.get("QUORUMLOG_PYSPARK_JARS"):
+        dirs.append(pathlib.Path(os.environ["QUORUMLOG_PYSPARK_JARS"]))
+    try:
+        spec = importlib.util.find_spec("pyspark")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        dirs += [pathlib.Path(loc) / "jars" for loc in spec.submodule_search_locations]
+    for prefix in dict.fromkeys([sys.prefix, sys.exec_prefix]):
+        for key in ("purelib", "platlib"):
+            lib = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})[key]
+            dirs.append(pathlib.Path(lib) / "pyspark" / "jars")
+    for d in dirs:
+        jars = sorted(d.glob("*.jar"))
         if jars:
             return jars
     return None
@@ -115,19 +129,49 @@ def build_into(target_dir: pathlib.Path) -> pathlib.Path | None:
     return jar
 
 
-def run_java_tests(jar: pathlib.Path, store_dirs: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Compiles spark/src/test/java against the jar and runs io.quorumlog.spark.JavaTests."""
-    javac, java = find_tool("javac"), find_tool("java")
+def compile_java_tests(jar: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """Compiles spark/src/test/java against the jar into out (a directory); returns out."""
+    javac = find_tool("javac")
     jars = pyspark_jars()
-    if javac is None or java is None or jars is None:
-        raise JarBuildError("javac/java/pyspark needed to run the Java tests")
+    if javac is None or jars is None:
+        raise JarBuildError("javac and pyspark are needed to compile the Java tests")
+    _javac(javac, [jar, *jars], _sources(TEST_SRC), pathlib.Path(out))
+    return pathlib.Path(out)
+
+
+def is_current(jar: pathlib.Path) -> bool:
+    """The jar exists and is newer than every file under spark/src/main."""
+    if not jar.is_file():
+        return False
+    newest = max((p.stat().st_mtime for p in (HERE / "src" / "main").rglob("*") if p.is_file()),
+                 default=0)
+    return jar.stat().st_mtime >= newest
+
+
+def ensure_jar(target_dir: pathlib.Path) -> pathlib.Path | None:
+    """build_into(target_dir) unless the jar there is current. Used by the Spark tests'
+    conftest: a fresh `pip install -e .[spark]` builds the wheel BEFORE pyspark is installed,
+    so the first install cannot compile the jar; the test session does it (and fails loudly
+    when javac is there but compilation fails)."""
+    jar = pathlib.Path(target_dir) / JAR_NAME
+    if is_current(jar):
+        return jar
+    return build_into(target_dir)
+
+
+def run_java_tests(jar: pathlib.Path, args: list[str] | None = None,
+                   classes: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    """Runs io.quorumlog.spark.JavaTests (compiling it first unless classes is given)."""
+    java = find_tool("java")
+    if java is None:
+        raise JarBuildError("java is needed to run the Java tests")
     with tempfile.TemporaryDirectory(prefix="quorumlog-jtest-") as tmp:
-        classes = pathlib.Path(tmp) / "classes"
-        cp = [jar, *jars]
-        _javac(javac, cp, _sources(TEST_SRC), classes)
+        if classes is None:
+            classes = compile_java_tests(jar, pathlib.Path(tmp) / "classes")
+        cp = [classes, jar, *pyspark_jars()]
         return subprocess.run(
-            [java, "-cp", os.pathsep.join(str(p) for p in [classes, *cp]),
-             "io.quorumlog.spark.JavaTests", *(store_dirs or [])],
+            [java, "-Xmx512m", "-cp", os.pathsep.join(str(p) for p in cp),
+             "io.quorumlog.spark.JavaTests", *(args or [])],
             capture_output=True, text=True)
 
 

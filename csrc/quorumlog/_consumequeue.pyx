@@ -17,6 +17,7 @@ Entries of a queue hold committed records only (the store dispatches up to the l
 limit), so they are derived data: on reopen anything at or past the durable dispatched
 position is dropped and re-dispatched from the log.
 """
+cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.string cimport memcpy, memcmp
@@ -62,6 +63,15 @@ DEF MAX_TAG_FILTER = 32
 DEF C_ENTRY = 20
 
 MAX_TAG_FILTER_TAGS = MAX_TAG_FILTER
+
+
+cdef extern from *:
+    """
+    #define ql_prefetch(p) __builtin_prefetch((const void *)(p), 0, 0)
+    """
+    void ql_prefetch(const void *p) noexcept nogil
+
+DEF PREFETCH_AHEAD = 6
 
 
 cdef inline int64_t ld64(const unsigned char *p) noexcept nogil:
@@ -118,6 +128,7 @@ cdef class SegmentView:
         return ld64(self.base + (position - self.start) + H_STORE)
 
 
+@cython.freelist(512)
 cdef class Message:
     """One message as stored: a pointer into the commit log, decoded on access.
 
@@ -250,7 +261,7 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
     `segment_for(position)` returns the SegmentView holding a position.
     Returns the entry index where it stopped (hi when the range was exhausted)."""
     cdef SegmentView seg = None
-    cdef int64_t pos, th
+    cdef int64_t pos, th, pf
     cdef int32_t size
     cdef const unsigned char *e
     cdef const unsigned char *p
@@ -290,6 +301,13 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
                     f"consume queue {f.path} entry {f.first_offset + i} points outside "
                     f"its segment (position {pos}, size {size})", str(f.path), i * ENTRY_SIZE)
         p = seg.base + (pos - seg.start)
+        # Consumers read records spread across the log (one queue's messages interleave with
+        # every other queue's); start the cache misses of the next records now so they overlap.
+        if i + PREFETCH_AHEAD < hi:
+            pf = ld64(e + PREFETCH_AHEAD * C_ENTRY)
+            if pf >= seg.start and pf + 128 <= seg.start + seg.length:
+                ql_prefetch(seg.base + (pf - seg.start))
+                ql_prefetch(seg.base + (pf - seg.start) + 64)
         # Cheap pairing check of the index against the record it names (the record's CRC was
         # verified when it was dispatched).
         if ld16(p + H_MAGIC) != MAGIC or ld64(p + H_POSITION) != pos:
@@ -316,7 +334,8 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
 
 cdef class CQFile:
     def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create):
-        cdef Py_ssize_t nbytes = capacity * C_ENTRY
+        cdef Py_ssize_t nbytes = capacity * C_ENTRY, i
+        cdef bint fresh = False
         self.path = path
         self.first_offset = first_offset
         self.capacity = capacity
@@ -324,6 +343,7 @@ cdef class CQFile:
         fd = os.open(path, flags, 0o644)
         try:
             st = os.fstat(fd)
+            fresh = st.st_size == 0
             if st.st_size < nbytes:
                 # Preallocate before mapping: a store into a sparse mapping on a full disk is
                 # SIGBUS; fallocate fails cleanly with ENOSPC instead.
@@ -343,6 +363,12 @@ cdef class CQFile:
         self._has_buf = True
         self.base = <unsigned char *>self._buf.buf
         self.dirty = False
+        if fresh:
+            # Fault every page in for writing now (the file is all zeros, so storing a zero
+            # changes nothing): dispatch then never takes a page fault per 204 entries.
+            with nogil:
+                for i in range(0, nbytes, 4096):
+                    (<volatile unsigned char *>self.base)[i] = 0
 
     def __dealloc__(self):
         if self._has_buf:
@@ -709,3 +735,24 @@ def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
         if q == nq:
             q = 0
     return qids, offs, new
+
+
+def dispatch_one(ConsumeQueue cq, int64_t off, int64_t pos, int32_t size, int64_t tag_hash):
+    """The fast path of dispatch() for one record -> False when the caller must take the slow
+    path (empty queue, new file, gap); True when written or already present."""
+    cdef CQFile f
+    cdef unsigned char *e
+    if cq.empty:
+        return False
+    if off != cq.next_offset:
+        return off < cq.next_offset
+    f = cq.cur
+    if f is None or off - f.first_offset >= f.capacity or off < f.first_offset:
+        return False
+    e = f.base + (off - f.first_offset) * C_ENTRY
+    memcpy(e, &pos, 8)
+    memcpy(e + 8, &size, 4)
+    memcpy(e + 12, &tag_hash, 8)
+    f.dirty = True
+    cq.next_offset = off + 1
+    return True

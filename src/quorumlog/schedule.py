@@ -62,7 +62,23 @@ class ScheduleService:
         """Advance progress past deliveries recorded in the log after the last save."""
         s = self.store
         lg = s._log
-        pos = max(self._saved_position, lg.min_position)
+        st = s._topics.get(self._s.SCHEDULE_TOPIC)
+        if st is None:
+            return                  # nothing was ever delayed, so nothing was delivered
+        # Only deliveries of still-pending messages matter, and each delivery comes after the
+        # record it delivers: start at the oldest pending one (or the last save if later).
+        first_pending = None
+        for lvl in self.progress:
+            if lvl <= len(st.queues):
+                cq = st.queues[lvl - 1]
+                off = max(self.progress[lvl], s._cq_min(cq))
+                if off < cq.next_offset:
+                    e = cq.position_of(off)
+                    if e is not None and (first_pending is None or e[0] < first_pending):
+                        first_pending = e[0]
+        if first_pending is None:
+            return
+        pos = max(self._saved_position, first_pending, lg.min_position)
         limit = lg.committed_position
         if pos > limit:
             log.warning("%s: saved log position %d beyond the log's committed end %d",

@@ -39,6 +39,7 @@ import json
 import logging
 import mmap
 import os
+import shutil
 import threading
 import time
 import zlib
@@ -157,11 +158,11 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 
 def _default_disk_usage(path: str) -> float:
+    """Used fraction as df reports it: used / (used + available to unprivileged users)."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
-        return 0.0
-    return 1.0 - (st.f_bavail * st.f_frsize) / total
+    used = st.f_blocks - st.f_bfree
+    denom = used + st.f_bavail
+    return used / denom if denom > 0 else 0.0
 
 
 class MessageStore:
@@ -185,6 +186,7 @@ class MessageStore:
         self._by_hash: dict[int, list] = {}       # topic hash -> list of ConsumeQueue
         self._topic_by_hash: dict[int, _Topic] = {}
         self._segviews: dict[int, SegmentView] = {}
+        self._tag_hashes: dict[str, int] = {}
         self._cqdir = os.path.join(self._path, "consumequeue")
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
@@ -269,6 +271,8 @@ class MessageStore:
             topics = meta["topics"]
         except FileNotFoundError:
             topics = {}
+            # No topic list: rebuild the consume queues (and the list) from the whole log.
+            self._cq_missing = True
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumlogError(f"{meta_path} is damaged ({exc}); delete it to rebuild the "
                                  "topic list from the log") from None
@@ -305,6 +309,15 @@ class MessageStore:
                 os.makedirs(cq.dir, exist_ok=True)
             self._save_topics()
         return t
+
+    def _drop_topic(self, t: _Topic):
+        """Undo the auto-creation of a topic whose first put was rejected (bad input
+        changes nothing)."""
+        self._topics.pop(t.name, None)
+        self._topic_by_hash.pop(t.hash, None)
+        self._by_hash.pop(t.hash, None)
+        shutil.rmtree(os.path.join(self._cqdir, t.name), ignore_errors=True)
+        self._save_topics()
 
     def _save_topics(self):
         meta = {"version": 1, "topics": {
@@ -406,6 +419,9 @@ class MessageStore:
         for t in self._topics.values():
             for q, cq in enumerate(t.queues):
                 t.counters[q] = cq.next_offset
+            # Resume round-robin at the first least-filled queue: where an uninterrupted
+            # round-robin sequence would continue.
+            t.rr = int(np.argmin(t.counters)) if len(t.counters) else 0
         # Records appended but not yet committed (replicated mode) already hold offsets.
         if lg.end_position > self._dispatched:
             pos = self._dispatched
@@ -493,12 +509,71 @@ class MessageStore:
             born_timestamp_ms: int | None = None) -> PutResult:
         """Append one message; returns where it went. Queue: `queue_id`, else the queue of
         `sharding_key` (same key -> same queue), else round-robin."""
-        r = self._put(topic, (body,), queue_id, tags,
-                      None if not keys else [tuple(keys)] if not isinstance(keys, str)
-                      else [(keys,)],
-                      None if properties is None else [properties], delay_level, sharding_key,
-                      None if born_timestamp_ms is None else [born_timestamp_ms], 0)
-        return PutResult(r[0], int(r[1][0]), r[2], int(r[3][0]), int(r[4][0]), r[5])
+        if isinstance(keys, str):
+            keys = (keys,)
+        if delay_level:
+            r = self._put(topic, (body,), queue_id, tags, [tuple(keys)] if keys else None,
+                          None if properties is None else [properties], delay_level,
+                          sharding_key, None if born_timestamp_ms is None
+                          else [born_timestamp_ms], 0)
+            return PutResult(r[0], int(r[1][0]), r[2], int(r[3][0]), int(r[4][0]), r[5])
+        # One message: CommitLog.append and one consume-queue entry, no arrays.
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
+            self._check_disk()
+            t = self._topics.get(topic)
+            created = t is None
+            if t is None or t.system:
+                t = self._topic_for_write(topic)
+            lg = self._log
+            try:
+                q, rr = self._choose_queues(t, 1, queue_id, sharding_key)
+                off = int(t.counters[q])
+                index, pos, ts = lg.append(t.name, body, queue_id=q, queue_offset=off,
+                                           term=self._term, tags=tags,
+                                           keys=tuple(keys) if keys else (),
+                                           properties=properties,
+                                           born_timestamp_ms=born_timestamp_ms)
+            except BaseException:
+                if created:
+                    self._drop_topic(t)
+                raise
+            t.counters[q] = off + 1
+            if rr is not None:
+                t.rr = rr
+            st = self._stats
+            st["puts"] += 1
+            st["messages_put"] += 1
+            if not self._replicated:
+                end = lg.end_position
+                if lg.flush_mode == "sync":
+                    lg.wait_flushed(end)
+                lg.commit(index)
+                S = self._seg_size
+                if (self._dispatched == pos and lg.committed_position == end
+                        and pos // S == (end - 1) // S):
+                    th = self._tag_hash(tags)
+                    if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
+                        self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    st["dispatched_records"] += 1
+                    self._dispatched = end
+                    if (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
+                            self.config.dispatch_checkpoint_interval_ms:
+                        self._checkpoint_dispatch()
+                else:
+                    self._dispatch()
+            return PutResult(index, pos, t.name, q, off, ts)
+
+    def _tag_hash(self, tags) -> int:
+        if not tags:
+            return 0
+        h = self._tag_hashes.get(tags)
+        if h is None:
+            if len(self._tag_hashes) >= 4096:
+                self._tag_hashes.clear()
+            h = self._tag_hashes[tags] = _cq.fnv1a64(tags.encode())
+        return h
 
     def put_batch(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
                   keys=None, properties=None, delay_level: int = 0, sharding_key=None,
@@ -530,25 +605,36 @@ class MessageStore:
         if type(delay_level) is not int or not 0 <= delay_level <= len(self.schedule.levels_ms):
             raise InvalidDelayLevelError(
                 f"delay_level {delay_level!r} outside [0, {len(self.schedule.levels_ms)}]")
-        for name, v in (("tags", tags), ("keys", keys), ("properties", properties),
-                        ("sharding_key", sharding_key), ("born_timestamps_ms", born)):
-            if isinstance(v, list) and len(v) != n:
-                raise InvalidArgumentError(f"{name}: {len(v)} values for {n} messages")
+        if (tags is not None or keys is not None or properties is not None
+                or sharding_key is not None or born is not None):
+            for name, v in (("tags", tags), ("keys", keys), ("properties", properties),
+                            ("sharding_key", sharding_key), ("born_timestamps_ms", born)):
+                if isinstance(v, list) and len(v) != n:
+                    raise InvalidArgumentError(f"{name}: {len(v)} values for {n} messages")
         with self._lock:
-            self._check_open()
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
             self._check_disk()
             rr = None
+            created = topic not in self._topics
             if internal_queue_ids is None:
                 t = self._topic_for_write(topic)
-                qids, rr = self._choose_queues(t, n, queue_id, sharding_key)
             else:
                 t = self._topics[topic]
-                qids = internal_queue_ids
-            if delay_level > 0:
-                res = self._put_delayed(t, bodies, qids, tags, keys, properties, delay_level,
-                                        born)
-            else:
-                res = self._append(t, bodies, qids, tags, keys, properties, born, flags)
+            try:
+                if internal_queue_ids is None:
+                    qids, rr = self._choose_queues(t, n, queue_id, sharding_key)
+                else:
+                    qids = internal_queue_ids
+                if delay_level > 0:
+                    res = self._put_delayed(t, bodies, qids, tags, keys, properties,
+                                            delay_level, born)
+                else:
+                    res = self._append(t, bodies, qids, tags, keys, properties, born, flags)
+            except BaseException:
+                if created and t.name in self._topics and not t.counters.any():
+                    self._drop_topic(t)      # an auto-created topic of a rejected put
+                raise
             if rr is not None:      # the round-robin cursor moves only for accepted puts
                 t.rr = rr
             return res
@@ -623,7 +709,7 @@ class MessageStore:
         if tags is None:
             shared, per = 0, None
         elif isinstance(tags, str):
-            shared, per = _cq.fnv1a64(tags.encode()), None
+            shared, per = self._tag_hash(tags), None
         else:
             shared, per = 0, _cq.tag_hashes(list(tags))
         i = 0

@@ -30,7 +30,3 @@ def open_store(store_dir):
         if not s.closed:
             s.close()
 
-
-def cq_files(store_dir, topic, q):
-    d = os.path.join(store_dir, "consumequeue", topic, str(q))
-    return sorted(os.listdir(d)) if os.path.isdir(d) else []

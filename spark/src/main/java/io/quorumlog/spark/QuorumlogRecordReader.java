@@ -25,6 +25,7 @@ import java.util.Arrays;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.io.LongWritable;
 import org.apache.hadoop.mapreduce.InputSplit;
@@ -113,6 +114,9 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         }
         segBase = Long.parseLong(name);
         FileSystem fs = file.getFileSystem(conf);
+        // Segment files have no Hadoop .crc side files and every record carries its own
+        // CRC32C: read local files through the raw file system, not the checksumming wrapper.
+        if (fs instanceof LocalFileSystem) fs = ((LocalFileSystem) fs).getRawFileSystem();
         segEnd = segBase + fs.getFileStatus(file).getLen();
         splitStart = segBase + split.getStart();
         ownedEnd = Math.min(segBase + split.getStart() + split.getLength(), limit);
@@ -201,14 +205,14 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             long remaining = segEnd - pos;
             if (remaining < Format.HEADER_SIZE || !ensure(pos, Format.HEADER_SIZE)) break;
             int off = (int) (pos - bufStart);
-            if (Format.isZeroHeader(buf, off)) {
+            String why = Format.checkHeader(buf, off, pos, remaining);
+            if (why != null && Format.isZeroHeader(buf, off)) {
                 if (pos < committedPosition) {
                     if (!bad("unwritten (zero) bytes before the committed position")) break;
                     continue;
                 }
                 break;  // end of the written log in this segment
             }
-            String why = Format.checkHeader(buf, off, pos, remaining);
             if (why != null) {
                 if (!bad(why)) break;
                 continue;

@@ -158,3 +158,14 @@ def test_stats(open_store):
     assert st["messages_put"] == 7 and st["messages"] == 7 and st["topics"] == 1
     assert st["dispatched_position"] == st["committed_position"] == st["end_position"]
     assert st["gets"] == 1 and st["messages_got"] == 2
+
+
+def test_rejected_first_put_does_not_create_topic(open_store):
+    s = open_store()
+    with __import__("pytest").raises(errors.MessageTooLargeError):
+        s.put("fresh", b"x" * (s.config.max_message_bytes + 1))
+    with __import__("pytest").raises(errors.InvalidArgumentError):
+        s.put_batch("fresh2", [b"a", None])
+    assert s.topics() == {}
+    s.close()
+    assert open_store().topics() == {}

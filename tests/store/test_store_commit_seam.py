@@ -1,0 +1,40 @@
+"""The commit seam: dispatch (and so every read) stops at the log's commit limit. Single
+replica: the store commits itself (async: at once; sync: after the covering flush). With
+replicated=True a Raft driver commits and then calls dispatch()."""
+import quorumlog
+
+
+def test_sync_mode_put_returns_after_flush(open_store):
+    s = open_store(flush="sync")
+    r = s.put_batch("t", [b"a"] * 10)
+    lg = s.commitlog
+    assert lg.flushed_position >= lg.end_position
+    assert lg.committed_index == r.first_index + 9
+    assert s.dispatched_position == lg.committed_position == lg.end_position
+
+
+def test_async_mode_commits_at_once(open_store):
+    s = open_store(flush="async", flush_interval_ms=3_600_000)
+    r = s.put("t", b"a", queue_id=0)
+    assert s.commitlog.committed_index == r.index
+    assert [m.body for m in s.get("t", 0, 0)] == [b"a"]
+
+
+def test_replicated_mode_reads_only_committed(open_store, store_dir):
+    s = open_store(replicated=True)
+    r = s.put_batch("t", [b"%d" % i for i in range(6)], queue_id=1)
+    assert list(r.queue_offsets) == list(range(6))
+    assert s.max_offset("t", 1) == 0                      # appended, not committed
+    assert s.get("t", 1, 0) == []
+    s.commitlog.commit(r.first_index + 2)                 # the Raft layer commits 3
+    assert s.dispatch() == s.commit_limit
+    assert [m.body for m in s.get("t", 1, 0, 10)] == [b"0", b"1", b"2"]
+    s.close()
+    # Reopened in replicated mode: uncommitted records keep their offsets (the counters
+    # account for them), and are not readable until committed.
+    s = open_store(replicated=True)
+    assert s.max_offset("t", 1) == 3
+    assert s.put("t", b"6", queue_id=1).queue_offset == 6
+    s.commitlog.commit(s.commitlog.last_index)
+    s.dispatch()
+    assert [m.body for m in s.get("t", 1, 0, 10)] == [b"%d" % i for i in range(7)]
