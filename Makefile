@@ -15,6 +15,9 @@ $(VPY):
 
 $(STAMP): $(VPY) $(SRCS)
 	$(VPY) -m pip install -q -e ".[$(EXTRAS)]"
+	@# pip builds the project before it installs the spark extra, so the jar is compiled here,
+	@# against the venv's pyspark; a javac failure fails make (no javac: a warning).
+	$(VPY) spark/build_jar.py src/quorumlog
 	touch $(STAMP)
 
 install: $(STAMP)
