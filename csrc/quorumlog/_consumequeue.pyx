@@ -20,7 +20,7 @@ position is dropped and re-dispatched from the log.
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memset
 from libc.stdint cimport int64_t, int32_t, uint32_t, uint16_t, uint8_t, uint64_t
 
 import bisect
@@ -399,6 +399,57 @@ cdef class CQFile:
             self.mm.flush()
 
 
+cdef inline int32_t _size_at(CQFile f, Py_ssize_t i) noexcept:
+    cdef int32_t v
+    memcpy(&v, f.base + i * C_ENTRY + 8, 4)
+    return v
+
+
+cdef Py_ssize_t _first_valid(CQFile f):
+    """Index of the first entry with size > 0, or -1."""
+    cdef Py_ssize_t i
+    for i in range(f.capacity):
+        if _size_at(f, i) > 0:
+            return i
+    return -1
+
+
+cdef Py_ssize_t _trusted_end(CQFile f, Py_ssize_t a, int64_t limit):
+    """First index in [a, capacity) where "size > 0 and position < limit" stops holding."""
+    cdef Py_ssize_t lo = a, hi = f.capacity, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _size_at(f, mid) > 0 and ld64(f.base + mid * C_ENTRY) < limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+DEF ZERO_CHUNK = 4096
+
+
+cdef Py_ssize_t _zero_from(CQFile f, Py_ssize_t k):
+    """Zero the non-zero entries from k on, chunk by chunk, stopping at the first chunk that is
+    already all zero -> number of entries that were not zero."""
+    cdef Py_ssize_t i = k, j, end, n = 0
+    cdef bint any_set
+    while i < f.capacity:
+        end = min(i + ZERO_CHUNK, f.capacity)
+        any_set = False
+        for j in range(i, end):
+            if _size_at(f, j) != 0 or ld64(f.base + j * C_ENTRY) != 0 or \
+                    ld64(f.base + j * C_ENTRY + 12) != 0:
+                n += 1
+                any_set = True
+                memset(f.base + j * C_ENTRY, 0, C_ENTRY)
+        if not any_set:
+            break
+        f.dirty = True
+        i = end
+    return n
+
+
 def file_name(int64_t first_offset):
     return "%020d" % first_offset
 
@@ -459,28 +510,31 @@ cdef class ConsumeQueue:
 
     def recover(self, int64_t limit):
         """Drop every entry that points at or past log position `limit` (never trust the
-        index beyond what the log confirms) and set next_offset from what remains."""
+        index beyond what the log confirms) and set next_offset from what remains.
+
+        O(log n) per queue on the usual shape of a file: [holes][trusted entries][zeros].
+        Entries below the durable dispatched position were msync'd before that position was
+        checkpointed, so the trusted entries are contiguous and the predicate "size > 0 and
+        position < limit" is true on [a, k) and false after: binary search finds k. What
+        follows k (entries past the limit, or stale bytes a crash left) is zeroed until a
+        whole chunk reads zero, so a later reopen never sees it."""
         cdef CQFile f
+        cdef Py_ssize_t a, k, dropped
         self.empty = True
         self.cur = None
         self.next_offset = self.starts[0] if self.starts else 0
         for first in reversed(self.starts):
             f = self.file(first)
-            arr = f.entries
-            valid = np.flatnonzero(arr["size"] > 0)
-            if len(valid) == 0:
+            a = _first_valid(f)
+            if a < 0:
                 continue
-            keep = valid[arr["position"][valid] < limit]
-            last_valid = int(valid[len(valid) - 1])
-            last_keep = int(keep[len(keep) - 1]) if len(keep) else -1
-            if last_keep < last_valid:
-                f.raw()[(last_keep + 1) * ENTRY_SIZE:(last_valid + 1) * ENTRY_SIZE] = 0
-                f.dirty = True
-                log.info("consume queue %s/%d: dropped entries %d..%d past position %d",
-                         self.topic, self.queue_id, first + last_keep + 1,
-                         first + last_valid, limit)
-            if last_keep >= 0:
-                self.next_offset = first + last_keep + 1
+            k = _trusted_end(f, a, limit)
+            dropped = _zero_from(f, k)
+            if dropped:
+                log.info("consume queue %s/%d: dropped %d entries from offset %d (past "
+                         "position %d)", self.topic, self.queue_id, dropped, first + k, limit)
+            if k > a:
+                self.next_offset = first + k
                 self.empty = False
                 self.cur = f
                 break
@@ -507,8 +561,9 @@ cdef class ConsumeQueue:
     def min_offset(self, int64_t min_position):
         """First offset whose entry points at or past the log's min position."""
         cdef CQFile f
-        if self.min_offset_cache is not None:
-            return self.min_offset_cache
+        c = self.min_offset_cache
+        if c is not None and c[0] == min_position and not self.empty:
+            return c[1]
         result = self.next_offset
         if not self.empty:
             for first in list(self.starts):
@@ -521,7 +576,9 @@ cdef class ConsumeQueue:
                 if len(ok):
                     result = first + int(ok[0])
                     break
-        self.min_offset_cache = result
+        # Stays right as entries are appended: they all point past min_position. (An empty
+        # queue is not cached: its min offset is its next offset.)
+        self.min_offset_cache = (min_position, result)
         return result
 
     def position_of(self, int64_t offset):
