@@ -548,7 +548,14 @@ class MessageStore:
             if not self._replicated:
                 end = lg.end_position
                 if lg.flush_mode == "sync":
-                    lg.wait_flushed(end)
+                    pending = (t, np.array([pos], dtype=np.int64), end,
+                               np.array([q], dtype=np.int32), np.array([off], dtype=np.int64),
+                               tags, 1, index)
+                else:
+                    pending = None
+            else:
+                pending = None
+            if not self._replicated and pending is None:
                 lg.commit(index)
                 S = self._seg_size
                 if (self._dispatched == pos and lg.committed_position == end
@@ -563,7 +570,9 @@ class MessageStore:
                         self._checkpoint_dispatch()
                 else:
                     self._dispatch()
-            return PutResult(index, pos, t.name, q, off, ts)
+        if pending is not None:
+            self._finish_sync(pending)
+        return PutResult(index, pos, t.name, q, off, ts)
 
     def _tag_hash(self, tags) -> int:
         if not tags:
@@ -637,7 +646,10 @@ class MessageStore:
                 raise
             if rr is not None:      # the round-robin cursor moves only for accepted puts
                 t.rr = rr
-            return res
+        res, pending = res
+        if pending is not None:
+            self._finish_sync(pending)
+        return res
 
     def _choose_queues(self, t: _Topic, n, queue_id, sharding_key):
         nq = len(t.queues)
@@ -687,23 +699,42 @@ class MessageStore:
             t.counters = counts
         self._stats["puts"] += 1
         self._stats["messages_put"] += n
-        if not self._replicated:
-            last = first_index + n - 1
-            end = lg.end_position
-            if lg.flush_mode == "sync":
-                lg.wait_flushed(end)
-            lg.commit(last)
-            S = self._seg_size
-            p0 = int(positions[0])
-            if (self._dispatched == p0 and lg.committed_position == end
-                    and p0 // S == (end - 1) // S):
-                # Fast path: the batch is the whole committed, undispatched tail and sits in one
-                # segment (no BLANK inside), so the append results describe every record; no
-                # need to re-read and re-CRC the headers through scan().
-                self._dispatch_own(t, positions, end, qids, offs, tags, n)
-            else:
-                self._dispatch()
-        return first_index, positions, t.name, qids, offs, store_ts
+        res = (first_index, positions, t.name, qids, offs, store_ts)
+        if self._replicated:
+            return res, None
+        pending = (t, positions, lg.end_position, qids, offs, tags, n, first_index + n - 1)
+        if lg.flush_mode == "sync":
+            return res, pending          # committed by _finish_sync, outside the lock
+        self._commit_and_dispatch(*pending)
+        return res, None
+
+    def _commit_and_dispatch(self, t, positions, end, qids, offs, tags, n, last):
+        """Single replica: commit our own batch and dispatch it (called with the lock)."""
+        lg = self._log
+        lg.commit(last)
+        S = self._seg_size
+        p0 = int(positions[0])
+        if (self._dispatched == p0 and lg.committed_position == end
+                and p0 // S == (end - 1) // S):
+            # Fast path: the batch is the whole committed, undispatched tail and sits in one
+            # segment (no BLANK inside), so the append results describe every record; no
+            # need to re-read and re-CRC the headers through scan().
+            self._dispatch_own(t, positions, end, qids, offs, tags, n)
+        else:
+            self._dispatch()
+
+    def _finish_sync(self, pending):
+        """Sync mode: wait for the flush covering the batch *without* the store lock, so
+        other producers append meanwhile and one msync covers them all (group commit); then
+        commit and dispatch."""
+        end = pending[2]
+        if not self._log.wait_flushed(end):
+            raise QuorumlogError(f"store {self._path}: flush up to {end} did not complete")
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} closed while waiting for a flush; "
+                                     "the batch was flushed but not dispatched before close")
+            self._commit_and_dispatch(*pending)
 
     def _dispatch_own(self, t, positions, end, qids, offs, tags, n):
         if tags is None:

@@ -38,3 +38,25 @@ def test_replicated_mode_reads_only_committed(open_store, store_dir):
     s.commitlog.commit(s.commitlog.last_index)
     s.dispatch()
     assert [m.body for m in s.get("t", 1, 0, 10)] == [b"%d" % i for i in range(7)]
+
+
+def test_sync_mode_group_commit_across_producers(open_store):
+    """Producers wait for their flush outside the store lock, so one flush covers several."""
+    import threading
+    s = open_store(flush="sync", segment_size_bytes=1 << 22)
+    s.create_topic("t", queues=4)
+
+    def produce():
+        for _ in range(50):
+            s.put("t", b"x" * 100)
+
+    threads = [threading.Thread(target=produce) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    st = s.commitlog.stats()
+    assert st["records"] == 400
+    assert st["flushes"] < 0.9 * 400
+    assert sum(s.max_offset("t", q) for q in range(4)) == 400
+    assert s.commitlog.committed_position == s.commitlog.end_position == s.dispatched_position
