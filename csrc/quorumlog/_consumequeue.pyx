@@ -682,12 +682,12 @@ def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
     return n
 
 
-def queue_offsets(const int64_t[:] counters, const int32_t[:] qids):
+def queue_offsets(const int64_t[:] counters, const int64_t[:] qids):
     """Queue offsets for a batch whose message i goes to queue qids[i]: consecutive per queue
     from `counters` -> (offsets int64[n], new counters). `counters` is not modified (the store
     adopts the new counters only once the log accepted the batch)."""
     cdef Py_ssize_t i, n = qids.shape[0], nq = counters.shape[0]
-    cdef int32_t q
+    cdef int64_t q
     new = np.array(counters, dtype=np.int64)
     offs = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] c = new
@@ -720,7 +720,7 @@ def tag_hashes(list tags):
 
 
 def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
-                   const int32_t[:] qids, const int64_t[:] offs, int64_t shared_tag_hash,
+                   const int64_t[:] qids, const int64_t[:] offs, int64_t shared_tag_hash,
                    const int64_t[:] tag_hashes, Py_ssize_t start):
     """dispatch() for the store's own just-committed batch of one topic: record i spans
     [positions[i], positions[i+1]) (the last one ends at `end`; the caller checked that no
@@ -728,7 +728,8 @@ def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
     None. Returns the index of the first record the fast path cannot place, or n."""
     cdef Py_ssize_t i, n = positions.shape[0], nq = len(qlist)
     cdef int64_t off, pos, th = shared_tag_hash
-    cdef int32_t qid, sz
+    cdef int64_t qid
+    cdef int32_t sz
     cdef ConsumeQueue cq
     cdef CQFile f
     cdef unsigned char *e
@@ -775,14 +776,14 @@ def body_bytes(bodies):
 
 def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
     """Round-robin queue choice for n messages from queue `start`, with their queue offsets
-    -> (qids int32[n], offsets int64[n], new counters); `counters` is not modified."""
+    -> (qids int64[n], offsets int64[n], new counters); `counters` is not modified."""
     cdef Py_ssize_t i, nq = counters.shape[0]
-    cdef int32_t q = <int32_t>start
+    cdef int64_t q = start
     new = np.array(counters, dtype=np.int64)
-    qids = np.empty(n, dtype=np.int32)
+    qids = np.empty(n, dtype=np.int64)
     offs = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] c = new
-    cdef int32_t[::1] qv = qids
+    cdef int64_t[::1] qv = qids
     cdef int64_t[::1] o = offs
     for i in range(n):
         qv[i] = q

@@ -94,7 +94,7 @@ class BatchResult(NamedTuple):
     first_index: int
     positions: np.ndarray      # int64
     topic: str
-    queue_ids: np.ndarray      # int32
+    queue_ids: np.ndarray      # int64
     queue_offsets: np.ndarray  # int64
     store_timestamp: int
 
@@ -549,7 +549,7 @@ class MessageStore:
                 end = lg.end_position
                 if lg.flush_mode == "sync":
                     pending = (t, np.array([pos], dtype=np.int64), end,
-                               np.array([q], dtype=np.int32), np.array([off], dtype=np.int64),
+                               np.array([q], dtype=np.int64), np.array([off], dtype=np.int64),
                                tags, 1, index)
                 else:
                     pending = None
@@ -663,7 +663,7 @@ class MessageStore:
         if sharding_key is not None:
             if isinstance(sharding_key, list):
                 return np.fromiter((_sharding_queue(k, nq) for k in sharding_key),
-                                   dtype=np.int32, count=n), None
+                                   dtype=np.int64, count=n), None
             return _sharding_queue(sharding_key, nq), None
         # Round-robin (RocketMQ's default MessageQueueSelector: an incrementing index).
         start = t.rr
@@ -694,7 +694,7 @@ class MessageStore:
         if counts is None:
             t.counters[qids] += n
             offs = np.arange(offs, offs + n, dtype=np.int64)
-            qids = np.full(n, qids, dtype=np.int32)
+            qids = np.full(n, qids, dtype=np.int64)
         else:
             t.counters = counts
         self._stats["puts"] += 1
