@@ -241,6 +241,19 @@ class MessageStore:
         return self._log.committed_position
 
     @property
+    def term(self) -> int:
+        """Raft term written into appended records (1 for a single replica). The Raft driver
+        sets it when this replica becomes leader; it never decreases."""
+        return self._term
+
+    @term.setter
+    def term(self, value: int) -> None:
+        if type(value) is not int or value < self._term:
+            raise InvalidArgumentError(f"term must be an int >= {self._term}, got {value!r}")
+        with self._lock:
+            self._term = value
+
+    @property
     def dispatched_position(self) -> int:
         return self._dispatched
 

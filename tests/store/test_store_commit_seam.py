@@ -60,3 +60,15 @@ def test_sync_mode_group_commit_across_producers(open_store):
     assert st["flushes"] < 0.9 * 400
     assert sum(s.max_offset("t", q) for q in range(4)) == 400
     assert s.commitlog.committed_position == s.commitlog.end_position == s.dispatched_position
+
+
+def test_term_for_the_raft_driver(open_store):
+    import pytest
+    from quorumlog import errors
+    s = open_store(replicated=True)
+    assert s.term == 1
+    s.term = 3
+    r = s.put("t", b"x", queue_id=0)
+    assert s.commitlog.term_at(r.index) == 3
+    with pytest.raises(errors.InvalidArgumentError):
+        s.term = 2
