@@ -89,22 +89,42 @@ class PutResult(NamedTuple):
     store_timestamp: int   # ms since the epoch
 
 
-class BatchResult(NamedTuple):
-    """put_batch: one entry per message, as arrays (no Python object per message)."""
-    first_index: int
-    positions: np.ndarray      # int64
-    topic: str
-    queue_ids: np.ndarray      # int64
-    queue_offsets: np.ndarray  # int64
-    store_timestamp: int
+class BatchResult:
+    """put_batch's result: one entry per message as arrays (no Python object per message).
+    Also a sequence of PutResult: len(r), r[i], iteration."""
+    __slots__ = ("first_index", "positions", "topic", "queue_ids", "queue_offsets",
+                 "store_timestamp")
+
+    def __init__(self, first_index, positions, topic, queue_ids, queue_offsets,
+                 store_timestamp):
+        self.first_index = first_index          # raft index of the first message
+        self.positions = positions              # int64 array
+        self.topic = topic
+        self.queue_ids = queue_ids              # int64 array
+        self.queue_offsets = queue_offsets      # int64 array
+        self.store_timestamp = store_timestamp  # ms, one per batch
 
     def __len__(self):
         return len(self.positions)
 
-    def __getitem__(self, i):  # a tuple of arrays is also indexable per message
+    def __getitem__(self, i):
+        n = len(self.positions)
+        if not isinstance(i, int):
+            raise TypeError("BatchResult indices must be int")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
         return PutResult(self.first_index + i, int(self.positions[i]), self.topic,
                          int(self.queue_ids[i]), int(self.queue_offsets[i]),
                          self.store_timestamp)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return (f"BatchResult(first_index={self.first_index}, n={len(self)}, "
+                f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
 
 
 class _Topic:
