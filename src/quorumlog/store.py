@@ -210,7 +210,8 @@ class MessageStore:
         self._cqdir = os.path.join(self._path, "consumequeue")
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
-                       "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0}
+                       "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0,
+                       "dispatch_stalls": 0}
         self._disk_full = False
         self._disk_ratio = 0.0
         self._last_disk_check = -1e18
@@ -487,9 +488,13 @@ class MessageStore:
             if nxt == self._dispatched:
                 break
             if len(info):
-                self._dispatch_columns(info["position"], info["size"], info["queue_id"],
-                                       info["queue_offset"], info["tag_hash"],
-                                       info["topic_hash"], info["type"])
+                try:
+                    self._dispatch_columns(info["position"], info["size"], info["queue_id"],
+                                           info["queue_offset"], info["tag_hash"],
+                                           info["topic_hash"], info["type"])
+                except DiskFullError as exc:
+                    self._dispatch_stalled(exc)
+                    return
             self._dispatched = nxt
         if checkpoint or (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
                 self.config.dispatch_checkpoint_interval_ms:
@@ -594,8 +599,12 @@ class MessageStore:
                 if (self._dispatched == pos and lg.committed_position == end
                         and pos // S == (end - 1) // S):
                     th = self._tag_hash(tags)
-                    if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
-                        self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    try:
+                        if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
+                            self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    except DiskFullError as exc:
+                        self._dispatch_stalled(exc)
+                        return PutResult(index, pos, t.name, q, off, ts)
                     st["dispatched_records"] += 1
                     self._dispatched = end
                     if (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
@@ -752,9 +761,20 @@ class MessageStore:
             # Fast path: the batch is the whole committed, undispatched tail and sits in one
             # segment (no BLANK inside), so the append results describe every record; no
             # need to re-read and re-CRC the headers through scan().
-            self._dispatch_own(t, positions, end, qids, offs, tags, n)
+            try:
+                self._dispatch_own(t, positions, end, qids, offs, tags, n)
+            except DiskFullError as exc:
+                self._dispatch_stalled(exc)
         else:
             self._dispatch()
+
+    def _dispatch_stalled(self, exc):
+        """A consume-queue file could not be preallocated (disk full). The records are in the
+        log and committed, so the put succeeded; dispatch stops where it is (readers see what
+        was dispatched) and resumes from the log on the next put, read or timer tick."""
+        self._stats["dispatch_stalls"] += 1
+        log.error("store %s: dispatch stalled at position %d: %s", self._path,
+                  self._dispatched, exc)
 
     def _finish_sync(self, pending):
         """Sync mode: wait for the flush covering the batch *without* the store lock, so
