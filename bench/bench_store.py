@@ -29,21 +29,28 @@ GET_MESSAGES = 1_000_000
 REOPEN_MESSAGES = int(os.environ.get("QUORUMLOG_BENCH_REOPEN_MESSAGES", 10_000_000))
 
 
+WARM_BYTES = int(os.environ.get("QUORUMLOG_BENCH_WARM_GIB", "3")) << 30   # as bench_commitlog
+BENCH_DIR = os.environ.get("QUORUMLOG_BENCH_DIR") or None
+
+
 @pytest.fixture(scope="module", autouse=True)
 def touch_memory():
     """Fault in a few GiB once so the first benchmark does not pay the kernel's first-touch
     costs that later ones do not."""
+    held = []
     try:
-        a = np.ones(2 << 30, dtype=np.uint8)
-        a[::4096] = 2
-        del a
+        for _ in range(max(1, WARM_BYTES >> 28)):
+            a = np.empty(1 << 28, dtype=np.uint8)
+            a[::4096] = 1          # one write per page faults it in
+            held.append(a)
     except MemoryError:
         pass
+    del held
 
 
 @pytest.fixture
 def workdir():
-    d = tempfile.mkdtemp(prefix="quorumlog-bench-store-")
+    d = tempfile.mkdtemp(prefix="quorumlog-bench-store-", dir=BENCH_DIR)
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -82,7 +89,7 @@ def test_put_batch(benchmark, workdir, mode, size):
 
 @pytest.fixture(scope="module")
 def filled_store():
-    d = tempfile.mkdtemp(prefix="quorumlog-bench-get-")
+    d = tempfile.mkdtemp(prefix="quorumlog-bench-get-", dir=BENCH_DIR)
     s = _open(d)
     s.create_topic("bench", QUEUES)
     body = os.urandom(100)
@@ -116,7 +123,7 @@ def test_get_sequential(benchmark, filled_store):
 
 
 def test_cold_reopen(benchmark):
-    d = tempfile.mkdtemp(prefix="quorumlog-bench-reopen-")
+    d = tempfile.mkdtemp(prefix="quorumlog-bench-reopen-", dir=BENCH_DIR)
     try:
         s = _open(d)
         s.create_topic("bench", QUEUES)

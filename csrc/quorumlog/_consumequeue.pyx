@@ -20,7 +20,7 @@ position is dropped and re-dispatched from the log.
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memset
 from libc.stdint cimport int64_t, int32_t, uint32_t, uint16_t, uint8_t, uint64_t
 
 import bisect
@@ -399,6 +399,57 @@ cdef class CQFile:
             self.mm.flush()
 
 
+cdef inline int32_t _size_at(CQFile f, Py_ssize_t i) noexcept:
+    cdef int32_t v
+    memcpy(&v, f.base + i * C_ENTRY + 8, 4)
+    return v
+
+
+cdef Py_ssize_t _first_valid(CQFile f):
+    """Index of the first entry with size > 0, or -1."""
+    cdef Py_ssize_t i
+    for i in range(f.capacity):
+        if _size_at(f, i) > 0:
+            return i
+    return -1
+
+
+cdef Py_ssize_t _trusted_end(CQFile f, Py_ssize_t a, int64_t limit):
+    """First index in [a, capacity) where "size > 0 and position < limit" stops holding."""
+    cdef Py_ssize_t lo = a, hi = f.capacity, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _size_at(f, mid) > 0 and ld64(f.base + mid * C_ENTRY) < limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+DEF ZERO_CHUNK = 4096
+
+
+cdef Py_ssize_t _zero_from(CQFile f, Py_ssize_t k):
+    """Zero the non-zero entries from k on, chunk by chunk, stopping at the first chunk that is
+    already all zero -> number of entries that were not zero."""
+    cdef Py_ssize_t i = k, j, end, n = 0
+    cdef bint any_set
+    while i < f.capacity:
+        end = min(i + ZERO_CHUNK, f.capacity)
+        any_set = False
+        for j in range(i, end):
+            if _size_at(f, j) != 0 or ld64(f.base + j * C_ENTRY) != 0 or \
+                    ld64(f.base + j * C_ENTRY + 12) != 0:
+                n += 1
+                any_set = True
+                memset(f.base + j * C_ENTRY, 0, C_ENTRY)
+        if not any_set:
+            break
+        f.dirty = True
+        i = end
+    return n
+
+
 def file_name(int64_t first_offset):
     return "%020d" % first_offset
 
@@ -459,28 +510,31 @@ cdef class ConsumeQueue:
 
     def recover(self, int64_t limit):
         """Drop every entry that points at or past log position `limit` (never trust the
-        index beyond what the log confirms) and set next_offset from what remains."""
+        index beyond what the log confirms) and set next_offset from what remains.
+
+        O(log n) per queue on the usual shape of a file: [holes][trusted entries][zeros].
+        Entries below the durable dispatched position were msync'd before that position was
+        checkpointed, so the trusted entries are contiguous and the predicate "size > 0 and
+        position < limit" is true on [a, k) and false after: binary search finds k. What
+        follows k (entries past the limit, or stale bytes a crash left) is zeroed until a
+        whole chunk reads zero, so a later reopen never sees it."""
         cdef CQFile f
+        cdef Py_ssize_t a, k, dropped
         self.empty = True
         self.cur = None
         self.next_offset = self.starts[0] if self.starts else 0
         for first in reversed(self.starts):
             f = self.file(first)
-            arr = f.entries
-            valid = np.flatnonzero(arr["size"] > 0)
-            if len(valid) == 0:
+            a = _first_valid(f)
+            if a < 0:
                 continue
-            keep = valid[arr["position"][valid] < limit]
-            last_valid = int(valid[len(valid) - 1])
-            last_keep = int(keep[len(keep) - 1]) if len(keep) else -1
-            if last_keep < last_valid:
-                f.raw()[(last_keep + 1) * ENTRY_SIZE:(last_valid + 1) * ENTRY_SIZE] = 0
-                f.dirty = True
-                log.info("consume queue %s/%d: dropped entries %d..%d past position %d",
-                         self.topic, self.queue_id, first + last_keep + 1,
-                         first + last_valid, limit)
-            if last_keep >= 0:
-                self.next_offset = first + last_keep + 1
+            k = _trusted_end(f, a, limit)
+            dropped = _zero_from(f, k)
+            if dropped:
+                log.info("consume queue %s/%d: dropped %d entries from offset %d (past "
+                         "position %d)", self.topic, self.queue_id, dropped, first + k, limit)
+            if k > a:
+                self.next_offset = first + k
                 self.empty = False
                 self.cur = f
                 break
@@ -507,8 +561,9 @@ cdef class ConsumeQueue:
     def min_offset(self, int64_t min_position):
         """First offset whose entry points at or past the log's min position."""
         cdef CQFile f
-        if self.min_offset_cache is not None:
-            return self.min_offset_cache
+        c = self.min_offset_cache
+        if c is not None and c[0] == min_position and not self.empty:
+            return c[1]
         result = self.next_offset
         if not self.empty:
             for first in list(self.starts):
@@ -521,7 +576,9 @@ cdef class ConsumeQueue:
                 if len(ok):
                     result = first + int(ok[0])
                     break
-        self.min_offset_cache = result
+        # Stays right as entries are appended: they all point past min_position. (An empty
+        # queue is not cached: its min offset is its next offset.)
+        self.min_offset_cache = (min_position, result)
         return result
 
     def position_of(self, int64_t offset):
@@ -625,12 +682,12 @@ def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
     return n
 
 
-def queue_offsets(const int64_t[:] counters, const int32_t[:] qids):
+def queue_offsets(const int64_t[:] counters, const int64_t[:] qids):
     """Queue offsets for a batch whose message i goes to queue qids[i]: consecutive per queue
     from `counters` -> (offsets int64[n], new counters). `counters` is not modified (the store
     adopts the new counters only once the log accepted the batch)."""
     cdef Py_ssize_t i, n = qids.shape[0], nq = counters.shape[0]
-    cdef int32_t q
+    cdef int64_t q
     new = np.array(counters, dtype=np.int64)
     offs = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] c = new
@@ -663,7 +720,7 @@ def tag_hashes(list tags):
 
 
 def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
-                   const int32_t[:] qids, const int64_t[:] offs, int64_t shared_tag_hash,
+                   const int64_t[:] qids, const int64_t[:] offs, int64_t shared_tag_hash,
                    const int64_t[:] tag_hashes, Py_ssize_t start):
     """dispatch() for the store's own just-committed batch of one topic: record i spans
     [positions[i], positions[i+1]) (the last one ends at `end`; the caller checked that no
@@ -671,7 +728,8 @@ def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
     None. Returns the index of the first record the fast path cannot place, or n."""
     cdef Py_ssize_t i, n = positions.shape[0], nq = len(qlist)
     cdef int64_t off, pos, th = shared_tag_hash
-    cdef int32_t qid, sz
+    cdef int64_t qid
+    cdef int32_t sz
     cdef ConsumeQueue cq
     cdef CQFile f
     cdef unsigned char *e
@@ -718,14 +776,14 @@ def body_bytes(bodies):
 
 def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
     """Round-robin queue choice for n messages from queue `start`, with their queue offsets
-    -> (qids int32[n], offsets int64[n], new counters); `counters` is not modified."""
+    -> (qids int64[n], offsets int64[n], new counters); `counters` is not modified."""
     cdef Py_ssize_t i, nq = counters.shape[0]
-    cdef int32_t q = <int32_t>start
+    cdef int64_t q = start
     new = np.array(counters, dtype=np.int64)
-    qids = np.empty(n, dtype=np.int32)
+    qids = np.empty(n, dtype=np.int64)
     offs = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] c = new
-    cdef int32_t[::1] qv = qids
+    cdef int64_t[::1] qv = qids
     cdef int64_t[::1] o = offs
     for i in range(n):
         qv[i] = q

@@ -179,5 +179,5 @@ class ScheduleService:
                 s._extend_topic(t, max(qids) + 1)
             import numpy as np
             s._put(topic, bodies, None, tags, keys, props, 0, None, born,
-                   S.FLAG_FROM_SCHEDULE, internal_queue_ids=np.asarray(qids, dtype=np.int32))
+                   S.FLAG_FROM_SCHEDULE, internal_queue_ids=np.asarray(qids, dtype=np.int64))
             i = j

@@ -89,22 +89,42 @@ class PutResult(NamedTuple):
     store_timestamp: int   # ms since the epoch
 
 
-class BatchResult(NamedTuple):
-    """put_batch: one entry per message, as arrays (no Python object per message)."""
-    first_index: int
-    positions: np.ndarray      # int64
-    topic: str
-    queue_ids: np.ndarray      # int32
-    queue_offsets: np.ndarray  # int64
-    store_timestamp: int
+class BatchResult:
+    """put_batch's result: one entry per message as arrays (no Python object per message).
+    Also a sequence of PutResult: len(r), r[i], iteration."""
+    __slots__ = ("first_index", "positions", "topic", "queue_ids", "queue_offsets",
+                 "store_timestamp")
+
+    def __init__(self, first_index, positions, topic, queue_ids, queue_offsets,
+                 store_timestamp):
+        self.first_index = first_index          # raft index of the first message
+        self.positions = positions              # int64 array
+        self.topic = topic
+        self.queue_ids = queue_ids              # int64 array
+        self.queue_offsets = queue_offsets      # int64 array
+        self.store_timestamp = store_timestamp  # ms, one per batch
 
     def __len__(self):
         return len(self.positions)
 
-    def __getitem__(self, i):  # a tuple of arrays is also indexable per message
+    def __getitem__(self, i):
+        n = len(self.positions)
+        if not isinstance(i, int):
+            raise TypeError("BatchResult indices must be int")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
         return PutResult(self.first_index + i, int(self.positions[i]), self.topic,
                          int(self.queue_ids[i]), int(self.queue_offsets[i]),
                          self.store_timestamp)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return (f"BatchResult(first_index={self.first_index}, n={len(self)}, "
+                f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
 
 
 class _Topic:
@@ -190,7 +210,8 @@ class MessageStore:
         self._cqdir = os.path.join(self._path, "consumequeue")
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
-                       "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0}
+                       "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0,
+                       "dispatch_stalls": 0}
         self._disk_full = False
         self._disk_ratio = 0.0
         self._last_disk_check = -1e18
@@ -239,6 +260,19 @@ class MessageStore:
     def commit_limit(self) -> int:
         """Dispatch (and so every read) stops here: the log's committed position."""
         return self._log.committed_position
+
+    @property
+    def term(self) -> int:
+        """Raft term written into appended records (1 for a single replica). The Raft driver
+        sets it when this replica becomes leader; it never decreases."""
+        return self._term
+
+    @term.setter
+    def term(self, value: int) -> None:
+        if type(value) is not int or value < self._term:
+            raise InvalidArgumentError(f"term must be an int >= {self._term}, got {value!r}")
+        with self._lock:
+            self._term = value
 
     @property
     def dispatched_position(self) -> int:
@@ -454,9 +488,13 @@ class MessageStore:
             if nxt == self._dispatched:
                 break
             if len(info):
-                self._dispatch_columns(info["position"], info["size"], info["queue_id"],
-                                       info["queue_offset"], info["tag_hash"],
-                                       info["topic_hash"], info["type"])
+                try:
+                    self._dispatch_columns(info["position"], info["size"], info["queue_id"],
+                                           info["queue_offset"], info["tag_hash"],
+                                           info["topic_hash"], info["type"])
+                except DiskFullError as exc:
+                    self._dispatch_stalled(exc)
+                    return
             self._dispatched = nxt
         if checkpoint or (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
                 self.config.dispatch_checkpoint_interval_ms:
@@ -548,14 +586,25 @@ class MessageStore:
             if not self._replicated:
                 end = lg.end_position
                 if lg.flush_mode == "sync":
-                    lg.wait_flushed(end)
+                    pending = (t, np.array([pos], dtype=np.int64), end,
+                               np.array([q], dtype=np.int64), np.array([off], dtype=np.int64),
+                               tags, 1, index)
+                else:
+                    pending = None
+            else:
+                pending = None
+            if not self._replicated and pending is None:
                 lg.commit(index)
                 S = self._seg_size
                 if (self._dispatched == pos and lg.committed_position == end
                         and pos // S == (end - 1) // S):
                     th = self._tag_hash(tags)
-                    if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
-                        self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    try:
+                        if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
+                            self._dispatch_slow(pos, end - pos, q, off, th, t.hash)
+                    except DiskFullError as exc:
+                        self._dispatch_stalled(exc)
+                        return PutResult(index, pos, t.name, q, off, ts)
                     st["dispatched_records"] += 1
                     self._dispatched = end
                     if (self._monotonic() - self._last_dispatch_cp) * 1000 >= \
@@ -563,7 +612,9 @@ class MessageStore:
                         self._checkpoint_dispatch()
                 else:
                     self._dispatch()
-            return PutResult(index, pos, t.name, q, off, ts)
+        if pending is not None:
+            self._finish_sync(pending)
+        return PutResult(index, pos, t.name, q, off, ts)
 
     def _tag_hash(self, tags) -> int:
         if not tags:
@@ -637,7 +688,10 @@ class MessageStore:
                 raise
             if rr is not None:      # the round-robin cursor moves only for accepted puts
                 t.rr = rr
-            return res
+        res, pending = res
+        if pending is not None:
+            self._finish_sync(pending)
+        return res
 
     def _choose_queues(self, t: _Topic, n, queue_id, sharding_key):
         nq = len(t.queues)
@@ -651,7 +705,7 @@ class MessageStore:
         if sharding_key is not None:
             if isinstance(sharding_key, list):
                 return np.fromiter((_sharding_queue(k, nq) for k in sharding_key),
-                                   dtype=np.int32, count=n), None
+                                   dtype=np.int64, count=n), None
             return _sharding_queue(sharding_key, nq), None
         # Round-robin (RocketMQ's default MessageQueueSelector: an incrementing index).
         start = t.rr
@@ -682,28 +736,58 @@ class MessageStore:
         if counts is None:
             t.counters[qids] += n
             offs = np.arange(offs, offs + n, dtype=np.int64)
-            qids = np.full(n, qids, dtype=np.int32)
+            qids = np.full(n, qids, dtype=np.int64)
         else:
             t.counters = counts
         self._stats["puts"] += 1
         self._stats["messages_put"] += n
-        if not self._replicated:
-            last = first_index + n - 1
-            end = lg.end_position
-            if lg.flush_mode == "sync":
-                lg.wait_flushed(end)
-            lg.commit(last)
-            S = self._seg_size
-            p0 = int(positions[0])
-            if (self._dispatched == p0 and lg.committed_position == end
-                    and p0 // S == (end - 1) // S):
-                # Fast path: the batch is the whole committed, undispatched tail and sits in one
-                # segment (no BLANK inside), so the append results describe every record; no
-                # need to re-read and re-CRC the headers through scan().
+        res = (first_index, positions, t.name, qids, offs, store_ts)
+        if self._replicated:
+            return res, None
+        pending = (t, positions, lg.end_position, qids, offs, tags, n, first_index + n - 1)
+        if lg.flush_mode == "sync":
+            return res, pending          # committed by _finish_sync, outside the lock
+        self._commit_and_dispatch(*pending)
+        return res, None
+
+    def _commit_and_dispatch(self, t, positions, end, qids, offs, tags, n, last):
+        """Single replica: commit our own batch and dispatch it (called with the lock)."""
+        lg = self._log
+        lg.commit(last)
+        S = self._seg_size
+        p0 = int(positions[0])
+        if (self._dispatched == p0 and lg.committed_position == end
+                and p0 // S == (end - 1) // S):
+            # Fast path: the batch is the whole committed, undispatched tail and sits in one
+            # segment (no BLANK inside), so the append results describe every record; no
+            # need to re-read and re-CRC the headers through scan().
+            try:
                 self._dispatch_own(t, positions, end, qids, offs, tags, n)
-            else:
-                self._dispatch()
-        return first_index, positions, t.name, qids, offs, store_ts
+            except DiskFullError as exc:
+                self._dispatch_stalled(exc)
+        else:
+            self._dispatch()
+
+    def _dispatch_stalled(self, exc):
+        """A consume-queue file could not be preallocated (disk full). The records are in the
+        log and committed, so the put succeeded; dispatch stops where it is (readers see what
+        was dispatched) and resumes from the log on the next put, read or timer tick."""
+        self._stats["dispatch_stalls"] += 1
+        log.error("store %s: dispatch stalled at position %d: %s", self._path,
+                  self._dispatched, exc)
+
+    def _finish_sync(self, pending):
+        """Sync mode: wait for the flush covering the batch *without* the store lock, so
+        other producers append meanwhile and one msync covers them all (group commit); then
+        commit and dispatch."""
+        end = pending[2]
+        if not self._log.wait_flushed(end):
+            raise QuorumlogError(f"store {self._path}: flush up to {end} did not complete")
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} closed while waiting for a flush; "
+                                     "the batch was flushed but not dispatched before close")
+            self._commit_and_dispatch(*pending)
 
     def _dispatch_own(self, t, positions, end, qids, offs, tags, n):
         if tags is None:

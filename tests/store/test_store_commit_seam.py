@@ -38,3 +38,37 @@ def test_replicated_mode_reads_only_committed(open_store, store_dir):
     s.commitlog.commit(s.commitlog.last_index)
     s.dispatch()
     assert [m.body for m in s.get("t", 1, 0, 10)] == [b"%d" % i for i in range(7)]
+
+
+def test_sync_mode_group_commit_across_producers(open_store):
+    """Producers wait for their flush outside the store lock, so one flush covers several."""
+    import threading
+    s = open_store(flush="sync", segment_size_bytes=1 << 22)
+    s.create_topic("t", queues=4)
+
+    def produce():
+        for _ in range(50):
+            s.put("t", b"x" * 100)
+
+    threads = [threading.Thread(target=produce) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    st = s.commitlog.stats()
+    assert st["records"] == 400
+    assert st["flushes"] < 0.9 * 400
+    assert sum(s.max_offset("t", q) for q in range(4)) == 400
+    assert s.commitlog.committed_position == s.commitlog.end_position == s.dispatched_position
+
+
+def test_term_for_the_raft_driver(open_store):
+    import pytest
+    from quorumlog import errors
+    s = open_store(replicated=True)
+    assert s.term == 1
+    s.term = 3
+    r = s.put("t", b"x", queue_id=0)
+    assert s.commitlog.term_at(r.index) == 3
+    with pytest.raises(errors.InvalidArgumentError):
+        s.term = 2

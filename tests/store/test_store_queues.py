@@ -22,10 +22,11 @@ def test_round_robin_put_and_batch(open_store):
     assert list(r.queue_offsets) == [1, 2, 2, 2, 3, 3, 3]
     assert [s.max_offset("t", q) for q in range(3)] == [4, 4, 4]
     # every message readable at its offset with its body
-    for i in range(len(r)):
-        (m,) = s.get("t", int(r.queue_ids[i]), int(r.queue_offsets[i]), 1)
+    for i, pr in enumerate(r):
+        (m,) = s.get("t", pr.queue_id, pr.queue_offset, 1)
         assert m.body == b"b%d" % i
-        assert r[i].queue_offset == m.queue_offset and r[i].position == m.position
+        assert (pr.index, pr.position) == (m.index, m.position)
+    assert r[-1] == list(r)[6] and len(r) == 7
 
 
 def test_sharding_key_same_queue_and_stable(open_store, store_dir):

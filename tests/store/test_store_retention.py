@@ -125,3 +125,21 @@ def test_disk_check_is_rate_limited(open_store, disk):
     clock[0] += 1.5
     with pytest.raises(errors.DiskFullError):
         s.put("t", b"x", queue_id=0)
+
+
+def test_disk_full_while_dispatching_stalls_reads_not_puts(open_store, monkeypatch):
+    """A consume-queue file cannot be preallocated: the put (already in the log) succeeds,
+    the message becomes readable once dispatch can go on."""
+    s = open_store()
+    real = s._dispatch_slow
+
+    def full(*a):
+        raise errors.DiskFullError("no space for a consume-queue file")
+
+    monkeypatch.setattr(s, "_dispatch_slow", full)
+    r = s.put("t", b"first", queue_id=0)            # new queue: needs the slow path
+    b = s.put_batch("t", [b"second", b"third"], queue_id=0)
+    assert (r.queue_offset, list(b.queue_offsets)) == (0, [1, 2])
+    assert s.max_offset("t", 0) == 0 and s.stats()["dispatch_stalls"] >= 1
+    monkeypatch.setattr(s, "_dispatch_slow", real)
+    assert [m.body for m in s.get("t", 0, 0, 10)] == [b"first", b"second", b"third"]

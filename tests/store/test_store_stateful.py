@@ -34,8 +34,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.rr = {t: 0 for t in TOPICS}
         self.min_position = 0
 
+    FLUSH = "async"
+
     def _open(self):
-        self.s = quorumlog.open(self.dir, segment_size_bytes=1 << 16,
+        self.s = quorumlog.open(self.dir, segment_size_bytes=1 << 16, flush=self.FLUSH,
                                 consume_queue_file_entries=16, background=False, environ={},
                                 clock_ms=lambda: self.now[0], disk_usage=lambda p: self.disk[0],
                                 disk_check_interval_ms=0)
@@ -147,3 +149,14 @@ StoreMachine.TestCase.settings = settings(
     max_examples=30, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestStoreStateful = StoreMachine.TestCase
+
+
+class SyncStoreMachine(StoreMachine):
+    """The same model with flush="sync" (commit after the covering flush)."""
+    FLUSH = "sync"
+
+
+SyncStoreMachine.TestCase.settings = settings(
+    max_examples=10, stateful_step_count=20, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestSyncStoreStateful = SyncStoreMachine.TestCase
