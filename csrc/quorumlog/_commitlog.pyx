@@ -34,24 +34,15 @@ import numpy as np
 from quorumlog.errors import (CorruptLogError, DiskFullError, IndexOutOfRangeError,
                               InvalidArgumentError, InvalidQueueError, InvalidTopicError,
                               LockedError, LogClosedError, MessageTooLargeError,
-                              ReplicationError, ConfigError)
+                              ReplicationError, ConfigError, TopicTypeError, QueueTypeError)
+# wrong types: InvalidTypeError (alias ArgumentTypeError) is both TypeError and
+# InvalidArgumentError; the topic/queue variants derive from InvalidTopicError/InvalidQueueError
+from quorumlog.errors import InvalidTypeError as ArgumentTypeError
 
 cnp.import_array()
 log = logging.getLogger(__name__)
 
 
-# Wrong argument types are bad input like any other: each is a TypeError *and* the specific
-# quorumlog error, so callers can catch either.
-class ArgumentTypeError(InvalidArgumentError, TypeError):
-    """An argument has the wrong type; nothing was changed."""
-
-
-class TopicTypeError(InvalidTopicError, TypeError):
-    """The topic is not a str; nothing was changed."""
-
-
-class QueueTypeError(InvalidQueueError, TypeError):
-    """queue_id is not an int; nothing was changed."""
 
 if sys.byteorder != "little":  # the format is little-endian and the codec writes natively
     raise ImportError("quorumlog's native commit log needs a little-endian CPU")

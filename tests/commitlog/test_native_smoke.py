@@ -171,3 +171,23 @@ def test_disk_full_is_reported_and_recoverable(tmp_path):
     if r.returncode == 77 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
         pytest.skip(f"no private tmpfs here: {r.stderr.strip()[:200]}")
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def test_wrong_types_raise_errors_from_quorumlog_errors(tmp_path):
+    # The wrong-type classes live in quorumlog.errors; each is a TypeError and the specific
+    # quorumlog error, and a rejected call writes nothing.
+    from quorumlog import commitlog
+    assert commitlog.ArgumentTypeError is errors.InvalidTypeError
+    assert commitlog.TopicTypeError is errors.TopicTypeError
+    assert commitlog.QueueTypeError is errors.QueueTypeError
+    with open_log(tmp_path) as log:
+        with pytest.raises(errors.TopicTypeError) as ei:
+            log.append(b"topic", b"x", term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidTopicError)
+        with pytest.raises(errors.QueueTypeError) as ei:
+            log.append("t", b"x", queue_id="1", term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidQueueError)
+        with pytest.raises(errors.InvalidTypeError) as ei:
+            log.append_batch("t", [b"x", "not bytes"], term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidArgumentError)
+        assert log.last_index == 0 and log.end_position == 0
