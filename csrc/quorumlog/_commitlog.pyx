@@ -82,7 +82,14 @@ cdef enum:
     CP_SIZE = 128
     CP_MAGIC = 0x50434C51
     NOGIL_BYTES = 262144      # release the GIL for batches at least this big
-    POPULATE_AHEAD = 1048576  # fault pages in ahead of single appends in 1 MiB steps
+    POPULATE_AHEAD = 1048576  # the writer's own populate step ahead of single appends
+    # The preparer thread keeps pages faulted in up to BG_POPULATE_AHEAD bytes past the end
+    # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
+    # BG_POPULATE_LOW bytes are left: writing through the mapping then finds its pages
+    # present instead of paying page allocation + zero fill + page_mkwrite on the append path.
+    BG_POPULATE_AHEAD = 33554432
+    BG_POPULATE_LOW = 16777216
+    BG_POPULATE_CHUNK = 2097152
 
 HEADER_SIZE = HDR
 MESSAGE = T_MESSAGE
@@ -447,6 +454,7 @@ cdef class Mapping:
         self.addr = NULL
         self.size = 0
         self._stride = 1
+        self.populated = 0
 
     def __dealloc__(self):
         if self.addr != NULL:
@@ -590,7 +598,7 @@ cdef class CommitLog:
     cdef int64_t _flushed_pos, _flushed_index
     cdef int64_t _committed_index, _committed_pos, _dispatched
     cdef int64_t _idx_dirty_lo     # lowest raft index whose entry may be unflushed
-    cdef int64_t _pop_end          # pages of the current segment before this are faulted in
+    cdef int64_t _pop_want         # preparer: keep pages faulted in up to this position
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
@@ -833,25 +841,91 @@ cdef class CommitLog:
         self._views.append(memoryview(m))
         self._cur = m
         self._cur_start = m.start
-        self._pop_end = m.start
 
     cdef void _populate(self, int64_t upto):
         # Fault the next pages of the current segment in for writing with one madvise
         # instead of one page fault per 4 KiB (the page-fault path is most of the cost of
-        # writing through a shared mapping into fresh page cache).
-        cdef int64_t a = self._pop_end, b
-        cdef int64_t seg_end = self._cur_start + self.segment_size_bytes
-        if a < self._end:
-            a = self._end & ~(<int64_t>4095)
-        b = min(max(upto, a + POPULATE_AHEAD), seg_end)
+        # writing through a shared mapping into fresh page cache). Normally the preparer
+        # thread has done this already; this is the fallback when it is behind or absent.
+        cdef Mapping m = self._cur
+        cdef int64_t a = m.populated & ~(<int64_t>4095), b
+        cdef int64_t e = self._end - m.start
+        if a < e:
+            a = e & ~(<int64_t>4095)
+        b = min(max(upto - m.start, a + POPULATE_AHEAD), m.size)
         b = (b + 4095) & ~(<int64_t>4095)
-        if b > seg_end:
-            b = seg_end
-        if b <= a:
+        if b > m.size:
+            b = m.size
+        if b > a:
+            with nogil:
+                ql_populate_write(m.addr, a, b - a)
+            if b > m.populated:
+                m.populated = b
+        self._want_populated(upto)
+
+    cdef inline void _want_populated(self, int64_t upto):
+        # Ask the preparer to keep pages faulted in ahead of `upto`; it is woken only when
+        # the populated margin falls below BG_POPULATE_LOW (once per ~16 MiB written).
+        if not self.preallocate_next or self._stopping:
             return
-        with nogil:
-            ql_populate_write(self._cur.addr, a - self._cur_start, b - a)
-        self._pop_end = b
+        if self._pop_want - upto >= BG_POPULATE_LOW:
+            return
+        self._pop_want = upto + BG_POPULATE_AHEAD
+        with self._prep_cv:
+            self._prep_cv.notify_all()
+
+    cdef bint _pop_span(self, bint index_file, int64_t cap, int64_t *lo, int64_t *hi):
+        # Preparer side, GIL held: the next range [lo, hi) (offsets in the current segment,
+        # or in the current raft-index file) to fault in, at most `cap` bytes; False when
+        # nothing is due. The same arithmetic decides "due" and "do", so the loop cannot spin.
+        cdef Mapping m
+        cdef int64_t a, b, written, want, mean
+        if index_file:
+            m = self._cur_idx
+            if m is None or self.n_records == 0:
+                return False
+            written = (self._next_index - m.start) * IDX_ENTRY
+            # as many entries ahead as records fit in the wanted segment bytes at the mean
+            # record size appended so far (24 B of index per record)
+            mean = max(self.n_bytes // self.n_records, 1)
+            want = written + max(self._pop_want - self._end, 0) // mean * IDX_ENTRY
+        else:
+            m = self._cur
+            if m is None:
+                return False
+            written = self._end - m.start
+            want = self._pop_want - m.start
+        a = m.populated & ~(<int64_t>4095)   # the hint may be mid-page (madvise needs pages)
+        if a < written:
+            a = written & ~(<int64_t>4095)
+        b = min(want, a + cap)
+        b = (b + 4095) & ~(<int64_t>4095)
+        if b > m.size:
+            b = m.size
+        lo[0] = a
+        hi[0] = b
+        return b > a and b > m.populated   # (a mapping may end mid-page: small index files)
+
+    cdef bint _populate_due(self):
+        cdef int64_t a, b
+        return self._pop_span(False, 1 << 40, &a, &b) or self._pop_span(True, 1 << 40, &a, &b)
+
+    def _populate_ahead(self):
+        # Preparer side: fault pages in BG_POPULATE_CHUNK at a time with the GIL released
+        # until the current segment is populated up to _pop_want and the raft-index file
+        # correspondingly. Holding `m` keeps the mapping alive while the GIL is released.
+        cdef Mapping m
+        cdef int64_t a, b
+        cdef bint idx
+        cdef int k
+        for k in range(2):
+            idx = k == 1
+            while not self._stopping and self._pop_span(idx, BG_POPULATE_CHUNK, &a, &b):
+                m = self._cur_idx if idx else self._cur
+                with nogil:
+                    ql_populate_write(m.addr, a, b - a)
+                if b > m.populated:
+                    m.populated = b
 
     cdef inline void _maybe_request_prepare(self):
         # Prepare the next segment once the current one is half full, off the append path.
@@ -876,14 +950,23 @@ cdef class CommitLog:
                         self._prep_busy or self._prep_request < 0 or
                         (self._prepared is not None and
                          (<Mapping>self._prepared).start == self._prep_request) or
-                        self._prep_request <= self._cur_start):
+                        self._prep_request <= self._cur_start) and not self._populate_due():
                     self._prep_cv.wait()
                 if self._stopping:
                     return
-                want = self._prep_request
-                if self._prepared is not None:
-                    self._discard_prepared()
-                self._prep_busy = True
+                populate = (self._prep_busy or self._prep_request < 0 or
+                            (self._prepared is not None and
+                             (<Mapping>self._prepared).start == self._prep_request) or
+                            self._prep_request <= self._cur_start)
+                if not populate:
+                    # claim the preparation in the same critical section as the check
+                    want = self._prep_request
+                    if self._prepared is not None:
+                        self._discard_prepared()
+                    self._prep_busy = True
+            if populate:        # only page population is due
+                self._populate_ahead()
+                continue
             m = None
             try:
                 m = map_file(self._seg_path(want // self.segment_size_bytes),
@@ -892,6 +975,7 @@ cdef class CommitLog:
                 # segment do not pay for page-cache allocation.
                 with nogil:
                     ql_populate_write(m.addr, 0, min(m.size, 4 << 20))
+                m.populated = min(m.size, 4 << 20)
             except Exception as e:  # DiskFullError: the append path retries and reports it
                 log.debug("preparing segment %d failed: %s", want, e)
                 self._prep_error = e
@@ -1086,8 +1170,10 @@ cdef class CommitLog:
                 self._ensure_room(size)
                 pos = self._end
                 index = self._next_index
-                if pos + size > self._pop_end:
-                    self._populate(pos + size)
+                if pos + size > self._cur_start + self._cur.populated:
+                    self._populate(pos + size)      # the preparer is behind (or absent)
+                elif self._pop_want - (pos + size) < BG_POPULATE_LOW:
+                    self._want_populated(pos + size)
                 encode_record(self._cur.addr + (pos - self._cur_start), &s, T_MESSAGE, fl,
                               index, t, pos, qoff, born, store, <uint32_t>qid, size)
                 e = self._entry(index, True)
@@ -1209,6 +1295,7 @@ cdef class CommitLog:
         cdef bint release_gil
         cdef bytes b
         cdef Py_ssize_t blen
+        cdef int64_t pop_from, batch_end, ipop_from, ipop_to
 
         self._check_open()
         if not isinstance(bodies, (list, tuple)):
@@ -1404,11 +1491,24 @@ cdef class CommitLog:
                 for j in range(nidx):
                     idxaddr[j] = self._idx_file(f0 + j, False).addr
                 release_gil = total >= NOGIL_BYTES
+                # Pages the preparer has not faulted in yet are populated by the batch
+                # itself (one madvise instead of a page fault per 4 KiB); the hints are
+                # advanced before the write, which cannot fail.
+                pop_from = max(self._cur_start + self._cur.populated, self._end)
+                batch_end = posp[n - 1] + sizes[n - 1]
+                if pop_from < min(batch_end, self._cur_start + S):
+                    self._cur.populated = min(batch_end, self._cur_start + S) - self._cur_start
+                m = self._idx_file(f0, False)
+                ipop_from = max(m.populated, (first_index - m.start) * IDX_ENTRY)
+                ipop_to = min(first_index + n - m.start, N) * IDX_ENTRY
+                if ipop_to > m.populated:
+                    m.populated = ipop_to
                 # pass 3: encode straight into the mappings
                 with nogil:
                     _write_batch(src, sizes, posp, n, segaddr, k_cur, S, self._end,
                                  idxaddr, f0, N, first_index, t, fl, store,
-                                 qids_p, qid0, qoffs_p, qoff0, borns_p, born0)
+                                 qids_p, qid0, qoffs_p, qoff0, borns_p, born0,
+                                 pop_from, ipop_from, ipop_to)
                 for m in new_segs:
                     self._install_segment(m)
                     self.n_blank += 1
@@ -1421,6 +1521,7 @@ cdef class CommitLog:
                 self.n_records += n
                 self.n_bytes += total
                 self._maybe_request_prepare()
+                self._want_populated(self._end)
             finally:
                 self._release()
         finally:
@@ -1566,6 +1667,7 @@ cdef class CommitLog:
             self.n_records += expect - first_index
             self.n_bytes += n
             self._maybe_request_prepare()
+            self._want_populated(self._end)
         finally:
             self._release()
         return expect - 1
@@ -2428,7 +2530,10 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
                        int64_t end, char **idxaddr, int64_t f0, int64_t N,
                        int64_t first_index, int64_t term, uint32_t flags, int64_t store,
                        const int64_t *qids, int64_t qid0, const int64_t *qoffs, int64_t qoff0,
-                       const int64_t *borns, int64_t born0) noexcept nogil:
+                       const int64_t *borns, int64_t born0, int64_t pop_from,
+                       int64_t ipop_from, int64_t ipop_to) noexcept nogil:
+    # pop_from: position from which the first segment's pages still need populating;
+    # [ipop_from, ipop_to): offsets in the first raft-index file still to populate
     cdef Py_ssize_t j
     cdef int64_t pos = end, cs = k_cur * S, seg = 0, index, fi, slot
     cdef char *base = segaddr[0]
@@ -2436,7 +2541,10 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
     cdef char *ibase = idxaddr[0]
     cdef int64_t islot = (first_index - 1) - f0 * N
     cdef int64_t batch_end = posp[n - 1] + sizes[n - 1]
-    _populate_span(base, cs, S, pos, batch_end)
+    if pop_from < batch_end:
+        _populate_span(base, cs, S, pop_from, batch_end)
+    if ipop_to - ipop_from >= 4096:
+        ql_populate_write(ibase, ipop_from & ~(<int64_t>4095), ipop_to - (ipop_from & ~(<int64_t>4095)))
     for j in range(n):
         if posp[j] != pos:
             # the rest of this segment becomes a BLANK; the record starts the next one

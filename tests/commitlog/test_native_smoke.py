@@ -25,7 +25,10 @@ def open_log(path, **kw):
 def test_crc32c_check_value_and_paths_agree():
     assert crc32c(b"123456789") == 0xE3069283
     data = os.urandom(20000)
-    for n in (0, 1, 7, 8, 9, 100, 3071, 3072, 3073, 9000, 20000):
+    # lengths around every interleaving tier of the hardware path (3 x 64 B, 3 x 256 B,
+    # 3 x 1 KiB) and its serial tail (8 B, 4 B, 1 B steps)
+    for n in (0, 1, 3, 4, 5, 7, 8, 9, 12, 100, 191, 192, 193, 197, 383, 384, 385, 767, 768,
+              769, 959, 960, 961, 1121, 3071, 3072, 3073, 3840, 3841, 4193, 9000, 20000):
         for off in (0, 1, 5):
             assert crc32c(data[off:off + n]) == crc32c_software(data[off:off + n])
     assert crc32c(data[100:], crc32c(data[:100])) == crc32c(data)
