@@ -596,6 +596,7 @@ cdef class CommitLog:
 
     cdef int64_t _end, _next_index, _first_index, _last_term
     cdef int64_t _flushed_pos, _flushed_index
+    cdef int64_t _idx_synced       # raft-index entries durable through this index
     cdef int64_t _committed_index, _committed_pos, _dispatched
     cdef int64_t _idx_dirty_lo     # lowest raft index whose entry may be unflushed
     cdef int64_t _pop_want         # preparer: keep pages faulted in up to this position
@@ -2006,11 +2007,20 @@ cdef class CommitLog:
                 a = max(lo, m.start)
                 b = min(target, m.start + S)
                 if b > a:
+                    # msync of the appended range, not fdatasync of the file: for a
+                    # MAP_SHARED file both end in the same range writeback + journal
+                    # commit + device flush on Linux (measured equal, ~3.5 ms here), but
+                    # fdatasync would also write the zero pages the preparer has faulted
+                    # in ahead of the end.
                     with nogil:
                         err = ql_msync(m.addr, a - m.start, b - a)
                     if err:
                         raise OSError(err, os.strerror(err), m.path)
-            self._msync_index(self._flushed_index + 1, tindex)
+            # The raft-index entries are not synced here: recovery rewrites the entries of
+            # every record after the checkpoint's flushed position from the log itself, so
+            # they only need to be durable up to the checkpoint's flushed_index, which
+            # _write_checkpoint ensures. One device flush per group commit instead of two
+            # (each costs a journal commit) doubles the flushes per second.
             self.n_flushes += 1
             with self._cv:
                 if target > self._flushed_pos:
@@ -2103,6 +2113,13 @@ cdef class CommitLog:
 
     def _write_checkpoint(self, bint clean):
         cdef int64_t ci, cp
+        # the checkpoint's flushed_index is recovery's anchor: its raft-index entries (and
+        # all before it) must be durable first (see _flush)
+        if self._idx_synced > self._flushed_index:
+            self._idx_synced = self._flushed_index     # truncated below: entries were zeroed
+        if self._flushed_index > self._idx_synced:
+            self._msync_index(max(self._idx_synced + 1, self._first_index, 1), self._flushed_index)
+            self._idx_synced = self._flushed_index
         ci = self._committed_index
         cp = self._committed_pos
         if ci > self._flushed_index:   # committed never exceeds flushed in one checkpoint
@@ -2496,6 +2513,7 @@ cdef class CommitLog:
             self._committed_pos = min_pos
             self._dispatched = min_pos
         self._flush_lock = threading.Lock()
+        self._idx_synced = 0        # entries were rewritten above: the checkpoint syncs them
         self._flushed_pos = min(self._flushed_pos, stop_pos)
         if self._flushed_pos < stop_pos or self._flushed_index < last_index:
             self._flushed_index = min(self._flushed_index, last_index)
