@@ -87,9 +87,9 @@ cdef enum:
     # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
     # BG_POPULATE_LOW bytes are left: writing through the mapping then finds its pages
     # present instead of paying page allocation + zero fill + page_mkwrite on the append path.
-    BG_POPULATE_AHEAD = 33554432
-    BG_POPULATE_LOW = 16777216
-    BG_POPULATE_CHUNK = 2097152
+    BG_POPULATE_AHEAD = 67108864
+    BG_POPULATE_LOW = 50331648
+    BG_POPULATE_CHUNK = 4194304
 
 HEADER_SIZE = HDR
 MESSAGE = T_MESSAGE
@@ -1272,6 +1272,7 @@ cdef class CommitLog:
         """Append many MESSAGE records in one call
         -> (first_index, positions: int64 array, store_timestamp_ms)."""
         cdef tuple bt
+        cdef bint per_tags, per_keys, per_props
         cdef Py_ssize_t n, j, nbuf = 0
         cdef bytes tb, shared_tags = None, shared_keys = None, shared_props = None
         cdef list keep = []
