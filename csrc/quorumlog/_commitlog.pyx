@@ -57,6 +57,8 @@ cdef extern from "qlsys.h" nogil:
     int ql_msync(char *base, int64_t off, int64_t length)
     int ql_zero_range(const char *path, char *base, int64_t off, int64_t length)
     int ql_populate_write(char *base, int64_t off, int64_t length)
+    void ql_copy_nt(char *dst, const char *src, size_t n)
+    void ql_store_fence()
 
 cdef extern from "<sys/mman.h>" nogil:
     int munmap(void *addr, size_t length)
@@ -82,6 +84,7 @@ cdef enum:
     CP_SIZE = 128
     CP_MAGIC = 0x50434C51
     NOGIL_BYTES = 262144      # release the GIL for batches at least this big
+    NT_BODY = 2048            # batch bodies at least this big are copied with streaming stores
     POPULATE_AHEAD = 1048576  # the writer's own populate step ahead of single appends
     # The preparer thread keeps pages faulted in up to BG_POPULATE_AHEAD bytes past the end
     # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
@@ -308,9 +311,12 @@ cdef struct RecSrc:
 cdef inline void encode_record(char *dst, const RecSrc *s, uint8_t rtype, uint32_t flags,
                                uint64_t index, uint64_t term, uint64_t position,
                                uint64_t queue_offset, int64_t born, int64_t store,
-                               uint32_t queue_id, uint32_t size) noexcept nogil:
+                               uint32_t queue_id, uint32_t size, bint nt=False) noexcept nogil:
+    # nt: copy a big body with streaming stores and CRC it from the source (the copy is
+    # then not read back from the mapping); the caller fences before publishing
     cdef RecHeader *h = <RecHeader *>dst
     cdef char *p = dst + HDR
+    cdef uint32_t c
     h.total_size = size
     h.magic = MAGIC
     h.version = VERSION
@@ -342,6 +348,11 @@ cdef inline void encode_record(char *dst, const RecSrc *s, uint8_t rtype, uint32
     if s.props_len:
         memcpy(p, s.props, s.props_len)
         p += s.props_len
+    if nt and s.body_len >= NT_BODY:
+        ql_copy_nt(p, s.body, s.body_len)
+        c = ql_crc32c_update(0xFFFFFFFFu, dst + 4, <size_t>(p - dst) - 4)
+        h.crc = ql_crc32c_update(c, s.body, s.body_len) ^ 0xFFFFFFFFu
+        return
     if s.body_len:
         memcpy(p, s.body, s.body_len)
     h.crc = ql_crc32c(dst + 4, size - 4)
@@ -2578,7 +2589,7 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
                       <uint64_t>term, <uint64_t>pos,
                       <uint64_t>(qoffs[j] if qoffs != NULL else qoff0 + j),
                       borns[j] if borns != NULL else born0, store,
-                      <uint32_t>(qids[j] if qids != NULL else qid0), sizes[j])
+                      <uint32_t>(qids[j] if qids != NULL else qid0), sizes[j], True)
         if islot == N:
             fcur += 1
             ibase = idxaddr[fcur]
@@ -2587,6 +2598,7 @@ cdef void _write_batch(const RecSrc *src, const uint32_t *sizes, const int64_t *
                     T_MESSAGE)
         islot += 1
         pos += sizes[j]
+    ql_store_fence()     # streaming stores are weakly ordered: complete them before _end moves
 
 
 cdef int _scan_loop(char **addrs, int64_t k0, Py_ssize_t nseg, int64_t S, int64_t *pos_io,
