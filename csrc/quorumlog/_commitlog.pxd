@@ -16,5 +16,8 @@ cdef class Mapping:
     cdef char *addr
     cdef Py_ssize_t size
     cdef Py_ssize_t _stride
+    # bytes from the start already faulted in for writing (a hint: pages can be dropped
+    # again, e.g. by truncation; correctness never depends on it)
+    cdef int64_t populated
     cdef readonly int64_t start
     cdef readonly str path

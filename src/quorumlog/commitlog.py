@@ -12,18 +12,21 @@ from quorumlog._commitlog import (  # noqa: F401
     META,
     NOOP,
     RECORD_INFO,
-    ArgumentTypeError,
     CommitLog,
     Mapping,
-    QueueTypeError,
-    TopicTypeError,
     crc32c,
     crc32c_hardware,
     crc32c_software,
     fnv1a64,
 )
+from quorumlog.errors import (  # noqa: F401  (re-exported: wrong-type errors of this API)
+    ArgumentTypeError,
+    InvalidTypeError,
+    QueueTypeError,
+    TopicTypeError,
+)
 
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
            "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "Mapping", "crc32c",
-           "ArgumentTypeError", "TopicTypeError", "QueueTypeError",
+           "ArgumentTypeError", "InvalidTypeError", "TopicTypeError", "QueueTypeError",
            "crc32c_hardware", "crc32c_software", "fnv1a64"]

@@ -21,6 +21,24 @@ class InvalidQueueError(InvalidArgumentError):
     """queue_id out of range for the topic."""
 
 
+# Wrong argument types are bad input like any other: each class is a TypeError *and* the
+# specific quorumlog error, so callers can catch either (and `except TypeError` code written
+# against plain Python APIs keeps working).
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type; nothing was changed."""
+
+
+ArgumentTypeError = InvalidTypeError   # the name the commit log first exported
+
+
+class TopicTypeError(InvalidTopicError, TypeError):
+    """The topic is not a str; nothing was changed."""
+
+
+class QueueTypeError(InvalidQueueError, TypeError):
+    """queue_id is not an int; nothing was changed."""
+
+
 class LogClosedError(QuorumlogError):
     """The log or store has been closed."""
 

@@ -25,7 +25,10 @@ def open_log(path, **kw):
 def test_crc32c_check_value_and_paths_agree():
     assert crc32c(b"123456789") == 0xE3069283
     data = os.urandom(20000)
-    for n in (0, 1, 7, 8, 9, 100, 3071, 3072, 3073, 9000, 20000):
+    # lengths around every interleaving tier of the hardware path (3 x 64 B, 3 x 256 B,
+    # 3 x 1 KiB) and its serial tail (8 B, 4 B, 1 B steps)
+    for n in (0, 1, 3, 4, 5, 7, 8, 9, 12, 100, 191, 192, 193, 197, 383, 384, 385, 767, 768,
+              769, 959, 960, 961, 1121, 3071, 3072, 3073, 3840, 3841, 4193, 9000, 20000):
         for off in (0, 1, 5):
             assert crc32c(data[off:off + n]) == crc32c_software(data[off:off + n])
     assert crc32c(data[100:], crc32c(data[:100])) == crc32c(data)
@@ -171,3 +174,73 @@ def test_disk_full_is_reported_and_recoverable(tmp_path):
     if r.returncode == 77 or "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
         pytest.skip(f"no private tmpfs here: {r.stderr.strip()[:200]}")
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def test_wrong_types_raise_errors_from_quorumlog_errors(tmp_path):
+    # The wrong-type classes live in quorumlog.errors; each is a TypeError and the specific
+    # quorumlog error, and a rejected call writes nothing.
+    from quorumlog import commitlog
+    assert commitlog.ArgumentTypeError is errors.InvalidTypeError
+    assert commitlog.TopicTypeError is errors.TopicTypeError
+    assert commitlog.QueueTypeError is errors.QueueTypeError
+    with open_log(tmp_path) as log:
+        with pytest.raises(errors.TopicTypeError) as ei:
+            log.append(b"topic", b"x", term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidTopicError)
+        with pytest.raises(errors.QueueTypeError) as ei:
+            log.append("t", b"x", queue_id="1", term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidQueueError)
+        with pytest.raises(errors.InvalidTypeError) as ei:
+            log.append_batch("t", [b"x", "not bytes"], term=1)
+        assert isinstance(ei.value, TypeError) and isinstance(ei.value, errors.InvalidArgumentError)
+        assert log.last_index == 0 and log.end_position == 0
+
+
+def test_flush_syncs_the_log_and_the_checkpoint_syncs_the_index(tmp_path):
+    # A flush (group commit) makes only the log's bytes durable; raft-index entries after
+    # the checkpoint's flushed_index may be lost in a crash, and recovery rebuilds them from
+    # the log. Simulate that loss on a copy of the directory: every flushed record is back.
+    import shutil
+    import struct
+    src = tmp_path / "s"
+    log = open_log(src, segment_size_bytes=1 << 20, index_file_entries=1 << 10,
+                   checkpoint_interval_ms=10 ** 9)
+    for i in range(100):
+        log.append("t", b"a%d" % i, term=1)
+    log.flush()
+    log.checkpoint()
+    for i in range(100, 300):
+        log.append("t", b"b%d" % i, term=2)
+    log.flush()
+    assert log.flushed_position == log.end_position
+    positions = [log.position_of(i) for i in range(1, 301)]
+    cp = (src / "checkpoint").read_bytes()
+    cp_index = struct.unpack_from("<Q", cp, 16)[0]
+    assert cp_index == 100
+    dst = tmp_path / "crashed"
+    shutil.copytree(src, dst)
+    idx_file = dst / "index" / ("%020d" % 1)
+    raw = bytearray(idx_file.read_bytes())
+    raw[cp_index * 24:] = bytes(len(raw) - cp_index * 24)   # entries 101.. never reached disk
+    idx_file.write_bytes(bytes(raw))
+    log.close()
+    with open_log(dst, segment_size_bytes=1 << 20, index_file_entries=1 << 10) as back:
+        assert back.last_index == 300
+        assert [back.position_of(i) for i in range(1, 301)] == positions
+        assert back.term_at(300) == 2 and back.term_at(100) == 1
+        assert back.record(250).body == b"b249"
+
+
+def test_big_batch_bodies_streaming_copy_round_trip(tmp_path):
+    # Bodies >= 2 KiB are copied with streaming stores and CRC'd from the source: the bytes
+    # and CRCs must be exactly those of the ordinary path, at every alignment.
+    sizes = [1, 511, 512, 2047, 2048, 2049, 4096, 5003, 70001]
+    bodies = [os.urandom(n) for n in sizes] * 3
+    with open_log(tmp_path / "s", segment_size_bytes=1 << 20) as log:
+        log.append("t", b"x" * 3, term=1)        # odd start offset for the batch
+        first, positions, _ = log.append_batch("topic", bodies, term=1)
+        assert log.verify() == log.end_position
+        for k, body in enumerate(bodies):
+            rec = log.record(first + k)
+            assert rec.body == body and rec.position == positions[k]
+            assert rec.size == HEADER_SIZE + 5 + len(body)
