@@ -606,6 +606,11 @@ cdef class CommitLog:
     cdef int64_t _cur_idxf
 
     cdef int64_t _end, _next_index, _first_index, _last_term
+    # store timestamp of the last record: leader appends never stamp below it, so store
+    # timestamps never decrease along the log (the store binary-searches them in
+    # offset_for_timestamp) even when the wall clock steps back or a new leader's clock
+    # is behind the old leader's.
+    cdef int64_t _last_store_ms
     cdef int64_t _flushed_pos, _flushed_index
     cdef int64_t _idx_synced       # raft-index entries durable through this index
     cdef int64_t _committed_index, _committed_pos, _dispatched
@@ -1044,6 +1049,31 @@ cdef class CommitLog:
             self._cur_idxf = f
         return m.addr + ((i - 1) - f * self.index_file_entries) * IDX_ENTRY
 
+    cdef int64_t _stamp(self, int64_t now_ms) noexcept:
+        """The store timestamp for a leader append made now (caller holds the lock)."""
+        return now_ms if now_ms > self._last_store_ms else self._last_store_ms
+
+    cdef void _note_last_store(self) noexcept:
+        """Re-read the last record's store timestamp (after recovery or a replicated
+        append); keeps the larger of it and what was already noted."""
+        cdef int64_t i = self._next_index - 1
+        cdef char *ep
+        cdef const IdxEntry *e
+        cdef Mapping m
+        cdef int64_t ts
+        if i < 1 or i < self._first_index:
+            return
+        ep = self._entry(i, False)
+        if ep == NULL:
+            return
+        e = <const IdxEntry *>ep
+        m = self._seg(<int64_t>e.position // self.segment_size_bytes)
+        if m is None:
+            return
+        ts = (<const RecHeader *>(m.addr + (<int64_t>e.position - m.start))).store_ts
+        if ts > self._last_store_ms:
+            self._last_store_ms = ts
+
     cdef const IdxEntry *_entry_checked(self, int64_t i) except NULL:
         if i < self._first_index or i >= self._next_index or i < 1:
             raise IndexOutOfRangeError(
@@ -1137,7 +1167,8 @@ cdef class CommitLog:
         t = term
         fl = <uint32_t>flags
         store = ql_now_ms()
-        if born_timestamp_ms is None:
+        born_default = born_timestamp_ms is None
+        if born_default:
             born = store
         elif type(born_timestamp_ms) is int:
             if not (-(1 << 63) <= born_timestamp_ms < (1 << 63)):
@@ -1180,6 +1211,9 @@ cdef class CommitLog:
                     raise InvalidArgumentError(
                         f"term {t} is below the log's last term {self._last_term}")
                 self._ensure_room(size)
+                store = self._stamp(store)
+                if born_default:
+                    born = store
                 pos = self._end
                 index = self._next_index
                 if pos + size > self._cur_start + self._cur.populated:
@@ -1193,6 +1227,7 @@ cdef class CommitLog:
                 self._end = pos + size
                 self._next_index = index + 1
                 self._last_term = t
+                self._last_store_ms = store
                 self.n_append_calls += 1
                 self.n_records += 1
                 self.n_bytes += size
@@ -1238,6 +1273,7 @@ cdef class CommitLog:
                 raise InvalidArgumentError(
                     f"term {t} is below the log's last term {self._last_term}")
             self._ensure_room(size)
+            store = self._stamp(store)
             pos = self._end
             index = self._next_index
             encode_record(self._cur.addr + (pos - self._cur_start), &s, <uint8_t>rtype, 0,
@@ -1246,6 +1282,7 @@ cdef class CommitLog:
             self._end = pos + size
             self._next_index = index + 1
             self._last_term = t
+            self._last_store_ms = store
             self.n_append_calls += 1
             self.n_records += 1
             self.n_bytes += size
@@ -1478,6 +1515,10 @@ cdef class CommitLog:
                 if t < self._last_term:
                     raise InvalidArgumentError(
                         f"term {t} is below the log's last term {self._last_term}")
+                if store < self._last_store_ms:     # see _last_store_ms
+                    if born_timestamps_ms is None:
+                        born0 = self._last_store_ms
+                    store = self._last_store_ms
                 # pass 2: layout (positions, BLANKs at segment tails), arithmetic only
                 pos = self._end
                 cs = self._cur_start
@@ -1528,6 +1569,7 @@ cdef class CommitLog:
                 self._end = posp[n - 1] + sizes[n - 1]
                 self._next_index = first_index + n
                 self._last_term = t
+                self._last_store_ms = store
                 idx = first_index + n - 1
                 self._entry(idx, True)   # keep the cached index file current
                 self.n_append_calls += 1
@@ -1679,6 +1721,7 @@ cdef class CommitLog:
             self.n_append_calls += 1
             self.n_records += expect - first_index
             self.n_bytes += n
+            self._note_last_store()      # a later leader term on this node stamps above it
             self._maybe_request_prepare()
             self._want_populated(self._end)
         finally:
@@ -2533,6 +2576,7 @@ cdef class CommitLog:
         else:
             self._msync_index(1 if last_index else 0, 0)
         self._write_checkpoint(False)
+        self._note_last_store()
 
     def _raise_stop(self, int64_t stop_pos, int rc, str why):
         m = self._seg(stop_pos // self.segment_size_bytes)

@@ -244,3 +244,36 @@ def test_big_batch_bodies_streaming_copy_round_trip(tmp_path):
             rec = log.record(first + k)
             assert rec.body == body and rec.position == positions[k]
             assert rec.size == HEADER_SIZE + 5 + len(body)
+
+
+def test_store_timestamps_never_decrease_along_the_log(tmp_path, monkeypatch):
+    """A wall clock that steps back must not make store timestamps decrease (the store's
+    offset_for_timestamp binary-searches them). A record stamped in the future stands in for
+    the clock stepping back by a day; appends after it, and after a reopen, stamp at least it."""
+    import time
+    from quorumlog.commitlog import CommitLog
+    day = 86_400_000
+    future = int(time.time() * 1000) + day
+    leader = tmp_path / "leader"
+    follower = tmp_path / "follower"
+    with CommitLog(leader, segment_size_bytes=1 << 16) as a, \
+            CommitLog(follower, segment_size_bytes=1 << 16) as b:
+        a.append("t", b"x", term=1)
+        # Forge the future stamp through the follower path: a leader whose clock is a day
+        # ahead wrote this record; the follower, later leader, must not stamp below it.
+        from quorumlog import format as ref
+        raw = ref.encode_record(ref.TYPE_MESSAGE, index=1, term=1, position=0, topic="t",
+                                body=b"x", born_timestamp_ms=future, store_timestamp_ms=future)
+        b.append_replicated(raw)
+        _, _, ts1 = b.append("t", b"y", term=2)
+        assert ts1 >= future
+        _, _, ts2 = b.append_batch("t", [b"p", b"q"], term=2)
+        assert ts2 >= future
+        i, _ = b.append_control(ref.TYPE_NOOP, term=2)
+        assert b.record(i).store_timestamp_ms >= future
+        assert b.record(4).born_timestamp_ms == b.record(4).store_timestamp_ms
+    with CommitLog(follower, segment_size_bytes=1 << 16) as b:
+        _, _, ts3 = b.append("t", b"z", term=2)
+        assert ts3 >= future
+        stamps = [b.record(i).store_timestamp_ms for i in range(1, b.last_index + 1)]
+        assert stamps == sorted(stamps)
