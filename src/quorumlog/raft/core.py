@@ -681,8 +681,11 @@ class RaftCore:
         self._msgs.append(HeartbeatResponse(self.term, self.id, m.src, code, m.seq))
 
     def _reply_append(self, m: Append, code: Code, hint_index: int = 0, hint_term: int = 0) -> None:
+        r = self._reportable()
+        if r > self.reported_match and self.leader_id == m.src:
+            self.reported_match = r
         self._msgs.append(AppendResponse(
-            self.term, self.id, m.src, code, self._reportable(), m.prev_index, m.last_index,
+            self.term, self.id, m.src, code, r, m.prev_index, m.last_index,
             hint_index, hint_term, m.epoch))
 
     def _reportable(self) -> int:
