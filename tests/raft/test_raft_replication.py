@@ -264,5 +264,8 @@ def test_persist_report_from_before_a_truncation_is_ignored():
 def test_leader_sees_bigger_term_in_append_response_and_steps_down():
     cl = elected()
     c = cl.core("n1")
-    c.step(AppendResponse(c.term + 2, "n2", "n1", Code.EXPIRED_TERM, 0, 0, 0, 0, 0, 0))
-    assert c.role == Role.CANDIDATE and c.need_increase_term_immediately
+    t = c.term
+    c.step(AppendResponse(t + 2, "n2", "n1", Code.EXPIRED_TERM, 0, 0, 0, 0, 0, 0))
+    assert c.role == Role.CANDIDATE and c.known_max_term == t + 2
+    c.tick(c.next_time_to_request_vote)
+    assert c.term == t + 3  # runs past the bigger term, never again at its stale one

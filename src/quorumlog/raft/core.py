@@ -409,10 +409,6 @@ class RaftCore:
             return
         if term > self.known_max_term:
             self.known_max_term = term
-        if term > self.term:
-            # we learned of a bigger term: adopt it on the next tick instead of running at the
-            # stale one (which a DLedger leader stepping down on maxTerm would otherwise do)
-            self.need_increase_term_immediately = True
         old = self.role
         if old == Role.LEADER:
             self._leave_leadership()
@@ -482,12 +478,16 @@ class RaftCore:
         return c.min_vote_interval_ms + self.rng.randrange(
             c.max_vote_interval_ms - c.min_vote_interval_ms)
 
-    def _next_term(self) -> None:
-        if self.known_max_term > self.term:
-            self.term = self.known_max_term
-        else:
-            self.term += 1
-            self.known_max_term = self.term
+    def _next_term(self, adopt: bool) -> None:
+        """DLedger nextTerm(). adopt (needIncreaseTermImmediately: someone asked us to catch
+        up): take the known max term, so we can vote for the asker at it. Otherwise (last
+        result WAIT_TO_VOTE_NEXT) run one term *past* the biggest seen: DLedger runs at the
+        known max itself, where the others have usually voted for themselves already, and
+        with several candidates the one with the best log can chase forever (simulation
+        seed 6943)."""
+        base = self.known_max_term if self.known_max_term > self.term else self.term
+        self.term = base if adopt and base > self.term else base + 1
+        self.known_max_term = self.term
         self.voted_for = None
         self._hs_dirty = True
 
@@ -500,8 +500,11 @@ class RaftCore:
             return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
-            self._next_term()
+        if self.need_increase_term_immediately:
+            self._next_term(True)
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        elif self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT:
+            self._next_term(False)
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term_immediately:
             self.next_time_to_request_vote = now + self._vote_interval()
@@ -861,7 +864,7 @@ class RaftCore:
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         if m.term > self.term:
-            self._become_candidate(m.term)
+            self._step_down_to(m.term)
             return
         if self.role != Role.LEADER or not self._hb_open or m.seq != self._hb_seq:
             return
@@ -885,6 +888,13 @@ class RaftCore:
         elif self._hb_succ + self._hb_not_ready >= q or self._hb_all >= len(self.voters):
             self._close_heartbeat_round()
 
+    def _step_down_to(self, term: int) -> None:
+        """A response showed a bigger term: CANDIDATE, and the next campaign runs past it
+        (never at our stale term, where we could be elected again and again)."""
+        self._become_candidate(term)
+        self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+        self.next_time_to_request_vote = self.now_ms + self._vote_interval()
+
     def _close_heartbeat_round(self) -> None:
         """DLedger sendHeartbeats' verdict for a round without a quorum of SUCCESS."""
         self._hb_open = False
@@ -895,7 +905,7 @@ class RaftCore:
         elif self._hb_succ + self._hb_not_ready >= q:
             self.last_send_heartbeat_ms = NEVER  # heartbeat again at once
         elif self._hb_max_term > self.term:
-            self._become_candidate(self._hb_max_term)
+            self._step_down_to(self._hb_max_term)
         elif self._hb_inconsistent:
             self._become_candidate(self.term)
         elif self.now_ms - self.last_succ_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
@@ -965,7 +975,7 @@ class RaftCore:
 
     def _on_append_response(self, m: AppendResponse) -> None:
         if m.term > self.term:
-            self._become_candidate(m.term)
+            self._step_down_to(m.term)
             return
         if self.role != Role.LEADER or m.term < self.term:
             return
