@@ -958,7 +958,9 @@ class RaftCore:
             if hi > last:
                 hi = last
             t = lg.term_at(nxt)
-            if lg.term_at(hi) != t:
+            # (terms never decrease and the leader's last term is its own: only a batch that
+            # starts before this term can cross a term boundary)
+            if t != term and lg.term_at(hi) != t:
                 hi = self._last_index_of_term(t, nxt, hi)
             payload, count, nbytes = lg.read(nxt, hi, max_bytes)
             hi = nxt + count - 1
