@@ -269,3 +269,39 @@ def test_leader_sees_bigger_term_in_append_response_and_steps_down():
     assert c.role == Role.CANDIDATE and c.known_max_term == t + 2
     c.tick(c.next_time_to_request_vote)
     assert c.term == t + 3  # runs past the bigger term, never again at its stale one
+
+
+def test_follower_behind_retention_is_reported():
+    # entries the leader no longer holds cannot be sent in Appends: the driver must stream
+    # whole segments (a later issue); the core says so once and stops dispatching to it
+    from quorumlog.raft.core import BehindRetention
+    from quorumlog.raft.memlog import MemLog
+
+    class HeadDropped(MemLog):
+        def first_index(self):
+            return 4 if self.last_index() >= 4 else 1
+
+        def term_at(self, index):
+            if 0 < index < 3:
+                from quorumlog.errors import IndexOutOfRangeError
+                raise IndexOutOfRangeError(index)
+            return MemLog.term_at(self, index)
+
+    cl = ManualCluster()
+    lg = HeadDropped()
+    for _ in range(6):
+        lg.append_control(1, EntryKind.NOOP, b"")
+    lg.flush()
+    cl.logs["n1"] = lg
+    from quorumlog.raft.core import HardState
+    cl.hard["n1"] = HardState(1, None)
+    cl.restart("n1")
+    cl.elect("n1")
+    events = []
+    for _ in range(20):
+        cl.settle(cl.now + 50)
+        r = [line for line in cl.out if "BehindRetention" in line]
+        if r:
+            events = r
+            break
+    assert events and "peer=n" in events[0]
