@@ -217,6 +217,7 @@ class RaftCore:
         self.known_max_term = self.term
         self.need_increase_term_immediately = False
         self.term_to_take_leadership = -1
+        self._campaign_term = -1  # the term of our own uninterrupted candidacy, if any
         self.next_time_to_request_vote = now_ms + self._vote_interval()
         # DLedger starts with WAIT_TO_REVOTE (first campaign at the persisted term). We start
         # with WAIT_TO_VOTE_NEXT so the first campaign of every incarnation takes a new term:
@@ -425,6 +426,7 @@ class RaftCore:
         if old == Role.LEADER:
             self._leave_leadership()
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self._campaign_term = -1
         self.role = Role.FOLLOWER
         self.leader_id = leader
         self.last_leader_heartbeat_ms = self.now_ms
@@ -437,6 +439,7 @@ class RaftCore:
 
     def _become_leader(self) -> None:
         self.role = Role.LEADER
+        self._campaign_term = -1
         self.leader_id = self.id
         self._vote = None
         self.term_to_take_leadership = -1
@@ -512,6 +515,7 @@ class RaftCore:
             if self.term_to_take_leadership == self.term and self.voted_for is None:
                 # the transferee: the term it adopted is the one it campaigns in at once
                 self.voted_for = self.id
+                self._campaign_term = self.term
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
             return
@@ -520,13 +524,14 @@ class RaftCore:
             # follow a leader of a newer term)
             self.next_time_to_request_vote = now + self._vote_interval()
             return
-        if not fresh_term and self.voted_for != self.id:
-            # DLedger re-runs in its current term after WAIT_TO_REVOTE even if it never ran in
-            # it (it adopted the term, or followed or voted for another leader in it). With
-            # membership changes that elects a second leader in one term: a quorum of the new
-            # voters need not intersect the quorum that elected the first leader (simulation
-            # seed 13790, found by the 100,000-seed soak). Only a node that already voted for
-            # itself in this term runs in it again; anyone else takes the next term.
+        if not fresh_term and not (self._campaign_term == self.term and self.voted_for == self.id):
+            # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy
+            # was interrupted (it adopted the term, followed a leader in it, or voted for
+            # someone else). After membership changes that elects a second leader in one term:
+            # a quorum of the new voters need not intersect the quorum that elected the first
+            # (simulation seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in
+            # the same term is only a continuation of our own uninterrupted candidacy (as in
+            # Raft, where the re-votes are retransmissions); anything else takes the next term.
             self._next_term(False)
         self._start_vote_round()
 
@@ -536,6 +541,8 @@ class RaftCore:
         taking = self.term_to_take_leadership == self.term
         v = self._vote = _VoteRound(self.term, self.now_ms + self.cfg.vote_response_timeout_ms)
         own = self._handle_vote(VoteRequest(self.term, self.id, self.id, end_index, end_term, taking), True)
+        if own == VoteResult.ACCEPT:
+            self._campaign_term = self.term
         self._tally(v, self.id, own, self.term)
         for peer in self.voters:
             if peer != self.id:
@@ -879,9 +886,16 @@ class RaftCore:
         if m.term > self.term:
             self._step_down_to(m.term)
             return
-        if self.role != Role.LEADER or not self._hb_open or m.seq != self._hb_seq:
+        if self.role != Role.LEADER:
             return
-        if m.src not in self.voters:
+        if m.code == Code.SUCCESS:
+            pr = self.progress.get(m.src)
+            if (pr is not None and pr.state == COMPARE
+                    and self.now_ms - pr.probe_sent_ms >= self.cfg.heartbeat_interval_ms):
+                # the follower is reachable again (after a partition or a restart): probe now
+                # rather than at the next append timeout
+                self._send_probe(pr, pr.probe_prev)
+        if not self._hb_open or m.seq != self._hb_seq or m.src not in self.voters:
             return
         code = m.code
         if code == Code.SUCCESS:
