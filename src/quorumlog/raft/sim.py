@@ -116,7 +116,8 @@ class Simulator:
             inflight = rng.choice((1, 3, 16))
             config = RaftConfig(max_batch_entries=rng.choice((2, 16, 256) if inflight > 1 else (16, 256)),
                                 max_inflight_batches=inflight,
-                                max_batch_bytes=rng.choice((200, 2000, 1 << 20)),
+                                max_batch_bytes=rng.choice((200, 2000, 1 << 20) if inflight > 1
+                                                           else (2000, 1 << 20)),
                                 max_uncommitted_entries=rng.choice((40, 200)))
         self.cfg = config
         self.fault_ms = fault_ms
