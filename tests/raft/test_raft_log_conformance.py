@@ -1,33 +1,69 @@
 """Conformance suite for the RaftLog interface (quorumlog/raft/log.py).
 
-Every implementation must pass it. To plug in another one (the native CommitLog adapter),
-add a param to the `raft_log` fixture: a factory returning a fresh, empty, open log, and a
-`make_items(n)` returning a batch append_as_leader accepts.
+Every implementation must pass it: the in-memory MemLog and the native CommitLog through
+quorumlog.raft.nativelog.NativeRaftLog (skipped when the extension is not built). To plug in
+another, add an entry to IMPLEMENTATIONS: a factory `make(dir) -> (log, close)` for a fresh,
+empty, open log, and `items(n, size)` returning a batch its append_as_leader accepts.
 """
+import tempfile
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from quorumlog.errors import IndexOutOfRangeError, ReplicationError
+from quorumlog.errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from quorumlog.raft.log import EntryKind, RaftLog, decode_voters, encode_voters
 from quorumlog.raft.memlog import MemLog
 
 
-def _mem_factory():
-    return MemLog()
+def _mem_make(_dir):
+    return MemLog(), lambda: None
 
 
 def _mem_items(n, size=10):
     return [bytes([65 + (i % 26)]) * size for i in range(n)]
 
 
+def _native_make(d):
+    from quorumlog.commitlog import CommitLog
+    from quorumlog.raft.nativelog import NativeRaftLog
+    cl = CommitLog(f"{d}/log-{next(_seq)}", segment_size_bytes=1 << 16)
+    return NativeRaftLog(cl), cl.close
+
+
+def _native_items(n, size=10):
+    return ("raft-conformance", [bytes([65 + (i % 26)]) * size for i in range(n)])
+
+
+def _native_available():
+    try:
+        import quorumlog.commitlog  # noqa: F401  (needs the built extension)
+        return True
+    except ImportError:
+        return False
+
+
+_seq = iter(range(1 << 30))
 IMPLEMENTATIONS = {
-    "memory": (_mem_factory, _mem_items),
+    "memory": (_mem_make, _mem_items),
+    "native": (_native_make, _native_items),
 }
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
-def impl(request):
-    return IMPLEMENTATIONS[request.param]
+def impl(request, tmp_path):
+    if request.param == "native" and not _native_available():
+        pytest.skip("native commit log extension not built")
+    make, items = IMPLEMENTATIONS[request.param]
+    closers = []
+
+    def factory():
+        lg, close = make(tmp_path)
+        closers.append(close)
+        return lg
+
+    yield factory, items
+    for close in closers:
+        close()
 
 
 @pytest.fixture
@@ -61,8 +97,10 @@ def test_append_as_leader_assigns_consecutive_indexes_with_the_term(raft_log, it
 
 def test_terms_never_decrease(raft_log, items):
     raft_log.append_as_leader(5, items(1))
-    with pytest.raises(ReplicationError):
+    with pytest.raises(InvalidArgumentError):
         raft_log.append_as_leader(4, items(1))
+    with pytest.raises(InvalidArgumentError):
+        raft_log.append_control(4, EntryKind.NOOP, b"")
 
 
 def test_term_at_out_of_range(raft_log, items):
@@ -98,7 +136,7 @@ def test_read_out_of_range(raft_log, items):
 
 
 def test_replicated_payload_reproduces_the_leader_log(impl, items):
-    leader, follower = impl[0](), impl[0]()
+    leader, follower = impl[0](), impl[0]()  # (two logs of the same implementation)
     leader.append_as_leader(1, items(5))
     leader.append_control(2, EntryKind.NOOP, b"")
     leader.append_control(2, EntryKind.CONFIG, encode_voters(["b", "a"]))
@@ -148,24 +186,34 @@ def test_config_body_roundtrip():
 @given(st.lists(st.tuples(st.sampled_from(["lead", "trunc", "noop"]), st.integers(1, 4)), max_size=30))
 def test_log_matches_a_list_model(ops):
     # hypothesis: any sequence of appends/truncations behaves like a list of terms
-    for factory, mk in IMPLEMENTATIONS.values():
-        lg = factory()
-        model = []
-        term = 1
-        for op, n in ops:
-            if op == "lead":
-                term += n % 2
-                lg.append_as_leader(term, mk(n))
-                model += [term] * n
-            elif op == "noop":
-                lg.append_control(term, EntryKind.NOOP, b"")
-                model.append(term)
-            else:
-                cut = max(0, len(model) - n)
-                lg.truncate_after(cut)
-                del model[cut:]
-            assert lg.last_index() == len(model)
-            assert [lg.term_at(i) for i in range(1, len(model) + 1)] == model
+    for name, (make, mk) in IMPLEMENTATIONS.items():
+        if name == "native" and not _native_available():
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            lg, close = make(d)
+            try:
+                _run_model(lg, mk, ops)
+            finally:
+                close()
+
+
+def _run_model(lg, mk, ops):
+    model = []
+    term = 1
+    for op, n in ops:
+        if op == "lead":
+            term += n % 2
+            lg.append_as_leader(term, mk(n))
+            model += [term] * n
+        elif op == "noop":
+            lg.append_control(term, EntryKind.NOOP, b"")
+            model.append(term)
+        else:
+            cut = max(0, len(model) - n)
+            lg.truncate_after(cut)
+            del model[cut:]
+        assert lg.last_index() == len(model)
+        assert [lg.term_at(i) for i in range(1, len(model) + 1)] == model
 
 
 def test_memlog_crash_keeps_only_flushed_state():
@@ -181,3 +229,50 @@ def test_memlog_crash_keeps_only_flushed_state():
     lg.flush()
     lg.crash()
     assert lg.last_index() == 1
+
+
+def test_three_cores_over_the_log(impl, items):
+    """RaftCore end to end over this implementation: elect, replicate through verbatim
+    payloads, commit; the followers' entries equal the leader's."""
+    import random
+
+    from quorumlog.raft import RaftConfig, RaftCore, Role
+
+    voters = ("n1", "n2", "n3")
+    logs = {v: impl[0]() for v in voters}
+    cfg = RaftConfig(max_batch_bytes=300, max_batch_entries=4)
+    cores = {v: RaftCore(v, logs[v], random.Random(i), cfg, voters=voters, peers=voters)
+             for i, v in enumerate(voters)}
+
+    def pump():
+        busy = True
+        while busy:
+            busy = False
+            for v, c in cores.items():
+                if c.has_ready():
+                    busy = True
+                    r = c.ready()
+                    if r.flush_to is not None:
+                        c.on_persisted(logs[v].flush(), r.flush_gen)
+                    for m in r.messages:
+                        cores[m.dst].step(m)
+
+    ld = cores["n1"]
+    now = ld.next_time_to_request_vote
+    for step in range(20):
+        for v in voters if step else ("n1",):
+            cores[v].tick(now + step)
+        pump()
+        if ld.role == Role.LEADER:
+            break
+    assert ld.role == Role.LEADER
+    for _ in range(5):
+        batch = items(7)
+        ld.propose(batch, 7, 70)
+        pump()
+    last = logs["n1"].last_index()
+    assert last == 36 and ld.commit_index == last
+    for v in ("n2", "n3"):
+        assert logs[v].last_index() == last
+        assert [logs[v].term_at(i) for i in range(1, last + 1)] == \
+               [logs["n1"].term_at(i) for i in range(1, last + 1)]

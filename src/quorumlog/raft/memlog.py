@@ -99,7 +99,7 @@ class MemLog:
     # -- writes ------------------------------------------------------------------------
     def append_as_leader(self, term: int, batch) -> int:
         if term < self.last_term():
-            raise ReplicationError(f"append_as_leader: term {term} < last term {self.last_term()}")
+            raise InvalidArgumentError(f"append_as_leader: term {term} is below the log's last term {self.last_term()}")
         first = len(self._terms) + 1
         cum = self._cum
         total = cum[-1]
@@ -118,7 +118,7 @@ class MemLog:
 
     def append_control(self, term: int, kind, data: bytes) -> int:
         if term < self.last_term():
-            raise ReplicationError(f"append_control: term {term} < last term {self.last_term()}")
+            raise InvalidArgumentError(f"append_control: term {term} is below the log's last term {self.last_term()}")
         if kind not in (EntryKind.NOOP, EntryKind.CONFIG):
             raise InvalidArgumentError(f"append_control: kind must be NOOP or CONFIG, not {kind!r}")
         self._terms.append(term)
