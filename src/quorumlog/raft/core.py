@@ -54,7 +54,7 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IndexOutOfRangeError
 from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
                      NotLeaderError, ProposalLimitError, RaftInvariantError, TransferError)
 from .log import EntryKind, RaftLog, decode_voters, encode_voters
@@ -739,7 +739,12 @@ class RaftCore:
             # cannot check prev_term; ask the leader to start at our head
             self._reply_append(m, Code.GAP, lg.first_index() - 1, 0)
             return
-        t = lg.term_at(prev)
+        try:
+            t = lg.term_at(prev)
+        except IndexOutOfRangeError:
+            # prev is the entry just before our dropped head: it was committed (retention
+            # only drops committed entries), so it matches whatever the leader says
+            t = m.prev_term
         if t != m.prev_term:
             if prev <= self.commit_index:
                 raise RaftInvariantError(
@@ -943,12 +948,17 @@ class RaftCore:
         if prev < lg.first_index() - 1:
             self._behind_retention(pr)
             return
+        try:
+            prev_term = lg.term_at(prev)
+        except IndexOutOfRangeError:  # the entry before our dropped head: term not kept
+            self._behind_retention(pr)
+            return
         pr.state = COMPARE
         pr.inflight.clear()
         pr.probe_prev = prev
         pr.next = prev + 1
         pr.probe_sent_ms = self.now_ms
-        self._msgs.append(Append(self.term, self.id, pr.peer, prev, lg.term_at(prev), prev + 1, prev,
+        self._msgs.append(Append(self.term, self.id, pr.peer, prev, prev_term, prev + 1, prev,
                                  0, None, 0, self.commit_index, (), pr.epoch))
 
     def _behind_retention(self, pr: Progress) -> None:
@@ -977,7 +987,11 @@ class RaftCore:
         peer = pr.peer
         max_entries = c.max_batch_entries
         max_bytes = c.max_batch_bytes
-        prev_term = lg.term_at(nxt - 1)
+        try:
+            prev_term = lg.term_at(nxt - 1)
+        except IndexOutOfRangeError:  # the entry before our dropped head: term not kept
+            self._behind_retention(pr)
+            return
         cfg_last = self.configs[-1][0]
         msgs = self._msgs
         while nxt <= last and len(inflight) < limit:
