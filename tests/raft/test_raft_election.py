@@ -67,11 +67,39 @@ def test_candidate_increases_term_after_wait_to_vote_next():
 
 
 def test_candidate_keeps_term_after_wait_to_revote():
-    # DLedger §发起选举 3: otherwise the current term is used
-    c = make(term=4)
-    c.last_parse_result = ParseResult.WAIT_TO_REVOTE
+    # DLedger §发起选举 3: otherwise the current term is used -- within one candidacy
+    c = make(term=3)
+    reqs, _ = start_round(c)          # first round: term 4
+    assert c.term == 4
+    c.tick(c._vote.deadline_ms)       # nobody answered: valid < quorum -> WAIT_TO_REVOTE
+    assert c.last_parse_result == ParseResult.WAIT_TO_REVOTE
     reqs, _ = start_round(c)
     assert c.term == 4 and all(m.term == 4 for m in reqs)
+
+
+@pytest.mark.parametrize("voted_for", [None, "n2"])
+def test_node_that_did_not_run_in_its_term_takes_the_next_one(voted_for):
+    # deviation (docs/raft.md): re-running in a term it adopted or voted in elsewhere let a
+    # new configuration's quorum elect a second leader in one term (simulation seed 13790)
+    c = make(term=4, voted_for=voted_for)
+    c.last_parse_result = ParseResult.WAIT_TO_REVOTE
+    reqs, r = start_round(c)
+    assert c.term == 5 and all(m.term == 5 for m in reqs) and r.hard_state == HardState(5, "n1")
+
+
+def test_candidacy_interrupted_by_a_leader_takes_the_next_term():
+    # deviation: n1 ran in term 4 and lost; it followed the term-4 leader; after that leader
+    # goes quiet it must not run in term 4 again (simulation seed 28440)
+    c = make(term=3)
+    start_round(c)
+    assert c.term == 4 and c.voted_for == "n1"
+    c.step(Heartbeat(4, "n2", "n1", 0, 1))
+    assert c.role == Role.FOLLOWER
+    c.ready()
+    c.tick(c.now_ms + LEAK_MS + 1)
+    assert c.role == Role.CANDIDATE
+    reqs, _ = start_round(c)
+    assert c.term == 5
 
 
 def test_need_increase_term_immediately_adopts_known_max_term_then_waits():
@@ -244,8 +272,9 @@ def test_parse_bigger_ledger_majority_waits_longer():
 def test_parse_not_ready_revotes_immediately():
     c = parse_with([("n2", VoteResult.REJECT_TERM_NOT_READY), ("n3", VoteResult.REJECT_TERM_NOT_READY)])
     assert c.last_parse_result == ParseResult.REVOTE_IMMEDIATELY
+    term = c.term
     reqs, _ = start_round(c)  # at once, same term
-    assert reqs[0].term == 3
+    assert reqs[0].term == term
 
 
 def test_parse_otherwise_wait_to_vote_next():

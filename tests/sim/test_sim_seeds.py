@@ -61,3 +61,13 @@ def test_heavy_faults_5_nodes():
     for seed in range(20):
         r = Simulator(seed, 5, faults=f).run()
         assert r.ok, f"{r.violation}\n  replay: Simulator({seed}, 5, faults=<heavy>)"
+
+
+# seeds that once found a bug (docs/raft.md "Measured" lists what each found)
+REGRESSION_SEEDS = [39, 48, 127, 6943, 13790, 23098, 27448, 28440, 30961]
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+def test_regression_seed(seed):
+    failure = _check(seed)
+    assert failure is None, failure

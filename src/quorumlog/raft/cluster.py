@@ -101,10 +101,10 @@ class ManualCluster:
             n += 1
         return n
 
-    def drop(self, match=None) -> int:
+    def drop(self, match=None, limit: int | None = None) -> int:
         keep, gone = [], 0
         for m in self.queue:
-            if match is None or match(m):
+            if (match is None or match(m)) and (limit is None or gone < limit):
                 gone += 1
                 self.out.append(f"dropped {m.describe()}")
             else:

@@ -55,7 +55,8 @@ class RaftLog(Protocol):
 
     def append_as_leader(self, term: int, batch: Any) -> int:
         """Append a batch of client messages, each becoming one DATA entry of `term`; the log
-        assigns indexes (and positions). Returns the new last index."""
+        assigns indexes (and positions). Returns the new last index. A term below
+        last_term(): InvalidArgumentError."""
 
     def append_control(self, term: int, kind: EntryKind, data: bytes) -> int:
         """Append one NOOP or CONFIG entry of `term`. Returns the new last index."""

@@ -8,6 +8,8 @@ log whose recovery scan finds intact old records would.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from ..errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from .log import EntryKind, decode_voters
 
@@ -44,6 +46,7 @@ class MemLog:
         self._kinds: list[int] = []
         self._datas: list = []
         self._sizes: list[int] = []
+        self._cum: list[int] = [0]  # _cum[i] = bytes of entries 1..i (reads bisect it)
         # durable image (what survives crash()) and the lowest position changed since flush
         self._d_terms: list[int] = []
         self._d_kinds: list[int] = []
@@ -76,19 +79,15 @@ class MemLog:
             raise IndexOutOfRangeError(f"read({lo}, {hi}): log holds 1..{last}")
         if max_bytes <= 0:
             raise InvalidArgumentError(f"read: max_bytes must be > 0, got {max_bytes}")
-        sizes = self._sizes
-        total = sizes[lo - 1]
-        pos = lo  # position of the next candidate entry (its index is pos + 1)
-        while pos < hi:
-            s = sizes[pos]
-            if total + s > max_bytes:
-                break
-            total += s
-            pos += 1
-        end = pos  # entries lo..end (indexes), positions lo-1..end-1
+        cum = self._cum
+        base = cum[lo - 1]
+        # last index end in [lo, hi] with cum[end] - base <= max_bytes (at least lo)
+        end = bisect_right(cum, base + max_bytes, lo, hi + 1) - 1
+        if end < lo:
+            end = lo
         p = MemPayload(lo, tuple(self._terms[lo - 1:end]), tuple(self._kinds[lo - 1:end]),
-                       tuple(self._datas[lo - 1:end]), tuple(sizes[lo - 1:end]))
-        return p, end - lo + 1, total
+                       tuple(self._datas[lo - 1:end]), tuple(self._sizes[lo - 1:end]))
+        return p, end - lo + 1, cum[end] - base
 
     def entry(self, index: int):
         """(term, kind, data) at index -- for tests and the simulator, not the core."""
@@ -100,13 +99,18 @@ class MemLog:
     # -- writes ------------------------------------------------------------------------
     def append_as_leader(self, term: int, batch) -> int:
         if term < self.last_term():
-            raise ReplicationError(f"append_as_leader: term {term} < last term {self.last_term()}")
+            raise InvalidArgumentError(f"append_as_leader: term {term} is below the log's last term {self.last_term()}")
         first = len(self._terms) + 1
+        cum = self._cum
+        total = cum[-1]
         for item in batch:
             self._terms.append(term)
             self._kinds.append(EntryKind.DATA)
             self._datas.append(item)
-            self._sizes.append(_size_of(item))
+            sz = _size_of(item)
+            self._sizes.append(sz)
+            total += sz
+            cum.append(total)
         last = len(self._terms)
         if self.observer is not None and last >= first:
             self.observer("append", self, first, last)
@@ -114,13 +118,15 @@ class MemLog:
 
     def append_control(self, term: int, kind, data: bytes) -> int:
         if term < self.last_term():
-            raise ReplicationError(f"append_control: term {term} < last term {self.last_term()}")
+            raise InvalidArgumentError(f"append_control: term {term} is below the log's last term {self.last_term()}")
         if kind not in (EntryKind.NOOP, EntryKind.CONFIG):
             raise InvalidArgumentError(f"append_control: kind must be NOOP or CONFIG, not {kind!r}")
         self._terms.append(term)
         self._kinds.append(EntryKind(kind))
         self._datas.append(bytes(data))
-        self._sizes.append(_size_of(data))
+        sz = _size_of(data)
+        self._sizes.append(sz)
+        self._cum.append(self._cum[-1] + sz)
         last = len(self._terms)
         if self.observer is not None:
             self.observer("append", self, last, last)
@@ -142,6 +148,11 @@ class MemLog:
         self._kinds.extend(payload.kinds)
         self._datas.extend(payload.datas)
         self._sizes.extend(payload.sizes)
+        cum = self._cum
+        total = cum[-1]
+        for sz in payload.sizes:
+            total += sz
+            cum.append(total)
         last = len(self._terms)
         if self.observer is not None:
             self.observer("append", self, first, last)
@@ -157,6 +168,7 @@ class MemLog:
         del self._kinds[index:]
         del self._datas[index:]
         del self._sizes[index:]
+        del self._cum[index + 1:]
         if index < self._dirty_from:
             self._dirty_from = index
 
@@ -176,6 +188,10 @@ class MemLog:
         self._kinds = list(self._d_kinds)
         self._datas = list(self._d_datas)
         self._sizes = list(self._d_sizes)
+        cum = [0]
+        for sz in self._sizes:
+            cum.append(cum[-1] + sz)
+        self._cum = cum
         self._dirty_from = len(self._terms)
 
     def config_history(self, initial_voters) -> list[tuple[int, tuple[str, ...]]]:

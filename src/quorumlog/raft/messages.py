@@ -156,7 +156,9 @@ class Append(Message):
 
     def __init__(self, term, src, dst, prev_index, prev_term, first_index, last_index,
                  entry_term, payload, nbytes, commit_index, configs, epoch):
-        Message.__init__(self, term, src, dst)
+        self.term = term  # (no Message.__init__ call: this is the replication hot path)
+        self.src = src
+        self.dst = dst
         self.prev_index = prev_index
         self.prev_term = prev_term
         self.first_index = first_index
@@ -182,7 +184,9 @@ class AppendResponse(Message):
 
     def __init__(self, term, src, dst, code, match_index, req_prev, req_last, hint_index,
                  hint_term, epoch):
-        Message.__init__(self, term, src, dst)
+        self.term = term
+        self.src = src
+        self.dst = dst
         self.code = code
         # highest index known to match the leader AND persisted (the durability hook): the
         # only number the leader counts towards commit

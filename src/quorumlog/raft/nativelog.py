@@ -1,0 +1,74 @@
+"""RaftLog (log.py) over the native commit log (quorumlog.commitlog.CommitLog).
+
+A thin adapter: the names and conventions differ a little, the work is the native log's.
+
+  * first_index / last_index / last_term are properties there (first_index is 0 while empty)
+  * its read(lo, hi, max_bytes) takes a half-open range and returns (view, count); the
+    protocol's hi is inclusive and it wants (payload, count, nbytes)
+  * append_control(rtype, payload, term=) / append_batch(topic, bodies, term=, ...) return
+    (index, position) / (first_index, positions, timestamp)
+  * flush() returns a byte position; the protocol wants the durable last index
+
+A leader's batch (the `batch` given to RaftCore.propose and passed on to append_as_leader) is
+`(topic, bodies)` or `(topic, bodies, kwargs)`, kwargs being append_batch's keyword arguments
+(queue_ids, queue_offsets, tags, keys, properties, ...).
+"""
+from __future__ import annotations
+
+from ..errors import IndexOutOfRangeError
+from .log import EntryKind
+
+
+class NativeRaftLog:
+    def __init__(self, commitlog):
+        from ..commitlog import CONFIG, NOOP  # the extension is only needed if this is used
+        self.cl = commitlog
+        self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG}
+
+    def first_index(self) -> int:
+        f = self.cl.first_index
+        return f if f >= 1 else self.cl.last_index + 1
+
+    def last_index(self) -> int:
+        return self.cl.last_index
+
+    def last_term(self) -> int:
+        return self.cl.last_term if self.cl.last_index else 0
+
+    def term_at(self, index: int) -> int:
+        if index == 0:
+            return 0
+        # (a dropped head's last term is not kept: term_at(first_index() - 1) raises when
+        # first_index() > 1; catching such a follower up is segment streaming's job)
+        return self.cl.term_at(index)
+
+    def read(self, lo: int, hi: int, max_bytes: int):
+        last = self.cl.last_index
+        if lo < 1 or hi > last or lo > hi:
+            raise IndexOutOfRangeError(f"read({lo}, {hi}): log holds {self.first_index()}..{last}")
+        view, count = self.cl.read(lo, hi + 1, max_bytes)
+        return view, count, len(view)
+
+    def append_as_leader(self, term: int, batch) -> int:
+        topic, bodies = batch[0], batch[1]
+        kwargs = batch[2] if len(batch) > 2 else {}
+        first, _positions, _ts = self.cl.append_batch(topic, bodies, term=term, **kwargs)
+        return first + len(bodies) - 1
+
+    def append_control(self, term: int, kind, data: bytes) -> int:
+        index, _pos = self.cl.append_control(self._rtype[EntryKind(kind)], data, term=term)
+        return index
+
+    def append_replicated(self, payload) -> int:
+        return self.cl.append_replicated(payload)
+
+    def truncate_after(self, index: int) -> None:
+        last = self.cl.last_index
+        if index < 0 or index > last:
+            raise IndexOutOfRangeError(f"truncate_after({index}): log holds 1..{last}")
+        self.cl.truncate_after(index)
+
+    def flush(self) -> int:
+        last = self.cl.last_index
+        self.cl.flush()
+        return last
