@@ -20,15 +20,12 @@ def _check(seed, **kw):
 
 @pytest.mark.parametrize("start", range(0, SEEDS, CHUNK), ids=lambda s: f"seeds{s}-{s + CHUNK - 1}")
 def test_mixed_faults(start, sim_seed):
-    if sim_seed is not None:
-        pytest.skip("--sim-seed given: see test_replay_seed")
     failures = [f for f in (_check(s) for s in range(start, start + CHUNK)) if f]
     assert not failures, "\n".join(failures)
 
 
 def test_replay_seed(sim_seed):
-    if sim_seed is None:
-        pytest.skip("pass --sim-seed N to replay one seed")
+    assert sim_seed is not None   # selected only with --sim-seed (tests/conftest.py)
     r = run_seed(sim_seed, trace=True)
     if not r.ok:
         print("\n".join(r.trace[-400:]))
