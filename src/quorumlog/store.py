@@ -31,7 +31,18 @@ Message made from it) so that get() costs no native call per message; retention 
 files, and the mappings live on until the last Message referring to them is gone.
 
 Thread safety: every public method takes the store's lock; the optional background thread
-(retention, delay delivery, consume-queue flush) takes it too.
+(retention, delay delivery, consume-queue flush) takes it too. In replicated mode the thread
+does not deliver delayed messages (that appends; only the leader may): the driver calls
+deliver_due() on the leader.
+
+Replicated mode and queue offsets: records that arrive through CommitLog.append_replicated
+carry queue offsets the store did not hand out. Dispatch raises the counters past every queue's
+end, and before each own append the store counts the records replicated since its last count,
+uncommitted ones included (recounting from the consume queues after a Raft truncation), so an
+offset is never handed out twice. Dispatch trusts nothing in a replicated record: a topic name
+breaking the rules or a queue id outside [0, max_queues_per_topic) is rejected (stats
+"dispatch_rejected"), and a record claiming an offset its queue holds for another position is
+reported (stats "dispatch_conflicts"); neither is dispatched, both are logged as errors.
 """
 from __future__ import annotations
 
@@ -1182,7 +1193,9 @@ class MessageStore:
                     with self._lock:
                         if self._closed:
                             return
-                        if now >= next_sched:
+                        # Replicated: only the leader may append; the Raft driver
+                        # calls deliver_due() there.
+                        if now >= next_sched and not self._replicated:
                             self.schedule.deliver_due(self._clock_ms())
                             next_sched = now + cfg.schedule_interval_ms / 1000.0
                         if now >= next_ret:

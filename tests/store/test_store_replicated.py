@@ -140,3 +140,61 @@ def test_replicated_record_with_absurd_queue_id_is_rejected(open_store, tmp_path
     assert len(os.listdir(os.path.join(b.path, "consumequeue", "t"))) <= 16
     assert b.stats()["dispatch_rejected"] == 2
     assert [m.body for m in b.get("t", 0, 0)] == [b"x", b"y"]
+
+
+def test_new_leader_delays_and_delivers_after_replicated_records(open_store, tmp_path):
+    """Delay levels on a follower that becomes leader: the schedule queue and the real queue
+    continue after the replicated records."""
+    from quorumlog.store import SCHEDULE_TOPIC
+    a = open_store(str(tmp_path / "a"), replicated=True)
+    b = open_store(str(tmp_path / "b"), replicated=True)
+    a.put("t", b"r0", queue_id=0)
+    a.put("t", b"d0", queue_id=0, delay_level=1)
+    _commit_all(a)
+    _ship(a, b)
+    _commit_all(b)
+    b.term = 2
+    r = b.put("t", b"d1", queue_id=0, delay_level=1)
+    assert (r.topic, r.queue_offset) == (SCHEDULE_TOPIC, 1)
+    _commit_all(b)
+    assert b.deliver_due(r.store_timestamp + 10**6) == 2
+    _commit_all(b)
+    assert [m.body for m in b.get("t", 0, 0, 10)] == [b"r0", b"d0", b"d1"]
+
+
+@pytest.mark.parametrize("commit_deliveries", [True, False])
+def test_new_leader_does_not_redeliver_what_the_old_leader_delivered(
+        open_store, tmp_path, commit_deliveries):
+    a = open_store(str(tmp_path / "a"), replicated=True)
+    b = open_store(str(tmp_path / "b"), replicated=True)
+    ts = a.put("t", b"d0", queue_id=0, delay_level=1).store_timestamp
+    a.put("t", b"d1", queue_id=0, delay_level=1)
+    _commit_all(a)
+    _ship(a, b)
+    _commit_all(b)                                   # b learns of both delayed messages
+    assert a.deliver_due(ts + 10**6) == 2            # a delivers them before losing office
+    _commit_all(a)
+    _ship(a, b)
+    if commit_deliveries:
+        _commit_all(b)
+    b.term = 2
+    assert b.deliver_due(ts + 10**6) == 0
+    _commit_all(b)
+    assert [m.body for m in b.get("t", 0, 0, 10)] == [b"d0", b"d1"]
+    assert b.stats()["delayed_pending"] == 0
+
+
+def test_timer_does_not_deliver_in_replicated_mode(open_store, tmp_path):
+    """A follower's timer must not append deliveries to its log (only the Raft driver, on
+    the leader, calls deliver_due)."""
+    import time as _time
+    s = open_store(str(tmp_path / "b"), replicated=True, background=True,
+                   schedule_interval_ms=10, delay_levels="1s")
+    s.commitlog.append("SCHEDULE_TOPIC_XXXX", b"d", queue_id=0, queue_offset=0, term=1,
+                       properties={"REAL_TOPIC": "t", "REAL_QID": "0", "DELAY": "1"},
+                       born_timestamp_ms=0)
+    last = s.commitlog.last_index
+    s.commitlog.commit(last)
+    s.dispatch()
+    _time.sleep(1.3)
+    assert s.commitlog.last_index == last
