@@ -151,6 +151,7 @@ class ScheduleService:
             self._catch_up()
         scanned_end = s._log.end_position
         total = 0
+        moved = False
         for lvl, delay in enumerate(self.levels_ms, start=1):
             if lvl > len(st.queues):
                 break
@@ -164,24 +165,53 @@ class ScheduleService:
                         break
                     due.append(m)
                 if due:
-                    self._deliver(lvl, due)
-                    total += len(due)
+                    total += self._deliver(lvl, due)
+                    moved = True
                     off = due[-1].queue_offset + 1
                     self.progress[lvl] = off
                 if len(due) < len(msgs) or not msgs:
                     break
-        if total:
+        if moved:
             if s._replicated and self._scanned_to == scanned_end:
                 self._scanned_to = s._log.end_position   # our own deliveries: nothing to learn
             s._log.flush()       # deliveries durable before the progress that names them
             self.save()
         return total
 
+    def _deliverable(self, m) -> bool:
+        """A delayed record may come from another replica: its real topic and queue are
+        checked (topic name rules, queue id in [0, max_queues_per_topic)) before anything is
+        created for them. An undeliverable one is logged as an error, counted in the store's
+        stats "delay_rejected" and passed over (progress moves past it)."""
+        S = self._s
+        p = m.properties
+        topic = p.get(S.PROP_REAL_TOPIC)
+        qid = p.get(S.PROP_REAL_QID, "")
+        reason = None
+        try:
+            S._check_topic_name(topic)
+            if topic == S.SCHEDULE_TOPIC:
+                reason = "real topic is the schedule topic"
+        except S.InvalidTopicError as exc:
+            reason = str(exc)
+        if reason is None and not (qid.isdigit() and len(qid) <= 6
+                                   and int(qid) < self.store.config.max_queues_per_topic):
+            reason = (f"queue id {qid!r} outside [0, "
+                      f"{self.store.config.max_queues_per_topic})")
+        if reason is None:
+            return True
+        self.store._stats["delay_rejected"] += 1
+        log.error("store %s: REJECTED delayed message at position %d (schedule offset %d): "
+                  "%s; not delivered", self.store.path, m.position, m.queue_offset, reason)
+        return False
+
     def _deliver(self, lvl, msgs):
         """Re-put `msgs` (consecutive, one level) into their real topics, one batch per run of
-        messages with the same real topic."""
+        messages with the same real topic -> number delivered (undeliverable ones skipped)."""
         S = self._s
         s = self.store
+        msgs = [m for m in msgs if self._deliverable(m)]
+        delivered = len(msgs)
         i = 0
         while i < len(msgs):
             props0 = msgs[i].properties
@@ -213,3 +243,4 @@ class ScheduleService:
             s._put(topic, bodies, None, tags, keys, props, 0, None, born,
                    S.FLAG_FROM_SCHEDULE, internal_queue_ids=np.asarray(qids, dtype=np.int64))
             i = j
+        return delivered

@@ -222,7 +222,8 @@ class MessageStore:
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
                        "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0,
-                       "dispatch_stalls": 0, "dispatch_conflicts": 0, "dispatch_rejected": 0}
+                       "dispatch_stalls": 0, "dispatch_conflicts": 0, "dispatch_rejected": 0,
+                       "delay_rejected": 0}
         # Replicated mode: the counters account for every record of the log up to raft index
         # _counted_idx (of term _counted_term); records arriving by replication past it are
         # counted before the next own append (_sync_counters). _tail holds what the counted

@@ -198,3 +198,30 @@ def test_timer_does_not_deliver_in_replicated_mode(open_store, tmp_path):
     s.dispatch()
     _time.sleep(1.3)
     assert s.commitlog.last_index == last
+
+
+def test_replicated_delayed_record_with_bad_destination_is_not_delivered(open_store, tmp_path,
+                                                                         caplog):
+    """REAL_TOPIC / REAL_QID of a replicated delayed record are checked before delivery
+    creates any topic or queue."""
+    b = open_store(str(tmp_path / "b"), replicated=True, delay_levels="1s",
+                   max_queues_per_topic=16)
+    lg = b.commitlog
+    bad = [{"REAL_TOPIC": "..", "REAL_QID": "0"},
+           {"REAL_TOPIC": "t", "REAL_QID": "5000"},
+           {"REAL_TOPIC": "t", "REAL_QID": "x"}]
+    for off, props in enumerate(bad + [{"REAL_TOPIC": "t", "REAL_QID": "1"}]):
+        props["DELAY"] = "1"
+        lg.append("SCHEDULE_TOPIC_XXXX", b"m%d" % off, queue_id=0, queue_offset=off, term=1,
+                  properties=props)
+    lg.commit(lg.last_index)
+    b.dispatch()
+    with caplog.at_level(logging.ERROR, logger="quorumlog.schedule"):
+        assert b.deliver_due(b._clock_ms() + 10**6) == 1
+    assert b.stats()["delay_rejected"] == 3
+    assert list(b.topics()) == ["t"] and b.topics()["t"] <= 16
+    assert sorted(os.listdir(os.path.join(b.path, "consumequeue"))) == ["SCHEDULE_TOPIC_XXXX",
+                                                                        "t"]
+    _commit_all(b)
+    assert [m.body for m in b.get("t", 1, 0)] == [b"m3"]
+    assert b.stats()["delayed_pending"] == 0
