@@ -631,6 +631,19 @@ cdef class ConsumeQueue:
 # ---------------------------------------------------------------------------------------------
 # Dispatch
 
+cdef inline bint _holds(ConsumeQueue cq, int64_t off, int64_t pos):
+    """True when the queue's current file already holds entry `off` pointing at `pos` (a
+    re-dispatch). False otherwise -- another position (two records claim one offset) or an
+    entry outside the current file -- so the caller leaves the record to the store's slow
+    path, which checks it and reports a conflict; an offset is never silently skipped."""
+    cdef CQFile f = cq.cur
+    cdef int64_t held
+    if f is None or off < f.first_offset or off - f.first_offset >= f.capacity:
+        return False
+    memcpy(&held, f.base + (off - f.first_offset) * C_ENTRY, 8)
+    return held == pos
+
+
 def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
              const int32_t[:] queue_id, const int64_t[:] queue_offset,
              const int64_t[:] tag_hash, const int64_t[:] topic_hash,
@@ -639,8 +652,9 @@ def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
 
     `topics` maps topic_hash -> list of ConsumeQueue (indexed by queue id). Non-MESSAGE
     records are skipped, as are offsets a queue already holds (re-dispatch after a lagging
-    checkpoint). Returns the index of the first record the fast path cannot handle (unknown
-    topic or queue, empty queue, new file, gap) or n when every record was handled."""
+    checkpoint) when the entry there points at the same position. Returns the index of the
+    first record the fast path cannot handle (unknown topic or queue, empty queue, new file,
+    gap, an offset held for another position) or n when every record was handled."""
     cdef Py_ssize_t i, n = position.shape[0]
     cdef int64_t th, last_th = 0, off, pos
     cdef int32_t qid, sz
@@ -665,7 +679,7 @@ def dispatch(dict topics, const int64_t[:] position, const int32_t[:] size,
         if cq.empty:
             return i
         if off != cq.next_offset:
-            if off < cq.next_offset:
+            if off < cq.next_offset and _holds(cq, off, position[i]):
                 continue
             return i
         f = cq.cur
@@ -743,7 +757,7 @@ def dispatch_batch(list qlist, const int64_t[:] positions, int64_t end,
         if cq.empty:
             return i
         if off != cq.next_offset:
-            if off < cq.next_offset:
+            if off < cq.next_offset and _holds(cq, off, positions[i]):
                 continue
             return i
         f = cq.cur
@@ -797,13 +811,14 @@ def round_robin(const int64_t[:] counters, Py_ssize_t start, Py_ssize_t n):
 
 def dispatch_one(ConsumeQueue cq, int64_t off, int64_t pos, int32_t size, int64_t tag_hash):
     """The fast path of dispatch() for one record -> False when the caller must take the slow
-    path (empty queue, new file, gap); True when written or already present."""
+    path (empty queue, new file, gap, offset held for another position); True when written or
+    already present at this position."""
     cdef CQFile f
     cdef unsigned char *e
     if cq.empty:
         return False
     if off != cq.next_offset:
-        return off < cq.next_offset
+        return off < cq.next_offset and _holds(cq, off, pos)
     f = cq.cur
     if f is None or off - f.first_offset >= f.capacity or off < f.first_offset:
         return False

@@ -66,10 +66,16 @@ class Retention:
         return None
 
     def _last_write_ms(self, next_start: int):
+        """Store timestamp of the first record at or after `next_start`, read from its header
+        (scan() of one record: no body copy, unlike decode_at)."""
         lg = self.store._log
-        if next_start >= lg.end_position:
+        end = lg.end_position
+        if next_start >= end:
             return None                      # the next segment holds nothing yet
-        return lg.decode_at(next_start).store_timestamp_ms
+        info, _ = lg.scan(next_start, end, 1)
+        if not len(info):
+            return None
+        return int(info["store_ts"][0])
 
     def run(self, now_ms: int) -> int:
         s = self.store

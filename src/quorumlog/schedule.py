@@ -14,6 +14,14 @@ Progress survives restarts exactly (no loss, no re-delivery):
   advances the progress past deliveries made after the last save (a crash between re-put and
   save). Deliveries are flushed before the progress that names them, so the file is never ahead
   of the log.
+
+Replicated mode: only the leader delivers (the Raft driver calls store.deliver_due(); the
+store's timer does not), and a new leader's progress file knows nothing of what earlier leaders
+delivered. So before each round the records added to the log since the last look (replicated
+ones included, committed or not: a leader's log keeps its tail) are scanned for
+FLAG_FROM_SCHEDULE exactly as on open, and the progress moves past them: no re-delivery.
+Queue offsets of the deliveries come from the store's counters, which account for replicated
+records (store._sync_counters).
 """
 from __future__ import annotations
 
@@ -40,6 +48,7 @@ class ScheduleService:
         self._saved_position = 0
         self._load()
         self._reconcile()
+        self._scanned_to = store._log.committed_position   # replicated mode: see _catch_up
 
     def _load(self):
         try:
@@ -57,6 +66,37 @@ class ScheduleService:
         for lvl, off in offsets.items():
             if lvl in self.progress:
                 self.progress[lvl] = off
+
+    def _catch_up(self):
+        """Replicated mode: advance progress past deliveries in records added since the last
+        look (an earlier leader's, arrived by replication)."""
+        lg = self.store._log
+        end = lg.end_position
+        pos = max(self._scanned_to, lg.min_position)
+        if pos > end:            # the log was truncated below what was looked at
+            pos = max(self.store._dispatched, lg.min_position)
+        if pos < end:
+            self._advance_from_log(pos, end)
+        self._scanned_to = end
+
+    def _advance_from_log(self, pos, limit) -> int:
+        """Scan [pos, limit) for FLAG_FROM_SCHEDULE records; move progress past each."""
+        lg = self.store._log
+        found = 0
+        while pos < limit:
+            info, nxt = lg.scan(pos, limit, 65536)
+            if nxt == pos:
+                break
+            hits = info[(info["type"] == self._s.TYPE_MESSAGE)
+                        & ((info["flags"] & self._s.FLAG_FROM_SCHEDULE) != 0)]
+            for p in hits["position"].tolist():
+                src = lg.decode_at(p).properties.get(self._s.PROP_SCHEDULE_OFFSET, "")
+                lvl, _, off = src.partition(":")
+                if lvl.isdigit() and off.isdigit() and int(lvl) in self.progress:
+                    self.progress[int(lvl)] = max(self.progress[int(lvl)], int(off) + 1)
+                    found += 1
+            pos = nxt
+        return found
 
     def _reconcile(self):
         """Advance progress past deliveries recorded in the log after the last save."""
@@ -84,20 +124,7 @@ class ScheduleService:
             log.warning("%s: saved log position %d beyond the log's committed end %d",
                         self.path, pos, limit)
             return
-        found = 0
-        while pos < limit:
-            info, nxt = lg.scan(pos, limit, 65536)
-            if nxt == pos:
-                break
-            hits = info[(info["type"] == self._s.TYPE_MESSAGE)
-                        & ((info["flags"] & self._s.FLAG_FROM_SCHEDULE) != 0)]
-            for p in hits["position"].tolist():
-                src = lg.decode_at(p).properties.get(self._s.PROP_SCHEDULE_OFFSET, "")
-                lvl, _, off = src.partition(":")
-                if lvl.isdigit() and off.isdigit() and int(lvl) in self.progress:
-                    self.progress[int(lvl)] = max(self.progress[int(lvl)], int(off) + 1)
-                    found += 1
-            pos = nxt
+        found = self._advance_from_log(pos, limit)
         if found:
             log.info("%s: %d deliveries after the last save recovered from the log", self.path,
                      found)
@@ -120,7 +147,11 @@ class ScheduleService:
         st = s._topics.get(S.SCHEDULE_TOPIC)
         if st is None:
             return 0
+        if s._replicated:
+            self._catch_up()
+        scanned_end = s._log.end_position
         total = 0
+        moved = False
         for lvl, delay in enumerate(self.levels_ms, start=1):
             if lvl > len(st.queues):
                 break
@@ -134,22 +165,53 @@ class ScheduleService:
                         break
                     due.append(m)
                 if due:
-                    self._deliver(lvl, due)
-                    total += len(due)
+                    total += self._deliver(lvl, due)
+                    moved = True
                     off = due[-1].queue_offset + 1
                     self.progress[lvl] = off
                 if len(due) < len(msgs) or not msgs:
                     break
-        if total:
+        if moved:
+            if s._replicated and self._scanned_to == scanned_end:
+                self._scanned_to = s._log.end_position   # our own deliveries: nothing to learn
             s._log.flush()       # deliveries durable before the progress that names them
             self.save()
         return total
 
+    def _deliverable(self, m) -> bool:
+        """A delayed record may come from another replica: its real topic and queue are
+        checked (topic name rules, queue id in [0, max_queues_per_topic)) before anything is
+        created for them. An undeliverable one is logged as an error, counted in the store's
+        stats "delay_rejected" and passed over (progress moves past it)."""
+        S = self._s
+        p = m.properties
+        topic = p.get(S.PROP_REAL_TOPIC)
+        qid = p.get(S.PROP_REAL_QID, "")
+        reason = None
+        try:
+            S._check_topic_name(topic)
+            if topic == S.SCHEDULE_TOPIC:
+                reason = "real topic is the schedule topic"
+        except S.InvalidTopicError as exc:
+            reason = str(exc)
+        if reason is None and not (qid.isdigit() and len(qid) <= 6
+                                   and int(qid) < self.store.config.max_queues_per_topic):
+            reason = (f"queue id {qid!r} outside [0, "
+                      f"{self.store.config.max_queues_per_topic})")
+        if reason is None:
+            return True
+        self.store._stats["delay_rejected"] += 1
+        log.error("store %s: REJECTED delayed message at position %d (schedule offset %d): "
+                  "%s; not delivered", self.store.path, m.position, m.queue_offset, reason)
+        return False
+
     def _deliver(self, lvl, msgs):
         """Re-put `msgs` (consecutive, one level) into their real topics, one batch per run of
-        messages with the same real topic."""
+        messages with the same real topic -> number delivered (undeliverable ones skipped)."""
         S = self._s
         s = self.store
+        msgs = [m for m in msgs if self._deliverable(m)]
+        delivered = len(msgs)
         i = 0
         while i < len(msgs):
             props0 = msgs[i].properties
@@ -181,3 +243,4 @@ class ScheduleService:
             s._put(topic, bodies, None, tags, keys, props, 0, None, born,
                    S.FLAG_FROM_SCHEDULE, internal_queue_ids=np.asarray(qids, dtype=np.int64))
             i = j
+        return delivered

@@ -31,7 +31,18 @@ Message made from it) so that get() costs no native call per message; retention 
 files, and the mappings live on until the last Message referring to them is gone.
 
 Thread safety: every public method takes the store's lock; the optional background thread
-(retention, delay delivery, consume-queue flush) takes it too.
+(retention, delay delivery, consume-queue flush) takes it too. In replicated mode the thread
+does not deliver delayed messages (that appends; only the leader may): the driver calls
+deliver_due() on the leader.
+
+Replicated mode and queue offsets: records that arrive through CommitLog.append_replicated
+carry queue offsets the store did not hand out. Dispatch raises the counters past every queue's
+end, and before each own append the store counts the records replicated since its last count,
+uncommitted ones included (recounting from the consume queues after a Raft truncation), so an
+offset is never handed out twice. Dispatch trusts nothing in a replicated record: a topic name
+breaking the rules or a queue id outside [0, max_queues_per_topic) is rejected (stats
+"dispatch_rejected"), and a record claiming an offset its queue holds for another position is
+reported (stats "dispatch_conflicts"); neither is dispatched, both are logged as errors.
 """
 from __future__ import annotations
 
@@ -211,7 +222,15 @@ class MessageStore:
         self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
                        "dispatched_records": 0, "rebuilt": False,
                        "segments_deleted": 0, "cq_files_deleted": 0, "disk_full_rejects": 0,
-                       "dispatch_stalls": 0}
+                       "dispatch_stalls": 0, "dispatch_conflicts": 0, "dispatch_rejected": 0,
+                       "delay_rejected": 0}
+        # Replicated mode: the counters account for every record of the log up to raft index
+        # _counted_idx (of term _counted_term); records arriving by replication past it are
+        # counted before the next own append (_sync_counters). _tail holds what the counted
+        # records imply for (topic hash, queue) pairs this store has no queue for yet.
+        self._counted_idx = 0
+        self._counted_term = 0
+        self._tail: dict[tuple[int, int], int] = {}
         self._disk_full = False
         self._disk_ratio = 0.0
         self._last_disk_check = -1e18
@@ -335,6 +354,7 @@ class MessageStore:
                 cq.recover(getattr(self, "_dispatched", 0))
                 t.counters[q] = cq.next_offset
             t.queues.append(cq)
+        self._apply_tail(t, 0)
         self._topics[name] = t
         self._topic_by_hash[t.hash] = t
         self._by_hash[t.hash] = t.queues
@@ -395,8 +415,10 @@ class MessageStore:
             cq.load()
             cq.recover(getattr(self, "_dispatched", 0))
             t.queues.append(cq)
+        old = len(t.counters)
         t.counters = np.concatenate([t.counters, np.array(
-            [cq.next_offset for cq in t.queues[len(t.counters):]], dtype=np.int64)])
+            [cq.next_offset for cq in t.queues[old:]], dtype=np.int64)])
+        self._apply_tail(t, old)
         self._by_hash[t.hash] = t.queues
         if persist:
             self._save_topics()
@@ -457,20 +479,69 @@ class MessageStore:
             # round-robin sequence would continue.
             t.rr = int(np.argmin(t.counters)) if len(t.counters) else 0
         # Records appended but not yet committed (replicated mode) already hold offsets.
-        if lg.end_position > self._dispatched:
-            pos = self._dispatched
-            while pos < lg.end_position:
-                info, nxt = lg.scan(pos, lg.end_position, MAX_SCAN_RECORDS)
-                if nxt == pos:
-                    break
-                msg = info[info["type"] == TYPE_MESSAGE]
-                for th, qid, qo in zip(msg["topic_hash"].tolist(), msg["queue_id"].tolist(),
-                                       msg["queue_offset"].tolist()):
-                    t = self._topic_by_hash.get(th)
-                    if t is not None and qid < len(t.counters):
-                        t.counters[qid] = max(t.counters[qid], qo + 1)
-                pos = nxt
+        self._count_tail(self._dispatched)
         self._min_position = lg.min_position
+
+    def _count_tail(self, pos):
+        """Raise the counters past every MESSAGE record in [pos, end of log): the offsets
+        those records hold (committed or not) must never be handed out again."""
+        lg = self._log
+        end = lg.end_position
+        while pos < end:
+            info, nxt = lg.scan(pos, end, MAX_SCAN_RECORDS)
+            if nxt == pos:
+                break
+            msg = info[info["type"] == TYPE_MESSAGE]
+            for th, qid, qo in zip(msg["topic_hash"].tolist(), msg["queue_id"].tolist(),
+                                   msg["queue_offset"].tolist()):
+                t = self._topic_by_hash.get(th)
+                if t is not None and 0 <= qid < len(t.counters):
+                    if qo >= t.counters[qid]:
+                        t.counters[qid] = qo + 1
+                elif 0 <= qid < self.config.max_queues_per_topic:
+                    key = (th, qid)
+                    if qo + 1 > self._tail.get(key, 0):
+                        self._tail[key] = qo + 1
+            pos = nxt
+        last = lg.last_index
+        self._counted_idx = last
+        self._counted_term = lg.term_at(last) if last and last >= lg.first_index else 0
+
+    def _apply_tail(self, t: _Topic, first_q: int):
+        """A topic (or queues) created after its records were counted: adopt their offsets."""
+        if self._tail:
+            for q in range(first_q, len(t.counters)):
+                nxt = self._tail.pop((t.hash, q), 0)
+                if nxt > t.counters[q]:
+                    t.counters[q] = nxt
+
+    def _sync_counters(self):
+        """Replicated mode, before an own append: count the records that arrived by
+        replication since the last count (the uncommitted tail included), and start over from
+        the consume queues when the log was truncated under the counted records."""
+        lg = self._log
+        ci = self._counted_idx
+        last = lg.last_index
+        first = lg.first_index
+        if ci and ci >= first and (ci > last or lg.term_at(ci) != self._counted_term):
+            # Truncated (Raft dropped a tail): what is dispatched is committed and stays.
+            for t in self._topics.values():
+                t.counters = np.array([cq.next_offset for cq in t.queues], dtype=np.int64)
+            self._tail.clear()
+            self._count_tail(self._dispatched)
+            return
+        if last == ci:
+            return
+        start = self._dispatched
+        if ci and ci >= first:
+            start = max(start, lg.position_of(ci) + lg.size_of(ci))
+        self._count_tail(start)
+
+    def _counted_own(self, first_index, last_index):
+        """Replicated mode: an own append right after the counted records extends them."""
+        if self._counted_idx == first_index - 1:
+            self._counted_idx = last_index
+            self._counted_term = self._term
 
     def dispatch(self) -> int:
         """Dispatch committed records into the consume queues (the Raft driver calls this
@@ -513,22 +584,66 @@ class MessageStore:
                                 int(queue_offset[i]), int(tag_hash[i]), int(topic_hash[i]))
             i += 1
         self._stats["dispatched_records"] += n
+        # Records that arrived by replication advance the queues, not the counters: keep the
+        # counters at or past every queue's end so no offset is handed out twice.
+        for th in np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist():
+            t = self._topic_by_hash.get(th)
+            if t is not None:
+                np.maximum(t.counters, np.fromiter((cq.next_offset for cq in t.queues),
+                                                   dtype=np.int64, count=len(t.queues)),
+                           out=t.counters)
 
     def _dispatch_slow(self, pos, size, qid, qoff, th, topic_hash):
         """One record the Cython loop could not place: unknown topic or queue, an empty queue,
-        a new consume-queue file, a gap."""
+        a new consume-queue file, a gap, an offset the queue already holds.
+
+        Records may come from another replica, so nothing in them is trusted: a topic name
+        that breaks the naming rules, a queue id outside [0, max_queues_per_topic) or a
+        negative offset is rejected (logged as an error, counted in stats
+        "dispatch_rejected", not dispatched) before any directory is created; a second record
+        at an offset the queue holds for another position is a broken log (two records
+        claim one offset): logged as an error, counted in "dispatch_conflicts", not
+        dispatched, never silently skipped."""
+        maxq = self.config.max_queues_per_topic
         t = self._topic_by_hash.get(topic_hash)
+        if not 0 <= qid < maxq or qoff < 0:
+            name = t.name if t is not None else self._log.topic_at(pos)
+            return self._reject(pos, f"topic {name!r} queue {qid} offset {qoff}: queue id "
+                                     f"outside [0, {maxq}) or negative offset")
         if t is None:
             name = self._log.topic_at(pos)
-            log.warning("store %s: topic %r found in the log but not in %s; registering it",
-                        self._path, name, TOPICS_FILE)
-            t = self._add_topic(name, max(self.config.default_topic_queues, qid + 1),
-                                name == SCHEDULE_TOPIC, self._clock_ms())
+            try:
+                _check_topic_name(name)
+                log.warning("store %s: topic %r found in the log but not in %s; "
+                            "registering it", self._path, name, TOPICS_FILE)
+                t = self._add_topic(name, min(max(self.config.default_topic_queues, qid + 1),
+                                              maxq),
+                                    name == SCHEDULE_TOPIC, self._clock_ms())
+            except InvalidTopicError as exc:
+                return self._reject(pos, str(exc))
         if qid >= len(t.queues):
             log.warning("store %s: topic %r has a record in queue %d; extending to %d queues",
                         self._path, t.name, qid, qid + 1)
             self._extend_topic(t, qid + 1)
-        t.queues[qid].put(qoff, pos, size, th)
+        cq = t.queues[qid]
+        if not cq.empty and qoff < cq.next_offset:
+            held = cq.position_of(qoff)
+            if held is not None and held[0] == pos:
+                return                          # re-dispatch of a record already in place
+            self._stats["dispatch_conflicts"] += 1
+            log.error("store %s: CONFLICT: record at position %d claims %s/%d offset %d, but "
+                      "the queue already holds %s for it; record not dispatched (two records "
+                      "were given one queue offset)", self._path, pos, t.name, qid, qoff,
+                      f"position {held[0]}" if held is not None else "a hole")
+            return
+        cq.put(qoff, pos, size, th)
+        if cq.next_offset > t.counters[qid]:
+            t.counters[qid] = cq.next_offset
+
+    def _reject(self, pos, reason):
+        self._stats["dispatch_rejected"] += 1
+        log.error("store %s: REJECTED record at position %d: %s; not dispatched", self._path,
+                  pos, reason)
 
     def _checkpoint_dispatch(self):
         """msync the consume-queue files, then tell the log how far they are durable."""
@@ -560,6 +675,8 @@ class MessageStore:
             if self._closed:
                 raise LogClosedError(f"store {self._path} is closed")
             self._check_disk()
+            if self._replicated:
+                self._sync_counters()
             t = self._topics.get(topic)
             created = t is None
             if t is None or t.system:
@@ -580,6 +697,8 @@ class MessageStore:
             t.counters[q] = off + 1
             if rr is not None:
                 t.rr = rr
+            if self._replicated:
+                self._counted_own(index, index)
             st = self._stats
             st["puts"] += 1
             st["messages_put"] += 1
@@ -667,6 +786,8 @@ class MessageStore:
                 raise LogClosedError(f"store {self._path} is closed")
             self._check_disk()
             rr = None
+            if self._replicated:
+                self._sync_counters()
             created = topic not in self._topics
             if internal_queue_ids is None:
                 t = self._topic_for_write(topic)
@@ -739,6 +860,8 @@ class MessageStore:
             qids = np.full(n, qids, dtype=np.int64)
         else:
             t.counters = counts
+        if self._replicated:
+            self._counted_own(first_index, first_index + n - 1)
         self._stats["puts"] += 1
         self._stats["messages_put"] += n
         res = (first_index, positions, t.name, qids, offs, store_ts)
@@ -1071,7 +1194,9 @@ class MessageStore:
                     with self._lock:
                         if self._closed:
                             return
-                        if now >= next_sched:
+                        # Replicated: only the leader may append; the Raft driver
+                        # calls deliver_due() there.
+                        if now >= next_sched and not self._replicated:
                             self.schedule.deliver_due(self._clock_ms())
                             next_sched = now + cfg.schedule_interval_ms / 1000.0
                         if now >= next_ret:
