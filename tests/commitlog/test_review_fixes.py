@@ -141,9 +141,12 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     from quorumlog.commitlog import CommitLog
     log = CommitLog(sys.argv[1], segment_size_bytes=65536, index_file_entries=64,
                     max_message_bytes=2**32 - 193)
-    body = np.zeros(2**32 - 97 + 1000, dtype=np.uint8)   # HDR + topic + body wraps a u32
-    for call in (lambda: log.append("t", body, term=1),
-                 lambda: log.append_batch("t", [body], term=1)):
+    # the body is within max_message_bytes as given, and HDR + topic + tags + keys + body
+    # is 2**32 + 806: summed in u32 it wraps to 806 bytes and passes the segment check
+    body = np.zeros(2**32 - 193, dtype=np.uint8)
+    tags, keys = "g" * 200, ("k" * 700,)
+    for call in (lambda: log.append("t", body, term=1, tags=tags, keys=keys),
+                 lambda: log.append_batch("t", [body], term=1, tags=tags, keys=[keys])):
         try:
             call()
         except errors.MessageTooLargeError:
