@@ -384,6 +384,8 @@ cdef bytes _check_topic(object topic):
     p = b
     if memchr(p, 0, n) != NULL or memchr(p, ord("/"), n) != NULL:
         raise InvalidTopicError(f"topic {topic!r} contains NUL or '/'")
+    if b == b"." or b == b"..":
+        raise InvalidTopicError(f"topic {topic!r} is not a usable directory name")
     if len(_topic_cache) > 4096:
         _topic_cache.clear()
     _topic_cache[topic] = b
@@ -448,6 +450,86 @@ cdef bytes _encode_props(object props):
         if total > MAX_PROPS_FIELD:
             raise InvalidArgumentError(f"properties field over {MAX_PROPS_FIELD} bytes")
     return b"".join(parts)
+
+
+cdef bint _entries_fill(const char *p, Py_ssize_t n, int per_entry) noexcept:
+    """True when `n` bytes at p are exactly a sequence of u16-length-prefixed strings
+    (`per_entry` of them per entry: 1 for keys, 2 for properties)."""
+    cdef Py_ssize_t off = 0
+    cdef uint16_t ln
+    cdef int r
+    while off < n:
+        for r in range(per_entry):
+            if n - off < 2:
+                return False
+            memcpy(&ln, p + off, 2)
+            off += 2 + ln
+            if off > n:
+                return False
+    return off == n
+
+
+cdef str _replicated_fault(const char *p, int64_t max_body):
+    """What is wrong with the (CRC-checked, length-consistent) record at p beyond what
+    verify_record checks -- the format limits an append enforces -- or None."""
+    cdef const RecHeader *h = <const RecHeader *>p
+    cdef const char *q = p + HDR
+    cdef bytes topic
+    if h.reserved != 0:
+        return "reserved field is not 0"
+    if h.body_len > max_body:
+        return f"body of {h.body_len} bytes is over max_message_bytes ({max_body})"
+    if h.type != T_MESSAGE:
+        if (h.topic_len or h.tags_len or h.keys_len or h.props_len or h.queue_id or
+                h.queue_offset or h.flags or h.tag_hash):
+            return "a non-MESSAGE record has message fields set"
+        if h.type == T_NOOP and h.body_len:
+            return "a NOOP record has a body"
+        return None
+    if h.topic_len < 1 or h.topic_len > MAX_TOPIC:
+        return f"topic_len {h.topic_len} outside 1..{MAX_TOPIC}"
+    topic = q[:h.topic_len]
+    if memchr(q, 0, h.topic_len) != NULL or memchr(q, ord("/"), h.topic_len) != NULL:
+        return "topic contains NUL or '/'"
+    if topic == b"." or topic == b"..":
+        return "topic is '.' or '..'"
+    try:
+        topic.decode("utf-8")
+        if h.tags_len:
+            q[h.topic_len:h.topic_len + h.tags_len].decode("utf-8")
+    except UnicodeDecodeError:
+        return "topic or tags are not valid UTF-8"
+    if h.queue_id >= MAX_QUEUE_ID:
+        return f"queue_id {h.queue_id} is not below {MAX_QUEUE_ID}"
+    if h.tags_len > MAX_TAGS:
+        return f"tags_len {h.tags_len} over {MAX_TAGS}"
+    if <int64_t>h.tag_hash != <int64_t>fnv1a(q + h.topic_len, h.tags_len):
+        return "tag_hash does not match the tags"
+    if h.keys_len > MAX_KEYS_FIELD or h.props_len > MAX_PROPS_FIELD:
+        return "keys or properties field over 32768 bytes"
+    q += h.topic_len + h.tags_len
+    if not _entries_fill(q, h.keys_len, 1):
+        return "keys field is not a whole number of length-prefixed keys"
+    if not _entries_fill(q + h.keys_len, h.props_len, 2):
+        return "properties field is not a whole number of length-prefixed pairs"
+    return None
+
+
+def _int64_array(value, str name, exc):
+    """A contiguous int64 copy of an integer array-like; `exc` (a TypeError subclass)
+    for anything else. Floats would be truncated and bools are not integers here, so
+    only integer dtypes are accepted (values must fit an int64)."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise exc(f"{name} must be an int or a sequence of int") from None
+    if a.dtype.kind == "f" and a.size == 0 and not isinstance(value, np.ndarray):
+        a = a.astype(np.int64)      # [] is float64 to numpy
+    if a.dtype.kind not in "iu":
+        raise exc(f"{name} must hold integers, not {a.dtype}")
+    if a.dtype.kind == "u" and a.size and a.max() > 0x7FFFFFFFFFFFFFFF:
+        raise InvalidArgumentError(f"{name} has a value beyond int64")
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def _disk_error(int err, str what):
@@ -683,7 +765,10 @@ cdef class CommitLog:
         self.flush_mode = flush
         self.flush_interval_ms = flush_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
-        self.max_message_bytes = max_message_bytes
+        # No body larger than a segment less two headers can ever be stored (the record
+        # and a BLANK header must fit); capping here also keeps every record size far
+        # below 2**32, so size arithmetic cannot wrap (sizes are summed in int64 anyway).
+        self.max_message_bytes = min(max_message_bytes, segment_size_bytes - 2 * HDR)
         self.preallocate_next = preallocate_next
         self._segdir = os.path.join(path, "commitlog")
         self._idxdir = os.path.join(path, "index")
@@ -761,6 +846,7 @@ cdef class CommitLog:
             "segments_prepared_used": self.n_prepared_used,
             "segments_created_sync": self.n_sync_created, "blanks": self.n_blank,
             "end_position": self._end, "flushed_position": self._flushed_pos,
+            "flushed_index": self._flushed_index,
             "last_index": self._next_index - 1,
         }
 
@@ -866,7 +952,7 @@ cdef class CommitLog:
         # thread has done this already; this is the fallback when it is behind or absent.
         cdef Mapping m = self._cur
         cdef int64_t a = m.populated & ~(<int64_t>4095), b
-        cdef int64_t e = self._end - m.start
+        cdef int64_t e = max(self._end - m.start, 0)   # _end may still be in the last segment
         if a < e:
             a = e & ~(<int64_t>4095)
         b = min(max(upto - m.start, a + POPULATE_AHEAD), m.size)
@@ -999,9 +1085,17 @@ cdef class CommitLog:
             with self._prep_cv:
                 self._prep_busy = False
                 if m is not None:
-                    if want > self._cur_start and self._seg(want // self.segment_size_bytes) is None:
+                    if want == self._cur_start + self.segment_size_bytes and \
+                            self._seg(want // self.segment_size_bytes) is None:
                         self._prepared = m
                         self.n_segments_created += 1
+                    elif self._seg(want // self.segment_size_bytes) is None:
+                        # no longer the next segment (the log was truncated meanwhile):
+                        # a file past the end would break segment contiguity at recovery
+                        try:
+                            os.unlink(m.path)
+                        except OSError:
+                            pass
                     # else: the log already holds that segment; drop this second mapping
                 else:
                     self._prep_request = -1 if self._prep_request == want else self._prep_request
@@ -1097,21 +1191,26 @@ cdef class CommitLog:
         return self._entry_checked(i).size
 
     # ------------------------------------------------------------------ leader appends
-    cdef int _ensure_room(self, uint32_t size) except -1:
+    cdef int64_t _ensure_room(self, uint32_t size) except -1:
         """Make sure a record of `size` bytes can go at the end: the index slot exists and,
         when the record does not fit in the current segment, the next segment is mapped
-        and a BLANK closes the current one. Raises (DiskFullError) before writing."""
+        and a BLANK closes the current one. Raises (DiskFullError) before writing.
+        -> the position the record goes to. _end is NOT moved past the BLANK here: the
+        caller publishes _end only once the record is written, because it may release
+        the GIL in between and the flusher's (_end, last index) snapshot must always be
+        a record end and its index (the checkpoint anchor recovery relies on)."""
         cdef int64_t off = self._end - self._cur_start
         cdef Mapping m
         self._entry(self._next_index, True)
+        if off < 0:
+            return self._cur_start  # a BLANK closed the last segment; nothing written since
         if <int64_t>size + HDR <= self.segment_size_bytes - off:
-            return 0
+            return self._end
         m = self._new_segment_mapping(self._cur_start // self.segment_size_bytes + 1)
         write_blank(self._cur.addr + off, self._end, <uint32_t>(self.segment_size_bytes - off))
         self.n_blank += 1
         self._install_segment(m)
-        self._end = m.start
-        return 0
+        return m.start
 
     def append(self, topic, body, *, queue_id=0, queue_offset=0, term, tags=None, keys=(),
                properties=None, born_timestamp_ms=None, flags=0):
@@ -1122,6 +1221,7 @@ cdef class CommitLog:
         cdef bytes tb, gb = None, kb = None, pb = None
         cdef int64_t qid, qoff, t, born, store, pos, index
         cdef uint32_t fl, size
+        cdef int64_t size64
         cdef char *e
         self._check_open()
         tb = _check_topic(topic)
@@ -1199,22 +1299,24 @@ cdef class CommitLog:
             s.body = <const char *>buf.buf
             s.body_len = <uint32_t>buf.len
         try:
-            size = HDR + s.topic_len + s.tags_len + s.keys_len + s.props_len + s.body_len
-            if <int64_t>size > self.segment_size_bytes - HDR:
+            # int64: a u32 sum could wrap past the segment check (memcpy past the mapping)
+            size64 = (<int64_t>HDR + s.topic_len + s.tags_len + s.keys_len + s.props_len +
+                      s.body_len)
+            if size64 > self.segment_size_bytes - HDR:
                 raise MessageTooLargeError(
-                    f"record of {size} bytes does not fit a segment of "
+                    f"record of {size64} bytes does not fit a segment of "
                     f"{self.segment_size_bytes} bytes")
+            size = <uint32_t>size64
             self._acquire()
             try:
                 self._check_open()
                 if t < self._last_term:
                     raise InvalidArgumentError(
                         f"term {t} is below the log's last term {self._last_term}")
-                self._ensure_room(size)
+                pos = self._ensure_room(size)
                 store = self._stamp(store)
                 if born_default:
                     born = store
-                pos = self._end
                 index = self._next_index
                 if pos + size > self._cur_start + self._cur.populated:
                     self._populate(pos + size)      # the preparer is behind (or absent)
@@ -1272,9 +1374,8 @@ cdef class CommitLog:
             if t < self._last_term:
                 raise InvalidArgumentError(
                     f"term {t} is below the log's last term {self._last_term}")
-            self._ensure_room(size)
+            pos = self._ensure_room(size)
             store = self._stamp(store)
-            pos = self._end
             index = self._next_index
             encode_record(self._cur.addr + (pos - self._cur_start), &s, <uint8_t>rtype, 0,
                           index, t, pos, 0, store, store, 0, size)
@@ -1345,7 +1446,7 @@ cdef class CommitLog:
         cdef bint release_gil
         cdef bytes b
         cdef Py_ssize_t blen
-        cdef int64_t pop_from, batch_end, ipop_from, ipop_to
+        cdef int64_t pop_from, batch_end, ipop_from, ipop_to, size64
 
         self._check_open()
         if not isinstance(bodies, (list, tuple)):
@@ -1373,10 +1474,7 @@ cdef class CommitLog:
                 raise InvalidQueueError(f"queue_id {queue_ids} outside [0, {MAX_QUEUE_ID})")
             qid0 = queue_ids
         else:
-            try:
-                qids_arr = np.ascontiguousarray(queue_ids, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise QueueTypeError("queue_ids must be an int or a sequence of int") from None
+            qids_arr = _int64_array(queue_ids, "queue_ids", QueueTypeError)
             if qids_arr.ndim != 1 or qids_arr.shape[0] != n:
                 raise InvalidArgumentError(f"queue_ids must have one entry per body ({n})")
             if n and (qids_arr.min() < 0 or qids_arr.max() >= MAX_QUEUE_ID):
@@ -1387,10 +1485,7 @@ cdef class CommitLog:
                 raise InvalidArgumentError(f"queue_offsets {queue_offsets} out of range")
             qoff0 = queue_offsets
         else:
-            try:
-                qoffs_arr = np.ascontiguousarray(queue_offsets, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise ArgumentTypeError("queue_offsets must be an int or int64 array") from None
+            qoffs_arr = _int64_array(queue_offsets, "queue_offsets", ArgumentTypeError)
             if qoffs_arr.ndim != 1 or qoffs_arr.shape[0] != n:
                 raise InvalidArgumentError(f"queue_offsets must have one entry per body ({n})")
             if n and qoffs_arr.min() < 0:
@@ -1403,10 +1498,7 @@ cdef class CommitLog:
                 raise InvalidArgumentError("born_timestamps_ms is not an i64")
             born0 = born_timestamps_ms
         else:
-            try:
-                borns_arr = np.ascontiguousarray(born_timestamps_ms, dtype=np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise ArgumentTypeError("born_timestamps_ms must be None, int or int64 array") from None
+            borns_arr = _int64_array(born_timestamps_ms, "born_timestamps_ms", ArgumentTypeError)
             if borns_arr.ndim != 1 or borns_arr.shape[0] != n:
                 raise InvalidArgumentError(f"born_timestamps_ms must have one entry per body ({n})")
             borns_p = <int64_t *>cnp.PyArray_DATA(borns_arr)
@@ -1419,7 +1511,10 @@ cdef class CommitLog:
             raise ArgumentTypeError("keys must be None or a list with one tuple of str per body")
         if properties is not None and not per_props:
             shared_props = _encode_props(properties)
-        if per_tags and (not isinstance(tags, (list, tuple)) or len(tags) != n):
+        if per_tags and not isinstance(tags, (list, tuple)):
+            raise ArgumentTypeError(
+                f"tags must be None, a str, or a list of str, not {type(tags).__name__}")
+        if per_tags and len(tags) != n:
             raise InvalidArgumentError(f"tags must be None, a str, or a list of {n} entries")
         if per_keys and len(keys) != n:
             raise InvalidArgumentError(f"keys must have one entry per body ({n})")
@@ -1501,13 +1596,14 @@ cdef class CommitLog:
                 elif shared_props is not None:
                     src[j].props = PyBytes_AS_STRING(shared_props)
                     src[j].props_len = <uint32_t>PyBytes_GET_SIZE(shared_props)
-                size = (HDR + src[j].topic_len + src[j].tags_len + src[j].keys_len +
-                        src[j].props_len + src[j].body_len)
-                if <int64_t>size > S - HDR:
+                # int64: a u32 sum could wrap past the segment check
+                size64 = (<int64_t>HDR + src[j].topic_len + src[j].tags_len +
+                          src[j].keys_len + src[j].props_len + src[j].body_len)
+                if size64 > S - HDR:
                     raise MessageTooLargeError(
-                        f"record {j} of {size} bytes does not fit a segment of {S} bytes")
-                sizes[j] = size
-                total += size
+                        f"record {j} of {size64} bytes does not fit a segment of {S} bytes")
+                sizes[j] = <uint32_t>size64
+                total += size64
 
             self._acquire()
             try:
@@ -1659,6 +1755,11 @@ cdef class CommitLog:
                 rc = verify_record(p + off, h.total_size, pos, False)
                 if rc != V_OK:
                     raise ReplicationError(f"index {expect}: {_VERIFY_REASONS.get(rc, rc)}")
+                # the format limits an append enforces, so a follower never stores what
+                # its own append would refuse (or what readers cannot decode)
+                fault = _replicated_fault(p + off, self.max_message_bytes)
+                if fault is not None:
+                    raise ReplicationError(f"index {expect} at byte {off}: {fault}")
                 if release_gil:
                     with nogil:
                         rc = ql_crc32c(p + off + 4, h.total_size - 4) != h.crc
@@ -1775,10 +1876,15 @@ cdef class CommitLog:
         e = self._entry_checked(lo2)
         endb = e.position + e.size
         m = self._seg(k)
+        if m is None:       # deleted by delete_segments_before between checks
+            raise IndexOutOfRangeError(
+                f"raft index {lo_index} below first_index {self._first_index}")
+        # The view is taken before _verify_span releases the GIL: a concurrent
+        # delete_segments_before / truncate_after shifts _views and _first_seg.
+        view = <object>self._views[k - self._first_seg]
         # CRC on read too: a leader never ships damaged bytes
         self._verify_span(p0, endb, lo_index)
-        return ((<object>self._views[k - self._first_seg])[p0 - m.start:endb - m.start],
-                lo2 - lo_index + 1)
+        return (view[p0 - m.start:endb - m.start], lo2 - lo_index + 1)
 
     cdef Mapping _checked_record(self, int64_t position):
         cdef Mapping m = self._seg_for_pos(position)
@@ -1889,7 +1995,11 @@ cdef class CommitLog:
             return 0
         k0 = from_pos // S
         nseg = (limit - 1) // S - k0 + 1
+        if k0 < self._first_seg:
+            raise IndexOutOfRangeError(f"position {from_pos} below min_position {self.min_position}")
         segs = self._segs[k0 - self._first_seg:k0 - self._first_seg + nseg]
+        if len(segs) != nseg:
+            raise IndexOutOfRangeError(f"[{from_pos}, {limit}) is not all in the log")
         addrs = <char **>malloc(nseg * sizeof(char *))
         if addrs == NULL:
             raise MemoryError()
@@ -1949,10 +2059,16 @@ cdef class CommitLog:
             seg_old_end = min(old_end, m.start + S)
             bpath = os.fsencode(m.path)
             cpath = bpath
+            # The zeroed range is synced whether or not it was flushed: the kernel may
+            # have written the dropped records back on its own, and a crash must not bring
+            # them back (recovery would find intact records after the end, or resurrect
+            # dropped entries). Truncation is rare; one sync each is cheap.
             with nogil:
                 err = ql_zero_range(cpath, m.addr, new_end - m.start, seg_old_end - new_end)
-                if lowered:
-                    ql_msync(m.addr, new_end - m.start, seg_old_end - new_end)
+                if err == 0:
+                    err = ql_msync(m.addr, new_end - m.start, seg_old_end - new_end)
+            if err:
+                raise OSError(err, os.strerror(err), m.path)
             # later segments: unlink now; their memory goes with the last view
             while len(self._segs) > k_new - self._first_seg + 1:
                 m = <Mapping>self._segs.pop()
@@ -1967,19 +2083,26 @@ cdef class CommitLog:
                 ep = self._entry(j, False)
                 if ep != NULL:
                     memset(ep, 0, IDX_ENTRY)
-            if lowered:
-                self._msync_index(i + 1, self._next_index - 1)
+            self._msync_index(i + 1, self._next_index - 1)
             self._end = new_end
             self._next_index = i + 1
             self._last_term = new_term if i >= 1 else 0
             if self._dispatched > new_end:
                 self._dispatched = new_end
+            with self._cv:
+                # no flush request may stay beyond the new end (the flusher would spin)
+                if self._flush_request > new_end:
+                    self._flush_request = new_end
             with self._prep_cv:
+                # a preparation in flight targets the old next segment: let it land, then
+                # drop it (a file past the new end would break the contiguity of segments)
+                while self._prep_busy:
+                    self._prep_cv.wait()
                 self._prep_request = -1
                 if self._prepared is not None:
                     self._discard_prepared()
-            if lowered:
-                self._fsync_dir(self._segdir)
+            self._fsync_dir(self._segdir)
+            self._fsync_dir(self._idxdir)
         finally:
             self._flush_lock.release()
             self._release()
@@ -2086,11 +2209,16 @@ cdef class CommitLog:
 
     def wait_flushed(self, int64_t position, timeout=None):
         """Block until every byte before `position` is durable (group commit: one msync
-        covers all waiters) -> True, or False on timeout."""
+        covers all waiters) -> True, or False on timeout. InvalidArgumentError when
+        `position` is beyond end_position: no flush could ever reach it (the flusher
+        would spin on the request, and timeout=None would block forever)."""
         cdef double deadline
         if self._flushed_pos >= position:
             return True
         self._check_open()
+        if position > self._end:
+            raise InvalidArgumentError(
+                f"wait_flushed({position}) is beyond end_position {self._end}")
         deadline = time.monotonic() + (timeout if timeout is not None else 1e18)
         with self._cv:
             if position > self._flush_request:

@@ -23,7 +23,8 @@ class InvalidQueueError(InvalidArgumentError):
 
 # Wrong argument types are bad input like any other: each class is a TypeError *and* the
 # specific quorumlog error, so callers can catch either (and `except TypeError` code written
-# against plain Python APIs keeps working).
+# against plain Python APIs keeps working). TopicTypeError and QueueTypeError are also
+# InvalidTypeError (= ArgumentTypeError), so one except clause catches every type error.
 class InvalidTypeError(InvalidArgumentError, TypeError):
     """An argument has the wrong type; nothing was changed."""
 
@@ -31,11 +32,11 @@ class InvalidTypeError(InvalidArgumentError, TypeError):
 ArgumentTypeError = InvalidTypeError   # the name the commit log first exported
 
 
-class TopicTypeError(InvalidTopicError, TypeError):
+class TopicTypeError(InvalidTopicError, InvalidTypeError):
     """The topic is not a str; nothing was changed."""
 
 
-class QueueTypeError(InvalidQueueError, TypeError):
+class QueueTypeError(InvalidQueueError, InvalidTypeError):
     """queue_id is not an int; nothing was changed."""
 
 

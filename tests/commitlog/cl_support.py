@@ -44,8 +44,9 @@ def open_log(path, **kw):
 # ------------------------------------------------------------------ strategies
 
 _topic_chars = st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",))
+# "." and ".." are refused too: a topic is a directory name
 topics = st.text(_topic_chars, min_size=1, max_size=40).filter(
-    lambda t: len(t.encode()) <= qf.MAX_TOPIC_BYTES)
+    lambda t: len(t.encode()) <= qf.MAX_TOPIC_BYTES and t not in (".", ".."))
 tags = st.none() | st.text(max_size=30).filter(lambda t: len(t.encode()) <= qf.MAX_TAGS_BYTES)
 keys = st.lists(st.text(max_size=20), max_size=4).map(tuple)
 properties = st.none() | st.dictionaries(st.text(max_size=12), st.text(max_size=30), max_size=4)
