@@ -215,8 +215,9 @@ def _topic_bytes(topic) -> bytes:
     b = _utf8("topic", topic, InvalidTopicError)
     if not 1 <= len(b) <= MAX_TOPIC_BYTES:
         raise InvalidTopicError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(b)}")
-    if b"\0" in b or b"/" in b:
-        raise InvalidTopicError(f"topic {topic!r} contains NUL or '/'")
+    if b"\0" in b or b"/" in b or b in (b".", b".."):
+        raise InvalidTopicError(f"topic {topic!r} contains NUL or '/', or is '.' or '..' "
+                                "(a topic is also a directory name)")
     return b
 
 
@@ -453,8 +454,8 @@ def decode_record(buf, offset: int = 0, *, expected_position: int | None = None,
             raise _corrupt("NOOP record with a body", offset, path)
     p = offset + HEADER_SIZE
     topic = _dec_utf8("topic", mv[p:p + topic_len], offset, path)
-    if "\0" in topic or "/" in topic:
-        raise _corrupt("topic contains NUL or '/'", offset, path)
+    if rtype == TYPE_MESSAGE and ("\0" in topic or "/" in topic or topic in (".", "..")):
+        raise _corrupt("topic contains NUL or '/', or is '.' or '..'", offset, path)
     p += topic_len
     tags_raw = bytes(mv[p:p + tags_len])
     tags = _dec_utf8("tags", tags_raw, offset, path) if tags_len else None

@@ -117,7 +117,7 @@ def test_topic_ok(topic):
     assert qf.decode_record(enc(topic=topic)).topic == topic
 
 
-@pytest.mark.parametrize("topic", ["", "a" * 256, "\u00e9" * 128, "a/b", "/", "a\0b",
+@pytest.mark.parametrize("topic", ["", "a" * 256, "\u00e9" * 128, "a/b", "/", "a\0b", ".", "..",
                                    "\ud800", None, b"bytes", 5])
 def test_topic_rejected(topic):
     with pytest.raises(errors.InvalidTopicError):
