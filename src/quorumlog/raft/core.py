@@ -676,6 +676,12 @@ class RaftCore:
         c = self.cfg
         if self.now_ms - self.last_leader_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
             self._become_candidate(self.term)
+            # Campaign after a random delay in [0, max_vote_interval - min_vote_interval): the
+            # leak timeout is the same on every follower, so followers that tick in lockstep
+            # would otherwise all run at the same instant and split the vote. (The leak itself
+            # is the fixed floor; the jitter has the configured vote interval's width.)
+            self.next_time_to_request_vote = self.now_ms + self.rng.randrange(
+                c.max_vote_interval_ms - c.min_vote_interval_ms)
 
     def _check_sender(self, m: Message) -> Code:
         """The shared front of heartbeat and append handling (DLedger handleHeartBeat)."""
