@@ -417,3 +417,63 @@ def test_default_timings_fail_over_below_one_second():
     while not [i for i in cl.leaders() if i != old] and cl.now < t0 + 5000:
         cl.settle(cl.now + 10)
     assert cl.now - t0 < 1500, f"fail-over took {cl.now - t0} ms"
+
+
+def test_following_a_leader_clears_need_increase_term_immediately():
+    # Review item 2: a stale need_increase_term_immediately (and known_max_term) survived
+    # becoming a follower, so the next candidacy bumped the term twice (adopt, then run).
+    c = make("n2", term=3)
+    c.step(Heartbeat(5, "n1", "n2", 0, 1))  # bigger term: CANDIDATE, TERM_NOT_READY
+    assert c.need_increase_term_immediately and c.known_max_term == 5
+    c.step(Heartbeat(3, "n3", "n2", 0, 1))  # a live leader at our term
+    assert c.role == Role.FOLLOWER
+    assert not c.need_increase_term_immediately and c.known_max_term == 3
+    c.ready()
+    t = 0
+    while c.role == Role.FOLLOWER or c._vote is None:
+        t += 10
+        c.tick(t)
+        assert t < 5000
+    assert c.term == 4  # one bump, straight into a vote round
+
+
+def test_becoming_leader_clears_need_increase_term_immediately():
+    c = make("n1", term=3)
+    v = start_round(c)
+    c.step(Heartbeat(7, "n3", "n1", 0, 1))  # bigger term seen while the round is open
+    assert c.need_increase_term_immediately
+    c.step(VoteResponse(c.term, "n2", "n1", c.term, VoteResult.ACCEPT))
+    assert c.role == Role.LEADER
+    assert not c.need_increase_term_immediately and c.known_max_term == c.term
+
+
+def _lockstep_failover(seed):
+    """n1 dies; n2 and n3 tick at exactly the same instants (every 10 ms). Returns the time
+    each follower first campaigned (None: it never had to) and the fail-over time."""
+    cl = ManualCluster(seed=seed)
+    cl.elect("n1")
+    cl.settle(cl.now + 200)
+    cl.crash("n1")
+    t0 = cl.now
+    first = {"n2": None, "n3": None}
+    while not cl.leaders() and cl.now - t0 < 5000:
+        cl.tick(cl.now + 10, nodes=["n2", "n3"])
+        for i in first:
+            if first[i] is None and cl.core(i)._vote is not None:
+                first[i] = cl.now - t0
+        cl.deliver()
+    return first, cl.now - t0
+
+
+def test_follower_that_loses_its_leader_campaigns_after_a_random_delay():
+    # Review item 3: _tick_follower's candidacy used to start the vote round on the very next
+    # tick, so followers ticking in lockstep always campaigned at the same instant, split the
+    # vote and failed over in 637-968 ms; with a random delay they rarely collide.
+    same, worst = 0, 0
+    for seed in range(20):
+        first, took = _lockstep_failover(seed)
+        if first["n2"] is not None and first["n2"] == first["n3"]:
+            same += 1
+        worst = max(worst, took)
+    assert same <= 4, f"{same}/20 seeds: both followers campaigned at the same instant"
+    assert worst < 1000, f"lockstep fail-over took up to {worst} ms"

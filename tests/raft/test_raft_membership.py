@@ -194,3 +194,31 @@ def test_preferred_leader_takes_over_when_caught_up():
     assert cl.leaders() == ["n3"]
     cl.settle(cl.now + 1000)
     assert cl.leaders() == ["n3"]  # and stays
+
+
+def test_transferee_adopts_term_plus_one_at_once_so_a_late_heartbeat_cannot_cancel_it():
+    # Review item 1: the transferee used to stay at term T (leader_id cleared) until its next
+    # tick; a Heartbeat from the old leader at T stepped before that tick made it a FOLLOWER
+    # again, the leader never re-sent TakeLeadership and refused proposals until the timeout.
+    cl = cluster()
+    c = cl.core("n1")
+    term = c.term
+    cl.propose("n1", 3)
+    cl.settle(cl.now + 50)
+    c.transfer_leadership("n2")
+    cl.drain("n1")
+    # deliver only the TakeLeadership, then a heartbeat from n1 at T, before n2 ticks
+    assert cl.deliver(match=lambda m: m.__class__.__name__ == "TakeLeadership") == 1
+    n2 = cl.core("n2")
+    assert n2.term == term + 1 and n2.voted_for == "n2" and n2.role == Role.CANDIDATE
+    assert cl.hard["n2"] == (term + 1, "n2")  # persisted in the same Ready as its answers
+    c.tick(cl.now)
+    c.last_send_heartbeat_ms = -(1 << 40)
+    c.tick(cl.now)  # force a heartbeat round now
+    cl.drain("n1")
+    cl.deliver(match=lambda m: m.__class__.__name__ == "Heartbeat" and m.dst == "n2")
+    assert n2.role == Role.CANDIDATE and n2.term_to_take_leadership == term + 1
+    cl.settle(cl.now + 200)
+    assert cl.leaders() == ["n2"]
+    assert n2.term == term + 1
+    assert not any("TransferAborted" in line for line in cl.out)

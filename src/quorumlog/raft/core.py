@@ -435,6 +435,10 @@ class RaftCore:
         self.reported_match = 0
         self.is_ready_to_serve = False
         self.term_to_take_leadership = -1
+        # a bigger term seen earlier is moot once we follow a leader of ours: a pending
+        # "adopt it" would cost the next candidacy two term bumps and a vote interval
+        self.need_increase_term_immediately = False
+        self.known_max_term = self.term
         self._events.append(RoleChanged(self.term, Role.FOLLOWER, leader))
 
     def _become_leader(self) -> None:
@@ -443,6 +447,8 @@ class RaftCore:
         self.leader_id = self.id
         self._vote = None
         self.term_to_take_leadership = -1
+        self.need_increase_term_immediately = False  # (see _become_follower)
+        self.known_max_term = self.term
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = self.now_ms
         self._hb_open = False
@@ -670,6 +676,12 @@ class RaftCore:
         c = self.cfg
         if self.now_ms - self.last_leader_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
             self._become_candidate(self.term)
+            # Campaign after a random delay in [0, max_vote_interval - min_vote_interval): the
+            # leak timeout is the same on every follower, so followers that tick in lockstep
+            # would otherwise all run at the same instant and split the vote. (The leak itself
+            # is the fixed floor; the jitter has the configured vote interval's width.)
+            self.next_time_to_request_vote = self.now_ms + self.rng.randrange(
+                c.max_vote_interval_ms - c.min_vote_interval_ms)
 
     def _check_sender(self, m: Message) -> Code:
         """The shared front of heartbeat and append handling (DLedger handleHeartBeat)."""
@@ -829,9 +841,21 @@ class RaftCore:
     def _on_take_leadership(self, m: TakeLeadership) -> None:
         if m.term != self.term or m.src != self.leader_id or self.role != Role.FOLLOWER:
             return
-        self.term_to_take_leadership = m.term + 1
+        # Adopt T+1 and vote for ourselves now, not on the next tick: in between we would sit
+        # at term T with no leader, and a heartbeat from the old leader at T would make us its
+        # follower again and silently cancel the transfer (the leader would never re-send
+        # TakeLeadership and refuse proposals until transfer_timeout_ms). The new HardState
+        # leaves in this step's Ready, so it is durable before any answer at T+1 is sent.
         self._become_candidate(m.term + 1)
-        self.need_increase_term_immediately = True
+        self.term = m.term + 1
+        self.known_max_term = self.term
+        self.voted_for = self.id
+        self._hs_dirty = True
+        self.term_to_take_leadership = self.term
+        self._campaign_term = self.term
+        self.need_increase_term_immediately = False
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self.next_time_to_request_vote = self.now_ms + self._vote_interval()
 
     # ======================================================================================
     # leader (maintainAsLeader / heartbeats / dispatch / commit)
