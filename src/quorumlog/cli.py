@@ -19,9 +19,21 @@ def _cmd_bench(args):
     return pytest.main([str(bench_dir), "-q", "--benchmark-only", *args.pytest_args])
 
 
+def _segment_size(args):
+    """--segment-size-bytes if given, else what the store's checkpoint records (a store opened
+    with another segment size is refused by the log, so guessing the default is wrong)."""
+    if args.segment_size_bytes is not None:
+        return args.segment_size_bytes
+    from .format import decode_checkpoint
+    cp = pathlib.Path(args.path) / "checkpoint"
+    if cp.exists():
+        return decode_checkpoint(cp.read_bytes(), str(cp)).segment_size_bytes
+    return 1 << 30
+
+
 def _cmd_info(args):
     from .commitlog import CommitLog
-    with CommitLog(args.path, segment_size_bytes=args.segment_size_bytes) as log:
+    with CommitLog(args.path, segment_size_bytes=_segment_size(args)) as log:
         for k, v in sorted(log.stats().items()):
             print(f"{k}: {v}")
         print(f"first_index: {log.first_index}\nlast_index: {log.last_index}")
@@ -32,13 +44,13 @@ def _cmd_info(args):
 def _cmd_verify(args):
     from .commitlog import CommitLog
     from .errors import CorruptLogError
-    with CommitLog(args.path, segment_size_bytes=args.segment_size_bytes) as log:
-        try:
+    try:
+        with CommitLog(args.path, segment_size_bytes=_segment_size(args)) as log:
             log.verify()
-        except CorruptLogError as e:
-            print(f"corrupt: {e}", file=sys.stderr)
-            return 1
-        print(f"ok: records {log.first_index}..{log.last_index} verified")
+            print(f"ok: records {log.first_index}..{log.last_index} verified")
+    except CorruptLogError as e:
+        print(f"corrupt: {e} (file {e.path}, offset {e.offset})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -55,7 +67,8 @@ def main(argv=None):
                              ("verify", _cmd_verify, "CRC-check every record of a commit log")):
         c = sub.add_parser(name, help=text)
         c.add_argument("path", help="the store directory")
-        c.add_argument("--segment-size-bytes", type=int, default=1 << 30)
+        c.add_argument("--segment-size-bytes", type=int, default=None,
+                       help="default: as recorded in the store's checkpoint")
         c.set_defaults(func=func)
     args = p.parse_args(argv)
     return args.func(args)
