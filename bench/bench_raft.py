@@ -16,6 +16,7 @@ import pytest
 
 from quorumlog.raft import HardState, MemLog, RaftConfig, RaftCore, Role
 from quorumlog.raft.messages import Append, AppendResponse, Code, VoteRequest, VoteResponse, VoteResult
+from quorumlog.raft.cluster import pump as cluster_pump
 
 VOTERS = ("n1", "n2", "n3")
 
@@ -213,20 +214,7 @@ def _cluster(batch_entries, log_factory=MemLog):
 
 
 def pump(cores, logs):
-    """Synchronous driver: persist at once, deliver every message, until quiet."""
-    busy = True
-    while busy:
-        busy = False
-        for v, c in cores.items():
-            if c.has_ready():
-                busy = True
-                r = c.ready()
-                if r.flush_to is not None:
-                    c.on_persisted(logs[v].flush(), r.flush_gen)
-                if r.commit_index is not None:
-                    c.on_dispatched(r.commit_index)
-                for m in r.messages:
-                    cores[m.dst].step(m)
+    cluster_pump(cores, logs, dispatch=True)
 
 
 def _bench_batches(benchmark, log_factory, batch_of, label):

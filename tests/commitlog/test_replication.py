@@ -121,7 +121,7 @@ def synced(pair):
     return leader, follower, tmp
 
 
-def rejected(follower, tmp, raw):
+def assert_rejected(follower, tmp, raw):
     before = state(follower, tmp / "follower")
     with pytest.raises(errors.ReplicationError):
         follower.append_replicated(raw)
@@ -140,11 +140,11 @@ def test_reject_bit_flips(synced):
     for bit in range(0, len(raw) * 8, max(1, len(raw) * 8 // 200)):
         bad = bytearray(raw)
         bad[bit // 8] ^= 1 << (bit % 8)
-        rejected(follower, tmp, bytes(bad))
+        assert_rejected(follower, tmp, bytes(bad))
     # all-or-nothing: the last record of the range is bad, the first ones are fine
     bad = bytearray(raw)
     bad[-1] ^= 0xFF
-    rejected(follower, tmp, bytes(bad))
+    assert_rejected(follower, tmp, bytes(bad))
     follower.append_replicated(bytes(raw))      # the intact range is still accepted
 
 
@@ -152,15 +152,15 @@ def test_reject_gap_and_overlap(synced):
     leader, follower, tmp = synced
     last = follower.last_index
     gap, _ = leader.read(last + 2, last + 5, 1 << 20)
-    rejected(follower, tmp, bytes(gap))
+    assert_rejected(follower, tmp, bytes(gap))
     overlap, _ = leader.read(last, last + 3, 1 << 20)
-    rejected(follower, tmp, bytes(overlap))
+    assert_rejected(follower, tmp, bytes(overlap))
     old, _ = leader.read(1, 4, 1 << 20)
-    rejected(follower, tmp, bytes(old))
+    assert_rejected(follower, tmp, bytes(old))
     # the same range twice: the second time it overlaps
     ok, _ = leader.read(last + 1, last + 3, 1 << 20)
     follower.append_replicated(bytes(ok))
-    rejected(follower, tmp, bytes(ok))
+    assert_rejected(follower, tmp, bytes(ok))
 
 
 def test_reject_wrong_position(synced):
@@ -170,11 +170,11 @@ def test_reject_wrong_position(synced):
         bad = bytearray(raw)
         pos = struct.unpack_from("<Q", bad, 32)[0]
         struct.pack_into("<Q", bad, 32, pos + delta)
-        rejected(follower, tmp, bytes(recrc(bad)))
+        assert_rejected(follower, tmp, bytes(recrc(bad)))
     # a well-formed record with the right index but encoded for another position
     rec = qf.decode_record(bytes(raw))
     other = qf.encode(dataclasses.replace(rec, position=rec.position + 100))
-    rejected(follower, tmp, other)
+    assert_rejected(follower, tmp, other)
 
 
 def test_reject_term_decreasing(synced):
@@ -183,13 +183,13 @@ def test_reject_term_decreasing(synced):
     assert t >= 2
     raw = qf.encode_record(qf.TYPE_NOOP, index=follower.last_index + 1, term=t - 1,
                            position=follower.end_position)
-    rejected(follower, tmp, raw)
+    assert_rejected(follower, tmp, raw)
     # within a range: second record's term below the first's
     r1 = qf.encode_record(qf.TYPE_NOOP, index=follower.last_index + 1, term=t + 2,
                           position=follower.end_position)
     r2 = qf.encode_record(qf.TYPE_NOOP, index=follower.last_index + 2, term=t + 1,
                           position=follower.end_position + len(r1))
-    rejected(follower, tmp, r1 + r2)
+    assert_rejected(follower, tmp, r1 + r2)
     follower.append_replicated(r1)            # a good record built by the reference encoder
     assert follower.last_term == t + 2
 
@@ -197,19 +197,19 @@ def test_reject_term_decreasing(synced):
 def test_reject_malformed_ranges(synced):
     leader, follower, tmp = synced
     raw, count = next_range(leader, follower, 3)
-    rejected(follower, tmp, bytes(raw[:-1]))                 # partial record
-    rejected(follower, tmp, bytes(raw[:50]))                 # partial header
-    rejected(follower, tmp, bytes(raw) + b"\x00" * 10)       # trailing bytes
-    rejected(follower, tmp, bytes(raw) + bytes(200))         # trailing zeros
-    rejected(follower, tmp, bytes(raw) + b"\xff" * 100)      # trailing garbage
-    rejected(follower, tmp, qf.encode_blank(follower.end_position, 200))   # BLANKs never ship
-    rejected(follower, tmp, bytes(200))
+    assert_rejected(follower, tmp, bytes(raw[:-1]))                 # partial record
+    assert_rejected(follower, tmp, bytes(raw[:50]))                 # partial header
+    assert_rejected(follower, tmp, bytes(raw) + b"\x00" * 10)       # trailing bytes
+    assert_rejected(follower, tmp, bytes(raw) + bytes(200))         # trailing zeros
+    assert_rejected(follower, tmp, bytes(raw) + b"\xff" * 100)      # trailing garbage
+    assert_rejected(follower, tmp, qf.encode_blank(follower.end_position, 200))   # BLANKs never ship
+    assert_rejected(follower, tmp, bytes(200))
     bad = bytearray(raw)
     struct.pack_into("<I", bad, 4, len(raw) + 1000)          # size beyond the range
-    rejected(follower, tmp, bytes(recrc(bad)))
+    assert_rejected(follower, tmp, bytes(recrc(bad)))
     bad = bytearray(raw)
     struct.pack_into("<I", bad, 4, 50)                       # size below a header
-    rejected(follower, tmp, bytes(bad))
+    assert_rejected(follower, tmp, bytes(bad))
 
 
 def test_reject_range_that_would_break_the_blank_rule(pair):
@@ -227,7 +227,7 @@ def test_reject_range_that_would_break_the_blank_rule(pair):
     here = follower.end_position
     assert not qf.fits_in_segment(here, rec2.size, SEG)
     forged = qf.encode(dataclasses.replace(rec2, position=here))
-    rejected(follower, tmp, forged)
+    assert_rejected(follower, tmp, forged)
     view, _ = leader.read(2, 3)
     follower.append_replicated(bytes(view))
     assert follower.position_of(2) == leader.position_of(2)

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from quorumlog.errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from quorumlog.raft.log import EntryKind, RaftLog, decode_voters, encode_voters
 from quorumlog.raft.memlog import MemLog
+from quorumlog.raft.cluster import pump as cluster_pump
 
 
 def _mem_make(_dir):
@@ -245,17 +246,7 @@ def test_three_cores_over_the_log(impl, items):
              for i, v in enumerate(voters)}
 
     def pump():
-        busy = True
-        while busy:
-            busy = False
-            for v, c in cores.items():
-                if c.has_ready():
-                    busy = True
-                    r = c.ready()
-                    if r.flush_to is not None:
-                        c.on_persisted(logs[v].flush(), r.flush_gen)
-                    for m in r.messages:
-                        cores[m.dst].step(m)
+        cluster_pump(cores, logs)
 
     ld = cores["n1"]
     now = ld.next_time_to_request_vote

@@ -16,6 +16,25 @@ from .memlog import MemLog
 from .messages import Message
 
 
+def pump(cores: dict, logs: dict, *, dispatch: bool = False) -> None:
+    """Synchronous driver for cores the caller built itself: persist each Ready's flush at
+    once, deliver every message (in order, nothing lost), until no core has output.
+    dispatch=True also reports each commit index as dispatched (ready-to-serve)."""
+    busy = True
+    while busy:
+        busy = False
+        for v, c in cores.items():
+            if c.has_ready():
+                busy = True
+                r = c.ready()
+                if r.flush_to is not None:
+                    c.on_persisted(logs[v].flush(), r.flush_gen)
+                if dispatch and r.commit_index is not None:
+                    c.on_dispatched(r.commit_index)
+                for m in r.messages:
+                    cores[m.dst].step(m)
+
+
 class ManualCluster:
     def __init__(self, ids=("n1", "n2", "n3"), config: RaftConfig | None = None, seed: int = 0,
                  voters=None, spare=()):
