@@ -115,6 +115,7 @@ class _Conn(asyncio.BufferedProtocol):
             if outbound else Handshake.responder(owner.auth, deadline=deadline)
         self.decoder = FrameDecoder(self.cfg.handshake_max_frame_bytes, known_types=_AUTH_TYPES,
                                     large_payload_bytes=self.cfg.large_payload_bytes)
+        self.decoder.limit_name = "handshake_max_frame_bytes"
         self.channels = _CH_AUTH
         self.authenticated = False
         self.closed = False
@@ -227,6 +228,7 @@ class _Conn(asyncio.BufferedProtocol):
             self.channels, types = _CH_CLIENT, _CLIENT_REQ_TYPES
         self.decoder.known_types = types
         self.decoder.max_frame_bytes = self.cfg.max_frame_bytes
+        self.decoder.limit_name = "max_frame_bytes"
         if not self.finished.done():
             self.finished.set_result(True)
         self.owner._conn_authenticated(self)
@@ -353,7 +355,8 @@ class _Peer:
         self.changed = asyncio.Event()  # set and replaced on every connect/disconnect
         self.stats = dict(sent=0, sent_bytes=0, received=0, received_bytes=0,
                           dropped_no_connection=0, dropped_backpressure=0, dropped_encode=0,
-                          connects=0, disconnects=0, duplicates_closed=0, max_held_bytes=0)
+                          connects=0, disconnects=0, dial_failures=0, duplicates_closed=0,
+                          max_held_bytes=0)
 
 
 class PeerTransport:
@@ -673,6 +676,7 @@ class PeerTransport:
                 log.debug("%r: dialling %r at %s:%s failed: %s", self.node_id, p.id, host, port, e)
             if ok:
                 continue
+            p.stats["dial_failures"] += 1
             # Exponential backoff with "equal jitter": half the delay fixed, half random, so
             # two nodes that lost each other at the same moment do not redial in lockstep.
             pause = delay / 2 + self.rng.random() * delay / 2
