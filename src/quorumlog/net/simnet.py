@@ -35,14 +35,19 @@ __all__ = ["SimNetwork", "SimTransport"]
 
 
 class _Link:
-    __slots__ = ("drop_rate", "duplicate_rate", "delay_ms", "inflight", "last_due")
+    __slots__ = ("src", "dst", "drop_rate", "duplicate_rate", "delay_ms", "inflight", "last_due",
+                 "fifo")
 
-    def __init__(self, drop_rate, duplicate_rate, delay_ms):
+    def __init__(self, src, dst, drop_rate, duplicate_rate, delay_ms):
+        self.src, self.dst = src, dst
         self.drop_rate = drop_rate
         self.duplicate_rate = duplicate_rate
         self.delay_ms = delay_ms
         self.inflight = 0
         self.last_due = 0.0
+        # (due, item) in send order: one timer for the head at a time, because the loop's
+        # timer heap does not keep equal deadlines in order
+        self.fifo: collections.deque = collections.deque()
 
 
 def _check_rate(name, v):
@@ -83,7 +88,8 @@ class SimNetwork:
     def link(self, src: str, dst: str) -> _Link:
         ln = self._links.get((src, dst))
         if ln is None:
-            ln = self._links[(src, dst)] = _Link(self.drop_rate, self.duplicate_rate, self.delay_ms)
+            ln = self._links[(src, dst)] = _Link(src, dst, self.drop_rate, self.duplicate_rate,
+                                                 self.delay_ms)
         return ln
 
     def set_link(self, src: str, dst: str, *, drop_rate=None, duplicate_rate=None,
@@ -149,15 +155,29 @@ class SimNetwork:
             lo, hi = ln.delay_ms
             delay = (lo + rng.random() * (hi - lo)) / 1000 if hi else 0.0
             due = loop.time() + delay
-            if not self.reorder:
-                due = max(due, ln.last_due)   # FIFO per link, like one TCP connection
-                ln.last_due = due
             ln.inflight += 1
-            loop.call_at(due, self._deliver, ln, src.node_id, dst_id, item)
+            if self.reorder:
+                loop.call_at(due, self._deliver, ln, item)
+                continue
+            due = max(due, ln.last_due)       # FIFO per link, like one TCP connection
+            ln.last_due = due
+            ln.fifo.append((due, item))
+            if len(ln.fifo) == 1:
+                loop.call_at(due, self._pump, ln, loop)
         return True
 
-    def _deliver(self, ln: _Link, src_id: str, dst_id: str, item) -> None:
+    def _pump(self, ln: _Link, loop) -> None:
+        fifo = ln.fifo
+        self._deliver(ln, fifo.popleft()[1])             # the head this timer was set for
+        horizon = loop.time() + 1e-3
+        while fifo and fifo[0][0] <= horizon:
+            self._deliver(ln, fifo.popleft()[1])
+        if fifo:
+            loop.call_at(fifo[0][0], self._pump, ln, loop)
+
+    def _deliver(self, ln: _Link, item) -> None:
         ln.inflight -= 1
+        src_id, dst_id = ln.src, ln.dst
         dst = self.nodes.get(dst_id)
         if dst is None or not dst._running or not self.can_talk(src_id, dst_id) \
                 or src_id not in dst._peers:
