@@ -4,7 +4,6 @@ line while the legitimate peers keep talking, bounded memory behind a stalled re
 client connections, TLS."""
 import asyncio
 import logging
-import os
 import shutil
 import ssl
 import subprocess
@@ -114,6 +113,32 @@ def test_reconnect_after_a_restart_on_the_same_port(loop_factory):
     run(loop_factory, body)
 
 
+def test_half_open_connection_is_replaced_when_the_peer_comes_back(loop_factory):
+    """b 'dies' without closing its socket (it stops reading and never sends); a restarted b
+    dials a: a drops the silent old connection for the new one instead of refusing it."""
+    async def body():
+        cfg = fast_config(replace_silent_after_ms=200)
+        a, b = Node("a", "ab", config=cfg), Node("b", "ab", config=cfg)
+        b2 = None
+        try:
+            await start_mesh([a, b])
+            await exchange(b, a, 1)
+            old = a.t._peers["b"].conn
+            b.t.add_peer("a", None)          # the dead process does not redial...
+            b.t.pause_reading("a")           # ...reads nothing, sends nothing
+            b2 = Node("b", "ab", config=cfg)
+            await b2.t.start()
+            b2.t.add_peer("a", a.t.address)
+            await wait_until(lambda: a.t._peers["b"].conn not in (None, old), 10, "replacement")
+            await b2.t.wait_connected("a", 10)
+            await exchange(a, b2, 2)
+            await exchange(b2, a, 3)
+            assert not b.from_peer("a")
+        finally:
+            await close_all([a, b] + ([b2] if b2 else []))
+    run(loop_factory, body)
+
+
 def test_reconnect_when_the_peer_starts_late(loop_factory):
     async def body():
         a = Node("a", "ab")
@@ -166,7 +191,7 @@ def test_bad_connections_refused_while_peers_keep_talking(loop_factory, caplog, 
                     if attack == "oversized":
                         raw.send(_raw_frame_header(0xFFFFFFFF))
                     elif attack == "garbage":
-                        raw.send(os.urandom(4096))
+                        raw.send(b"GET / HTTP/1.1\r\nHost: b\r\n\r\n" + bytes(range(256)) * 16)
                     elif attack == "raft_before_auth":
                         raw.send_msg(hb("x", "b", 1))
                     else:
@@ -227,7 +252,8 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
     caplog.set_level(logging.INFO, logger=LOG)
 
     async def body():
-        b = Node("b", "ab", config=fast_config(handshake_timeout_ms=300, max_unauthenticated=2))
+        # 1.5 s: the third connection must be accepted while the first two still wait
+        b = Node("b", "ab", config=fast_config(handshake_timeout_ms=1500, max_unauthenticated=2))
         try:
             await b.t.start()
             loop = asyncio.get_running_loop()
@@ -275,6 +301,7 @@ def test_send_memory_is_bounded_when_the_receiver_stops_reading(loop_factory):
             assert dropped > 0 and st["dropped_backpressure"] == dropped
             assert peak <= budget and st["max_held_bytes"] <= budget
             # a small control message still fits in the reserve, and jumps the APPEND queue
+            assert a.t.stats()["peers"]["b"]["queued_bytes"] > 0
             assert a.t.send("b", hb("a", "b", 99))
             assert a.t.held_bytes("b") <= budget + (64 << 10)
             b.t.resume_reading("a")
@@ -282,6 +309,7 @@ def test_send_memory_is_bounded_when_the_receiver_stops_reading(loop_factory):
             got = b.from_peer("a")
             seqs = [x.seq for x in got if isinstance(x, Heartbeat)]
             assert seqs == [1, 99]
+            assert not isinstance(got[-1], Heartbeat)          # it overtook queued APPENDs
             await wait_until(lambda: a.t.held_bytes("b") == 0, 5, "empty queue")
         finally:
             await close_all([a, b])
