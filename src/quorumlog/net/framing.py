@@ -189,7 +189,9 @@ class FrameDecoder:
             # Compact: move the partial frame to the front. It is smaller than the buffer
             # (a header is 24 bytes; a small frame fits whole by construction).
             n = end - start
-            self._buf[0:n] = self._mv[start:end]
+            # via a bytes copy: source and destination may overlap, and a bytearray slice
+            # assignment from a view of itself is a plain memcpy
+            self._buf[0:n] = bytes(self._mv[start:end])
             self._start, self._end = start, end = 0, n
         if self._after_big and start == end:
             # The last frame was large: the next one probably is too. Read only its header,
