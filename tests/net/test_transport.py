@@ -4,6 +4,7 @@ line while the legitimate peers keep talking, bounded memory behind a stalled re
 client connections, TLS."""
 import asyncio
 import logging
+import socket
 import shutil
 import ssl
 import subprocess
@@ -142,22 +143,26 @@ def test_half_open_connection_is_replaced_when_the_peer_comes_back(loop_factory)
 def test_reconnect_when_the_peer_starts_late(loop_factory):
     async def body():
         a = Node("a", "ab")
-        b = Node("b", "ab")
+        b = None
+        # hold a port that refuses connections (bound, not listening) until b starts on it
+        hold = socket.socket()
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.bind(("127.0.0.1", 0))
+        port = hold.getsockname()
         try:
-            await b.t.start()
-            port = b.t.address
-            await b.t.close()                       # a port known to be free now
             await a.t.start()
             a.t.add_peer("b", port)                 # a dials, fails, backs off, retries
             await wait_until(lambda: a.t.stats()["peers"]["b"]["dial_failures"] >= 3, 10,
                              "a few failed dials")
+            hold.close()
             b = Node("b", "ab", listen=port)
             await b.t.start()
             b.t.add_peer("a", a.t.address)
             await a.t.wait_connected("b", 10)
             await exchange(a, b, 1)
         finally:
-            await close_all([a, b])
+            hold.close()
+            await close_all([a] + ([b] if b else []))
     run(loop_factory, body)
 
 
