@@ -172,7 +172,7 @@ def test_responder_proof_is_not_an_initiator_proof():
     """Same transcript, other direction: the direction label alone makes it fail."""
     tr = A.transcript(CLUSTER, Role.PEER, AuthMode.HMAC_SHA256, "b", "a", b"\x01" * 32,
                       b"\x02" * 32)
-    responder_proof = A.proof(SECRET, A._DIR_RESPONDER, tr)
+    responder_proof = A.proof(SECRET, A.DIR_RESPONDER, tr)
     r = Handshake.responder(cfg("a"), nonce=b"\x02" * 32)
     r.start()
     r.receive(m.AuthHello(AuthMode.HMAC_SHA256, Role.PEER, CLUSTER, "b", "a", b"\x01" * 32))
@@ -182,7 +182,7 @@ def test_responder_proof_is_not_an_initiator_proof():
     r2 = Handshake.responder(cfg("a"), nonce=b"\x02" * 32)
     r2.start()
     r2.receive(m.AuthHello(AuthMode.HMAC_SHA256, Role.PEER, CLUSTER, "b", "a", b"\x01" * 32))
-    (ok,) = r2.receive(m.AuthProof(A.proof(SECRET, A._DIR_INITIATOR, tr)))
+    (ok,) = r2.receive(m.AuthProof(A.proof(SECRET, A.DIR_INITIATOR, tr)))
     assert r2.done and ok.proof == responder_proof
 
 

@@ -92,6 +92,18 @@ def test_every_registered_type_has_a_round_trip_case():
     assert {codec.spec_of_type(c).cls for c in range(256) if codec.spec_of_type(c)} <= covered
 
 
+def test_every_raft_message_class_has_a_wire_encoding():
+    """A message type added to raft/messages.py needs its line in codec.py."""
+    import inspect
+
+    from quorumlog.raft import messages as rm
+    classes = {c for _, c in inspect.getmembers(rm, inspect.isclass)
+               if issubclass(c, rm.Message) and c is not rm.Message}
+    registered = {codec.spec_of_type(t).cls for t in range(256) if codec.spec_of_type(t)}
+    missing = [c.__name__ for c in classes if c not in registered]
+    assert not missing, f"no codec registration for {missing}"
+
+
 # docs/net.md "Golden vector": VoteRequest(term 7, end index 42, end term 6, transfer)
 GOLDEN_VOTE = bytes.fromhex(
     "51 4e 01 10 00 00 00 00 00 00 00 00 00 00 00 00 19 00 00 00 cf 66 eb b3"

@@ -78,12 +78,11 @@ def test_one_connection_per_pair_when_both_dial(loop_factory):
             await exchange(a, b, 1)
             await exchange(b, a, 2)
             # every duplicate got closed: one live connection on each side
-            await wait_until(lambda: len(a.t._all) == 1 and len(b.t._all) == 1, 5,
-                             "duplicates closed")
-            ca, cb = a.t._peers["b"].conn, b.t._peers["a"].conn
-            # the lower id's outbound connection is the one kept
-            assert ca.outbound and not cb.outbound
-            assert ca.transport.get_extra_info("sockname") == cb.transport.get_extra_info("peername")
+            await wait_until(lambda: a.t.stats()["connections"] == 1 and
+                             b.t.stats()["connections"] == 1, 5, "duplicates closed")
+            # both sides kept the same connection: the one the lower id dialled
+            assert a.t.stats()["peers"]["b"]["dialled"]
+            assert not b.t.stats()["peers"]["a"]["dialled"]
         finally:
             await close_all([a, b])
     run(loop_factory, body)
@@ -124,13 +123,15 @@ def test_half_open_connection_is_replaced_when_the_peer_comes_back(loop_factory)
         try:
             await start_mesh([a, b])
             await exchange(b, a, 1)
-            old = a.t._peers["b"].conn
+            assert a.t.stats()["peers"]["b"]["dialled"]      # a's own dial was kept
             b.t.add_peer("a", None)          # the dead process does not redial...
             b.t.pause_reading("a")           # ...reads nothing, sends nothing
             b2 = Node("b", "ab", config=cfg)
             await b2.t.start()
             b2.t.add_peer("a", a.t.address)
-            await wait_until(lambda: a.t._peers["b"].conn not in (None, old), 10, "replacement")
+            # replaced by the connection b2 dialled
+            await wait_until(lambda: a.t.is_connected("b") and
+                             not a.t.stats()["peers"]["b"]["dialled"], 10, "replacement")
             await b2.t.wait_connected("a", 10)
             await exchange(a, b2, 2)
             await exchange(b2, a, 3)
@@ -396,7 +397,7 @@ def test_tls(loop_factory, tmp_path):
                              "append over TLS")
             got = [x for x in a.from_peer("b") if isinstance(x, Append)][0]
             assert same(got, big)
-            assert a.t._peers["b"].conn.transport.get_extra_info("ssl_object") is not None
+            assert a.t.stats()["peers"]["b"]["tls"] and b.t.stats()["peers"]["a"]["tls"]
         finally:
             await close_all([a, b])
     run(loop_factory, body)

@@ -492,10 +492,8 @@ _raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
 
 def _build_append(v, src, dst):
     payload = v["payload"]
-    return Append(v["term"], src, dst, v["prev_index"], v["prev_term"], v["first_index"],
-                  v["last_index"], v["entry_term"], payload,
-                  0 if payload is None else payload.nbytes, v["commit_index"],
-                  tuple((i, tuple(vs)) for i, vs in v["configs"]), v["epoch"])
+    v["configs"] = tuple((i, tuple(vs)) for i, vs in v["configs"])
+    return Append(src=src, dst=dst, nbytes=0 if payload is None else payload.nbytes, **v)
 
 
 def _check_append(a: Append) -> None:

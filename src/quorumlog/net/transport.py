@@ -538,13 +538,17 @@ class PeerTransport:
             s = dict(p.stats)
             c = p.conn
             s["connected"] = c is not None and not c.closed
+            s["dialled"] = c is not None and c.outbound       # which side's dial was kept
+            s["tls"] = c is not None and c.transport is not None and \
+                c.transport.get_extra_info("ssl_object") is not None
             s["held_bytes"] = c.held_bytes() if c is not None else 0
             s["queued_bytes"] = c.queued_bytes if c is not None else 0
             if c is not None:
                 s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
             peers[pid] = s
         return {"node_id": self.node_id, "address": self.address, "peers": peers,
-                "unauthenticated": len(self._unauth), "clients": len(self._clients),
+                "connections": len(self._all), "unauthenticated": len(self._unauth),
+                "clients": len(self._clients),
                 "rejected": dict(self._rejects)}
 
     async def wait_connected(self, peer_id: str, timeout: float) -> None:
