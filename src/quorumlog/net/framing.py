@@ -1,0 +1,277 @@
+"""Length-prefixed binary frames: the 24-byte header, a pure incremental decoder, the encoder.
+
+No I/O here. The decoder is fed by an asyncio.BufferedProtocol (get_buffer/buffer_updated:
+the kernel writes straight into the decoder's memory) or by `feed(bytes)` (tests, fuzzers);
+both paths run the same code. Every header is validated -- magic, version, checksum, type,
+flags, reserved bytes, and the length against max_frame_bytes -- BEFORE anything is allocated
+for its body, so a peer cannot make us allocate more than the limit, and garbage is refused
+after at most 24 bytes.
+
+Zero copy: a payload of at least `large_payload_bytes` (an APPEND batch) is received into a
+buffer of its own, sized once the header has been validated, and handed out as a memoryview
+of that buffer: the bytes are written by the kernel once and never copied again by us. Smaller
+frames are parsed out of a fixed receive buffer and copied out (a few hundred bytes).
+
+Layout (little-endian; docs/net.md has the table and a golden vector):
+
+    0  u16 magic 0x4E51 (bytes 51 4E, "QN")   8  u64 request id
+    2  u8  version (1)                       16  u32 payload length
+    3  u8  frame type                        20  u32 CRC-32 (zlib) of bytes 0..19
+    4  u16 flags (none defined: must be 0)
+    6  u16 reserved (must be 0)
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+from .errors import FrameError, FrameTooLargeError
+
+__all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_BYTES", "KNOWN_FLAGS",
+           "Frame", "FrameDecoder", "encode_header", "encode_frame", "frame_parts",
+           "parse_header"]
+
+MAGIC = 0x4E51                 # bytes 51 4E on the wire: "QN" (records on disk use "QL")
+VERSION = 1
+HEADER_SIZE = 24
+MAX_REQUEST_ID = (1 << 64) - 1
+# 16 MiB of payload: a produce batch of max_proposal_bytes or an APPEND of a 4 MiB message
+# (max_message_bytes) fits with room to spare.
+DEFAULT_MAX_FRAME_BYTES = (16 << 20) + HEADER_SIZE
+KNOWN_FLAGS = 0                # no flag is defined in version 1: a set bit is refused
+DEFAULT_LARGE_PAYLOAD_BYTES = 64 << 10
+DEFAULT_RECV_BUFFER_BYTES = 256 << 10
+
+_PREFIX = struct.Struct("<HBBHHQI")      # the 20 bytes the checksum covers
+_CRC = struct.Struct("<I")
+_HEADER = struct.Struct("<HBBHHQII")
+assert _PREFIX.size == 20 and _HEADER.size == HEADER_SIZE
+
+
+class Frame(NamedTuple):
+    type: int
+    flags: int
+    request_id: int
+    payload: bytes | memoryview
+
+
+def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0) -> bytes:
+    """The 24 header bytes of a frame whose payload is `length` bytes long. No limit check
+    beyond the field widths (see encode_frame / frame_parts for max_frame_bytes)."""
+    if not 0 <= ftype <= 0xFF:
+        raise FrameError(f"frame type {ftype!r} outside 0..255")
+    if flags & ~KNOWN_FLAGS or flags < 0:
+        raise FrameError(f"frame flags {flags:#x}: no flag is defined in version {VERSION}")
+    if not 0 <= request_id <= MAX_REQUEST_ID:
+        raise FrameError(f"request id {request_id!r} outside 0..2**64-1")
+    if not 0 <= length <= 0xFFFFFFFF:
+        raise FrameTooLargeError(f"frame payload of {length} bytes does not fit a u32 length",
+                                 length, 0xFFFFFFFF)
+    prefix = _PREFIX.pack(MAGIC, VERSION, ftype, flags, 0, request_id, length)
+    return prefix + _CRC.pack(zlib.crc32(prefix))
+
+
+def _check_limit(length: int, max_frame_bytes: int, limit_name: str = "max_frame_bytes") -> None:
+    if length + HEADER_SIZE > max_frame_bytes:
+        raise FrameTooLargeError(
+            f"frame of {length + HEADER_SIZE} bytes (payload {length}) is over "
+            f"{limit_name}={max_frame_bytes}", length + HEADER_SIZE, max_frame_bytes)
+
+
+def frame_parts(ftype: int, payload, request_id: int = 0, flags: int = 0, *,
+                max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> list:
+    """[header, payload] without joining them: for transport.write() of each part, so a large
+    payload (a memoryview of the log's mapping) is never copied in user space."""
+    n = memoryview(payload).nbytes
+    _check_limit(n, max_frame_bytes)
+    return [encode_header(ftype, n, request_id, flags), payload]
+
+
+def encode_frame(ftype: int, payload=b"", request_id: int = 0, flags: int = 0, *,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+    """One frame as one bytes object (small frames: one write, one segment)."""
+    n = memoryview(payload).nbytes
+    _check_limit(n, max_frame_bytes)
+    return encode_header(ftype, n, request_id, flags) + bytes(payload)
+
+
+def parse_header(buf, offset: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 known_types=None, limit_name: str = "max_frame_bytes"
+                 ) -> tuple[int, int, int, int]:
+    """Validate the 24 header bytes at buf[offset:] and return (type, flags, request_id,
+    payload_length). Raises FrameError / FrameTooLargeError; never allocates."""
+    magic, version, ftype, flags, reserved, request_id, length, crc = \
+        _HEADER.unpack_from(buf, offset)
+    if magic != MAGIC:
+        raise FrameError(f"bad frame magic {magic:#06x} (expected {MAGIC:#06x}): "
+                         f"not a quorumlog peer, or a corrupt stream")
+    if version != VERSION:
+        raise FrameError(f"unsupported frame version {version} (this node speaks {VERSION})")
+    if crc != zlib.crc32(memoryview(buf)[offset:offset + 20]):
+        raise FrameError("frame header checksum mismatch")
+    if flags & ~KNOWN_FLAGS:
+        raise FrameError(f"unknown frame flags {flags:#x}")
+    if reserved:
+        raise FrameError(f"frame reserved field is {reserved:#x}, must be 0")
+    if known_types is not None and ftype not in known_types:
+        raise FrameError(f"frame type {ftype:#04x} not allowed here")
+    _check_limit(length, max_frame_bytes, limit_name)
+    return ftype, flags, request_id, length
+
+
+class FrameDecoder:
+    """Incremental frame decoder with no I/O (tigerbeetle's MessageBuffer idea).
+
+    Drive it with either
+      * `buf = get_buffer()` -> write up to len(buf) bytes into it -> `buffer_updated(n)`
+        (exactly asyncio.BufferedProtocol's contract), or
+      * `feed(data)` which does the same with a copy.
+    Both return the list of frames completed by the new bytes. The first invalid header
+    raises FrameError; the decoder then stays failed (every later call raises the same
+    error) because the stream has lost its framing.
+
+    `max_frame_bytes`, `known_types` and `limit_name` (the setting a FrameTooLargeError
+    names) may be changed between calls: the transport allows only handshake frames, with
+    a small limit, until the peer has authenticated.
+    """
+
+    __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes", "_buf", "_mv",
+                 "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
+                 "_error",
+                 "frames", "bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, known_types=None,
+                 large_payload_bytes: int = DEFAULT_LARGE_PAYLOAD_BYTES,
+                 recv_buffer_bytes: int = DEFAULT_RECV_BUFFER_BYTES):
+        if max_frame_bytes < HEADER_SIZE:
+            raise ValueError(f"max_frame_bytes={max_frame_bytes} < header size {HEADER_SIZE}")
+        if large_payload_bytes < 1:
+            raise ValueError("large_payload_bytes must be >= 1")
+        # a frame below the large threshold must fit the receive buffer whole
+        recv_buffer_bytes = max(recv_buffer_bytes, large_payload_bytes + HEADER_SIZE)
+        self.max_frame_bytes = max_frame_bytes
+        self.known_types = known_types
+        self.limit_name = "max_frame_bytes"
+        self.large_payload_bytes = large_payload_bytes
+        # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
+        # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
+        # move bytes inside it (same-size slice assignment is allowed with exports).
+        self._buf = bytearray(recv_buffer_bytes)
+        self._mv = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._big = None           # bytearray being filled with one large payload
+        self._big_view = None
+        self._big_filled = 0
+        self._big_head = None      # (type, flags, request_id) of that frame
+        self._after_big = False    # the last frame was large (see get_buffer)
+        self._error: FrameError | None = None
+        self.frames = 0            # frames decoded
+        self.bytes = 0             # bytes consumed
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return (self._end - self._start) + self._big_filled
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        if self._error is not None:
+            raise self._error
+        if self._big is not None:
+            return self._big_view[self._big_filled:]
+        start, end = self._start, self._end
+        if start and len(self._buf) - end < (len(self._buf) >> 1):
+            # Compact: move the partial frame to the front. It is smaller than the buffer
+            # (a header is 24 bytes; a small frame fits whole by construction).
+            n = end - start
+            # via a bytes copy: source and destination may overlap, and a bytearray slice
+            # assignment from a view of itself is a plain memcpy
+            self._buf[0:n] = bytes(self._mv[start:end])
+            self._start, self._end = start, end = 0, n
+        if self._after_big and start == end:
+            # The last frame was large: the next one probably is too. Read only its header,
+            # so its body goes straight into a buffer of its own instead of being received
+            # here and copied (one extra read per large frame, no user-space copy).
+            return self._mv[end:end + HEADER_SIZE]
+        return self._mv[end:]
+
+    def buffer_updated(self, nbytes: int) -> list[Frame]:
+        if self._error is not None:
+            raise self._error
+        self.bytes += nbytes
+        if self._big is not None:
+            self._big_filled += nbytes
+            if self._big_filled < len(self._big):
+                return []
+            # (the view handed out was this body only: the small buffer is empty)
+            return [self._finish_big()]
+        self._end += nbytes
+        return self._parse()
+
+    def feed(self, data) -> list[Frame]:
+        """Copying entry point: the same path as get_buffer/buffer_updated."""
+        src = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) \
+            else memoryview(data)
+        out: list[Frame] = []
+        pos, n = 0, len(src)
+        while pos < n:
+            dst = self.get_buffer(n - pos)
+            k = min(len(dst), n - pos)
+            dst[:k] = src[pos:pos + k]
+            pos += k
+            out.extend(self.buffer_updated(k))
+        return out
+
+    def _finish_big(self) -> Frame:
+        ftype, flags, rid = self._big_head
+        payload = self._big_view
+        self._big = self._big_view = self._big_head = None
+        self._big_filled = 0
+        self.frames += 1
+        return Frame(ftype, flags, rid, payload)
+
+    def _parse(self) -> list[Frame]:
+        out: list[Frame] = []
+        buf, mv = self._buf, self._mv
+        start, end = self._start, self._end
+        try:
+            while end - start >= HEADER_SIZE:
+                ftype, flags, rid, length = parse_header(
+                    buf, start, max_frame_bytes=self.max_frame_bytes,
+                    known_types=self.known_types, limit_name=self.limit_name)
+                body = start + HEADER_SIZE
+                self._after_big = large = length >= self.large_payload_bytes
+                if large:
+                    # Allocate only now that the length is known to be within the limit.
+                    have = min(end - body, length)
+                    big = bytearray(length)
+                    big[:have] = mv[body:body + have]
+                    self._big, self._big_view = big, memoryview(big)
+                    self._big_filled, self._big_head = have, (ftype, flags, rid)
+                    start = body + have
+                    if have < length:
+                        break                       # the rest goes straight into `big`
+                    out.append(self._finish_big())
+                    continue
+                if end - body < length:
+                    break
+                out.append(Frame(ftype, flags, rid, bytes(mv[body:body + length])))
+                self.frames += 1
+                start = body + length
+        except FrameError as e:
+            self._fail(e)
+            raise
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
+        return out
+
+    def _fail(self, e: FrameError) -> None:
+        self._error = e
+        self._big = self._big_view = None
+        self._start = self._end = 0
