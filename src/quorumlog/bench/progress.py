@@ -1,0 +1,62 @@
+"""The live progress line of `quorumlog bench` (rich), shown only on a terminal.
+
+Producers call `Phase.add(n)`, an integer add; rich's refresh thread reads the counter a few
+times a second and redraws one line: phase, messages done (of the target), rate, elapsed.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+
+class Phase:
+    """Counter of one measured phase; `add` is called by producer threads."""
+
+    def __init__(self, label: str, total: int | None, duration_s: float | None):
+        self.label = label
+        self.total = total
+        self.duration_s = duration_s
+        self.done = 0
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+
+    def __rich__(self) -> Text:
+        el = max(time.monotonic() - self.started, 1e-9)
+        if self.total:
+            target = f"/{self.total:,} ({100 * self.done / self.total:.0f} %)"
+        elif self.duration_s:
+            target = f" ({el:.0f}/{self.duration_s:g} s)"
+        else:
+            target = ""
+        return Text(f"{self.label}: {self.done:,}{target} msgs  "
+                    f"{self.done / el:,.0f} msg/s  {el:.1f} s", style="cyan")
+
+
+class ProgressLine:
+    """`with progress.phase(label, total, duration) as ph: ... ph.add(n)`."""
+
+    def __init__(self, console: Console, enabled: bool | None = None):
+        self.console = console
+        self.enabled = console.is_terminal if enabled is None else enabled
+
+    @contextlib.contextmanager
+    def phase(self, label: str, total: int | None = None, duration_s: float | None = None):
+        ph = Phase(label, total, duration_s)
+        if not self.enabled:
+            yield ph
+            return
+        with Live(ph, console=self.console, refresh_per_second=4, transient=True):
+            yield ph
+
+    def note(self, text: str) -> None:
+        """A line of its own (a phase starting, a workload skipped)."""
+        self.console.print(text, highlight=False)
