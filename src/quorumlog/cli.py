@@ -13,7 +13,7 @@ import click
 from . import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("quorumlog", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="quorumlog",
                       message="%(prog)s %(version)s")
 def cli():

@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from . import options as O
 from .options import BenchOptionError, BenchOptions
-from .suite import DEFAULT_SUITE, run
+from . import suite
 from .workloads import ALL_OPTIONS, REGISTRY, WorkloadUnavailable
 
 
@@ -156,7 +156,7 @@ def _options(given: dict) -> BenchOptions:
 def _run(ctx, given: dict, steps, *, strict: bool):
     try:
         opts = _options(given)
-        doc = run(opts, steps, strict=strict, argv=["quorumlog", *sys.argv[1:]])
+        doc = suite.run(opts, steps, strict=strict, argv=["quorumlog", *sys.argv[1:]])
     except WorkloadUnavailable as e:
         click.echo(f"quorumlog bench {e}", err=True)
         ctx.exit(2)
@@ -194,7 +194,7 @@ def bench(ctx, **kw):
     """
     ctx.obj = _given(ctx, kw)
     if ctx.invoked_subcommand is None:
-        _run(ctx, ctx.obj, DEFAULT_SUITE, strict=False)
+        _run(ctx, ctx.obj, suite.DEFAULT_SUITE, strict=False)
 
 
 def _workload_command(w):

@@ -62,6 +62,10 @@ class LatencyRecorder:
             for lo in range(0, len(arr), BUFFER_SAMPLES):
                 self._add(arr[lo:lo + BUFFER_SAMPLES])
 
+    def local(self) -> "LocalRecorder":
+        """A recorder for one thread: no lock per sample, merged in bulk."""
+        return LocalRecorder(self)
+
     def _drain(self) -> None:
         if self._n:
             self._add(self._buf[:self._n])
@@ -98,3 +102,24 @@ class LatencyRecorder:
             out["max_us"] = None if empty else h.get_max_value() / 1e3
             out["mean_us"] = None if empty else h.get_mean_value() / 1e3
             return out
+
+
+class LocalRecorder:
+    """One producer thread's samples: `record` is a list append; every BUFFER_SAMPLES samples
+    (and at `close`) they go into the shared histogram in one locked step."""
+
+    def __init__(self, parent: LatencyRecorder):
+        self._parent = parent
+        self._samples = []
+        self.record = self._record
+
+    def _record(self, ns: int) -> None:
+        s = self._samples
+        s.append(ns)
+        if len(s) >= BUFFER_SAMPLES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._samples:
+            self._parent.record_many(self._samples)
+            self._samples = []

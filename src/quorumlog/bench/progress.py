@@ -1,12 +1,11 @@
 """The live progress line of `quorumlog bench` (rich), shown only on a terminal.
 
-Producers call `Phase.add(n)`, an integer add; rich's refresh thread reads the counter a few
+Each producer adds to its own counter (`Phase.slots[k]`); rich's refresh thread reads the counter a few
 times a second and redraws one line: phase, messages done (of the target), rate, elapsed.
 """
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 from rich.console import Console
@@ -15,19 +14,27 @@ from rich.text import Text
 
 
 class Phase:
-    """Counter of one measured phase; `add` is called by producer threads."""
+    """Counters of one measured phase. `add` is for one thread; producer k adds to
+    `slots[k]` (one writer per slot, so no lock on the measured path)."""
 
     def __init__(self, label: str, total: int | None, duration_s: float | None):
         self.label = label
         self.total = total
         self.duration_s = duration_s
-        self.done = 0
-        self._lock = threading.Lock()
+        self.slots = [0]
         self.started = time.monotonic()
 
     def add(self, n: int) -> None:
-        with self._lock:
-            self.done += n
+        self.slots[0] += n
+
+    def use_slots(self, n: int) -> list:
+        """Counters for n producer threads (replacing the single one)."""
+        self.slots = [self.done] + [0] * (n - 1)
+        return self.slots
+
+    @property
+    def done(self) -> int:
+        return sum(self.slots)
 
     def __rich__(self) -> Text:
         el = max(time.monotonic() - self.started, 1e-9)

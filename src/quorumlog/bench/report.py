@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 REFERENCE_LABELS = {
     "page_cache_write": "page-cache write",
     "memcpy": "memcpy",
-    "fdatasync": "1 fdatasync/ack",
+    "fdatasync": "1 ack per fdatasync",
     "loopback_tcp": "loopback TCP",
     "parquet": "Parquet",
 }
@@ -172,6 +172,7 @@ def summary_table(doc: dict) -> Table:
 def print_summary(console: Console, doc: dict) -> None:
     console.print(references_line(doc["references"]), highlight=False)
     console.print(summary_table(doc))
+    printed = set()
     for r in doc["results"]:
         integ = r["integrity"]
         if integ is not None and not integ["ok"]:
@@ -182,7 +183,10 @@ def print_summary(console: Console, doc: dict) -> None:
             console.print(f"{r['workload']} {r['op']} CPU seconds: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)
         for n in r["notes"]:
-            console.print(f"{r['workload']} {r['op']}: {n}", highlight=False)
+            line = f"{r['workload']} {r['op']}: {n}"
+            if line not in printed:
+                printed.add(line)
+                console.print(line, highlight=False)
     for s in doc["skipped"]:
         console.print(f"skipped {s['workload']}: {s['reason']}", highlight=False)
     for e in doc["errors"]:

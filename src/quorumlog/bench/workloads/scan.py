@@ -108,6 +108,9 @@ class ScanWorkload(Workload):
             expected = {"count": driven.messages,
                         "crc_sum": _expected_crc_sum(payload, driven.acked_ranges)}
             ctx.progress.note("scan: starting Spark and writing the Parquet copy")
+            from pyspark.sql import SparkSession
+            # A session this process already runs is used, and left running.
+            ours = SparkSession.getActiveSession() is None
             spark = qs.session("quorumlog-bench", master="local[*]",
                                conf={"spark.driver.memory": "2g",
                                      "spark.sql.shuffle.partitions": "2"})
@@ -118,7 +121,8 @@ class ScanWorkload(Workload):
                            "parquet": lambda: spark.read.parquet(parquet_dir)}
                 results = self._measure(r, ctx, spark, readers, F, expected)
             finally:
-                spark.stop()
+                if ours:
+                    spark.stop()
         finally:
             ctx.remove(root)
         engine = "jvm" if qs.jar_path() is not None else "python data source"
