@@ -38,14 +38,16 @@ class Phase:
 
     def __rich__(self) -> Text:
         el = max(time.monotonic() - self.started, 1e-9)
+        done = self.done
         if self.total:
-            target = f"/{self.total:,} ({100 * self.done / self.total:.0f} %)"
+            amount = f"{done:,}/{self.total:,} msgs ({100 * done / self.total:.0f} %)"
         elif self.duration_s:
-            target = f" ({el:.0f}/{self.duration_s:g} s)"
+            amount = f"{done:,} msgs ({el:.0f}/{self.duration_s:g} s)"
         else:
-            target = ""
-        return Text(f"{self.label}: {self.done:,}{target} msgs  "
-                    f"{self.done / el:,.0f} msg/s  {el:.1f} s", style="cyan")
+            amount = f"{done:,} msgs"
+        # numbers first: on a narrow terminal the label is what gets cut
+        return Text(f"{amount}  {done / el:,.0f} msg/s  {el:.1f} s  {self.label}", style="cyan",
+                    no_wrap=True, overflow="ellipsis")
 
 
 class ProgressLine:

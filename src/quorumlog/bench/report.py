@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import io
 import json
 import os
 import platform
@@ -153,25 +154,49 @@ def summary_table(doc: dict) -> Table:
                           ("check", "left")):
         t.add_column(name, justify=justify, no_wrap=True)
     for r in doc["results"]:
-        o, lat = r["options"], r["latency"]
-        ref = r["reference"]
-        ref_txt = "-" if not ref or ref["ratio"] is None else \
-            f"{ref['ratio']:.2f}x {REFERENCE_LABELS.get(ref['name'], ref['name'])}"
-        integ = r["integrity"]
-        check = "-" if integ is None else ("ok" if integ["ok"] else "FAILED")
-        cpu = r["cpu_seconds"]
+        o, lat, c = r["options"], r["latency"], _cells(r)
         t.add_row(r["workload"], r["op"], o.get("flush", "-"), _size(o["size"]),
                   str(o.get("producers", 1)), _num(r["messages"]), _num(r["msgs_per_s"]),
-                  _num(r["MBps"], ",.1f"), lat["unit"], _us(lat["p50_us"]),
-                  _us(lat["p90_us"]), _us(lat["p99_us"]), _us(lat["p99_9_us"]),
-                  _us(lat["max_us"]), _num(r["flushes"]), _num(r["msgs_per_flush"], ",.1f"),
-                  "+".join(f"{v:.1f}" for v in cpu.values()), ref_txt, check)
+                  _num(r["MBps"], ",.1f"), lat["unit"], *c["lat"], _num(r["flushes"]),
+                  _num(r["msgs_per_flush"], ",.1f"), c["cpu"], c["ref"], c["check"])
     return t
+
+
+def _cells(r) -> dict:
+    o, lat, ref, integ = r["options"], r["latency"], r["reference"], r["integrity"]
+    return {
+        "run": f"{r['workload']} {r['op']} {o.get('flush', '-')} {_size(o['size'])} "
+               f"x{o.get('producers', 1)}",
+        "ref": "-" if not ref or ref["ratio"] is None else
+               f"{ref['ratio']:.2f}x {REFERENCE_LABELS.get(ref['name'], ref['name'])}",
+        "check": "-" if integ is None else ("ok" if integ["ok"] else "FAILED"),
+        "cpu": "+".join(f"{v:.1f}" for v in r["cpu_seconds"].values()),
+        "lat": [_us(lat[k]) for k in ("p50_us", "p90_us", "p99_us", "p99_9_us", "max_us")],
+    }
+
+
+def _print_blocks(console: Console, doc: dict) -> None:
+    """The summary for a terminal too narrow for the table: three lines per result."""
+    console.print("quorumlog bench", highlight=False)
+    for r in doc["results"]:
+        c = _cells(r)
+        p50, p90, p99, p999, mx = c["lat"]
+        console.print(f"{c['run']}: {r['messages']:,} msgs  {r['msgs_per_s']:,.0f} msg/s  "
+                      f"{r['MBps']:,.1f} MB/s  {c['ref']}  check {c['check']}\n"
+                      f"  latency per {r['latency']['unit']}: p50 {p50}  p90 {p90}  p99 {p99}  "
+                      f"p99.9 {p999}  max {mx}\n"
+                      f"  flushes {_num(r['flushes'])} ({_num(r['msgs_per_flush'], ',.1f')} "
+                      f"msg/flush)  CPU {c['cpu']} s", highlight=False)
 
 
 def print_summary(console: Console, doc: dict) -> None:
     console.print(references_line(doc["references"]), highlight=False)
-    console.print(summary_table(doc))
+    table = summary_table(doc)
+    natural = Console(width=10_000, file=io.StringIO()).measure(table).maximum
+    if natural > console.width:
+        _print_blocks(console, doc)
+    else:
+        console.print(table)
     printed = set()
     for r in doc["results"]:
         integ = r["integrity"]
