@@ -166,8 +166,15 @@ def run_producers(r: Resolved, make_sender: Callable[[int], Sender],
         deadline[0] = t_start + r.duration_s
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # Ctrl-C: let every producer finish its call before the store is closed under it
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
     seconds = time.perf_counter() - t_start
     cpu = process_cpu_seconds() - cpu0
     if errors:
