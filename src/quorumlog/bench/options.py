@@ -115,11 +115,6 @@ class BenchOptions:
             gib = min(QUICK_WARM_GIB if self.quick else DEFAULT_WARM_GIB, MAX_WARM_GIB)
         return int(gib * GiB)
 
-    def merged(self, **overrides) -> "BenchOptions":
-        """These options with the given values filled in where the user gave none."""
-        fill = {k: v for k, v in overrides.items() if getattr(self, k) is None}
-        return dataclasses.replace(self, **fill) if fill else self
-
 
 def _check_int(name, value, lo, hi):
     if value is None:
