@@ -12,20 +12,30 @@ from quorumlog.raft import RaftConfig, RaftCore, RaftLog, Role
 from quorumlog.raft.errors import NotLeaderError
 
 
+def _pump(stores, cores, events=None):
+    """Drive replicas until quiet, every message delivered in order: the driver duties of
+    each Ready (persist: kept in memory here; send; flush -> on_persisted; apply_committed ->
+    on_dispatched; events)."""
+    busy = True
+    while busy:
+        busy = False
+        for v, c in cores.items():
+            if c.has_ready():
+                busy = True
+                r = c.ready()
+                if r.flush_to is not None:
+                    c.on_persisted(stores[v].raft_log().flush(), r.flush_gen)
+                if r.commit_index is not None:
+                    c.on_dispatched(stores[v].apply_committed(r.commit_index))
+                if events is not None:
+                    events.extend(r.events)
+                for m in r.messages:
+                    cores[m.dst].step(m)
+
+
 def _drive(store, core, events=None):
-    """One replica's driver duties for each Ready, in the core's order (a single voter: no
-    messages): persist (kept in memory here), flush -> on_persisted, apply_committed ->
-    on_dispatched, events."""
-    rlog = store.raft_log()
-    while core.has_ready():
-        r = core.ready()
-        assert not r.messages
-        if r.flush_to is not None:
-            core.on_persisted(rlog.flush(), r.flush_gen)
-        if r.commit_index is not None:
-            core.on_dispatched(store.apply_committed(r.commit_index))
-        if events is not None:
-            events.extend(r.events)
+    """The driver duties of one replica (a single voter: no messages), see _pump."""
+    _pump({core.id: store}, {core.id: core}, events)
 
 
 def _single_voter_leader(store):
@@ -205,24 +215,6 @@ def test_bad_requests_are_refused_at_prepare(open_store):
     assert (s.commitlog.last_index, s.topics()) == before
 
 
-def _pump(stores, cores):
-    """Three replicas, every message delivered in order: the driver duties of each Ready
-    (persist in memory, send, flush -> on_persisted, apply_committed -> on_dispatched)."""
-    busy = True
-    while busy:
-        busy = False
-        for v, c in cores.items():
-            if c.has_ready():
-                busy = True
-                r = c.ready()
-                if r.flush_to is not None:
-                    c.on_persisted(stores[v].raft_log().flush(), r.flush_gen)
-                if r.commit_index is not None:
-                    c.on_dispatched(stores[v].apply_committed(r.commit_index))
-                for m in r.messages:
-                    cores[m.dst].step(m)
-
-
 def test_three_replicas_read_the_same_queues(open_store, tmp_path):
     voters = ("n1", "n2", "n3")
     stores = {v: open_store(str(tmp_path / v), replicated=True) for v in voters}
@@ -277,12 +269,13 @@ def _takes_a_log(f) -> bool:
     return bool({"impl", "raft_log"} & set(inspect.signature(f).parameters))
 
 
+_conformance = _load_conformance()
 # Every test of the suite that takes its log(s) from the `impl` fixture, under a name of its
 # own here; the hypothesis list-model test walks the suite's own implementations and is not
-# repeated.
-globals().update({f"{name}__store_raft_log": f
-                  for name, f in vars(_load_conformance()).items()
+# repeated. The suite's `raft_log` and `items` fixtures come along and use the `impl` below.
+globals().update({f"{name}__store_raft_log": f for name, f in vars(_conformance).items()
                   if name.startswith("test_") and callable(f) and _takes_a_log(f)})
+raft_log, items = _conformance.raft_log, _conformance.items
 
 
 @pytest.fixture
@@ -303,12 +296,3 @@ def impl(open_store, tmp_path):
 
     return make, items
 
-
-@pytest.fixture
-def raft_log(impl):
-    return impl[0]()
-
-
-@pytest.fixture
-def items(impl):
-    return impl[1]
