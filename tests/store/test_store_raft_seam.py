@@ -8,7 +8,7 @@ import random
 import pytest
 
 from quorumlog import errors
-from quorumlog.raft import RaftConfig, RaftCore, RaftLog, Role
+from quorumlog.raft import RaftConfig, RaftCore, RaftLog, ReadyToServe, Role
 from quorumlog.raft.errors import NotLeaderError
 
 
@@ -49,7 +49,8 @@ def _single_voter_leader(store):
         if core.role == Role.LEADER:
             break
     assert core.role == Role.LEADER
-    assert core.is_ready_to_serve           # the NOOP is committed and dispatched
+    # the NOOP is committed, and apply_committed's answer told the core it is dispatched
+    assert core.is_ready_to_serve and any(isinstance(e, ReadyToServe) for e in events)
     return core
 
 

@@ -128,13 +128,18 @@ class Dispatcher:
     `slow_path(pos, size, qid, qoff, tag_hash, topic_hash)` places one record the Cython loop
     could not (normally `place_slow`; the store routes it through a method tests can patch)."""
 
-    def __init__(self, commitlog, topics: TopicRegistry, config: StoreConfig, stats: dict,
+    def __init__(self, commitlog, topics: TopicRegistry, config: StoreConfig,
                  monotonic: Callable[[], float], clock_ms: Callable[[], int],
                  tag_hashes: TagHashes, slow_path: Callable | None = None):
         self.log = commitlog
         self.topics = topics
         self.config = config
-        self.stats = stats
+        # counters for MessageStore.stats()
+        self.dispatched_records = 0
+        self.rebuilt = False         # the consume queues were rebuilt from the log at open
+        self.stalls = 0              # dispatch stopped: a consume-queue file could not grow
+        self.conflicts = 0           # records claiming an offset their queue holds elsewhere
+        self.rejected = 0            # records naming a bad topic / queue id / offset
         self.path = commitlog.path
         self.segment_size = commitlog.segment_size_bytes
         self._monotonic = monotonic
@@ -160,7 +165,7 @@ class Dispatcher:
             lg.commit(lg.last_index)
         if rebuild:
             log.warning("store %s: consume queues missing, rebuilding from the log", self.path)
-            self.stats["rebuilt"] = True
+            self.rebuilt = True
             self.position = lg.min_position
         else:
             self.position = limit
@@ -214,7 +219,14 @@ class Dispatcher:
             if self.position != pos or end > committed or pos // seg != (end - 1) // seg:
                 break
             try:
-                self._place_own(req)
+                if req.positions is None:          # one message (a put's hot path)
+                    t, q, off, tags = req.target, req.queue, req.first_offset, req.tags
+                    th = self.tag_hashes.of(tags) if tags else 0
+                    if not _cq.dispatch_one(t.queues[q], off, pos, end - pos, th):
+                        self.slow_path(pos, end - pos, q, off, th, t.hash)
+                    self.dispatched_records += 1
+                else:
+                    self._place_batch(req)
             except DiskFullError as exc:
                 self._stalled(exc)
                 return
@@ -225,15 +237,8 @@ class Dispatcher:
         else:
             self.maybe_checkpoint()
 
-    def _place_own(self, req) -> None:
+    def _place_batch(self, req) -> None:
         t: Topic = req.target
-        if req.positions is None:          # one message
-            off, pos = req.first_offset, req.position
-            th = self.tag_hashes.of(req.tags) if req.tags else 0
-            if not _cq.dispatch_one(t.queues[req.queue], off, pos, req.end_position - pos, th):
-                self.slow_path(pos, req.end_position - pos, req.queue, off, th, t.hash)
-            self.stats["dispatched_records"] += 1
-            return
         tags = req.tags
         if tags is None:
             shared, per = 0, None
@@ -253,7 +258,7 @@ class Dispatcher:
             self.slow_path(int(positions[i]), size, int(qids[i]), int(offs[i]),
                            shared if per is None else int(per[i]), t.hash)
             i += 1
-        self.stats["dispatched_records"] += n
+        self.dispatched_records += n
 
     def _place_columns(self, position, size, queue_id, queue_offset, tag_hash, topic_hash,
                        rtype) -> None:
@@ -267,7 +272,7 @@ class Dispatcher:
             self.slow_path(int(position[i]), int(size[i]), int(queue_id[i]),
                            int(queue_offset[i]), int(tag_hash[i]), int(topic_hash[i]))
             i += 1
-        self.stats["dispatched_records"] += n
+        self.dispatched_records += n
         # Records that arrived by replication advance the queues, not the counters: keep the
         # counters at or past every queue's end so no offset is handed out twice.
         for th in np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist():
@@ -314,7 +319,7 @@ class Dispatcher:
             held = cq.position_of(qoff)
             if held is not None and held[0] == pos:
                 return                          # re-dispatch of a record already in place
-            self.stats["dispatch_conflicts"] += 1
+            self.conflicts += 1
             log.error("store %s: CONFLICT: record at position %d claims %s/%d offset %d, but "
                       "the queue already holds %s for it; record not dispatched (two records "
                       "were given one queue offset)", self.path, pos, t.name, qid, qoff,
@@ -325,7 +330,7 @@ class Dispatcher:
             t.counters[qid] = cq.next_offset
 
     def _reject(self, pos, reason) -> None:
-        self.stats["dispatch_rejected"] += 1
+        self.rejected += 1
         log.error("store %s: REJECTED record at position %d: %s; not dispatched", self.path,
                   pos, reason)
 
@@ -333,7 +338,7 @@ class Dispatcher:
         """A consume-queue file could not be preallocated (disk full). The records are in the
         log and committed, so their puts succeeded; dispatch stops where it is (readers see
         what was dispatched) and resumes from the log on the next put, read or timer tick."""
-        self.stats["dispatch_stalls"] += 1
+        self.stalls += 1
         log.error("store %s: dispatch stalled at position %d: %s", self.path, self.position,
                   exc)
 

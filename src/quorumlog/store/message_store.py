@@ -89,9 +89,7 @@ class MessageStore:
         self._monotonic = monotonic or time.monotonic
         self._lock = threading.RLock()
         self._closed = True
-        self._stats = {"puts": 0, "messages_put": 0, "gets": 0, "messages_got": 0,
-                       "dispatched_records": 0, "rebuilt": False, "cq_files_deleted": 0,
-                       "dispatch_stalls": 0, "dispatch_conflicts": 0, "dispatch_rejected": 0}
+        self._gets = self._messages_got = self._cq_files_deleted = 0   # for stats()
         self._raft_log: StoreRaftLog | None = None
         self._timer = None
         self._stop_event = threading.Event()
@@ -111,14 +109,13 @@ class MessageStore:
             rebuild = self._topics.load()
             # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
             # fail as a consume-queue file that cannot be preallocated does.
-            self._dispatcher = Dispatcher(lg, self._topics, config, self._stats,
-                                          self._monotonic, self._clock_ms, TagHashes(),
+            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic, self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
             self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
             self._writer = Writer(lg, self._topics, self._dispatcher, counter, config,
-                                  self._stats, self._clock_ms, replicated=self._replicated)
+                                  self._clock_ms, replicated=self._replicated)
             services = Services(config, self._path, lg, self._replicated, self._topics,
                                 self._dispatcher, self._reader, self._writer, self.get,
                                 self._segments_deleted)
@@ -209,31 +206,39 @@ class MessageStore:
             born_timestamp_ms: int | None = None) -> PutResult:
         """Append one message; returns where it went. Queue: `queue_id`, else the queue of
         `sharding_key` (same key -> same queue), else round-robin."""
-        if isinstance(keys, str):
-            keys = (keys,)
-        if delay_level:
-            req = self._writer.prepare(
-                topic, (body,), queue_id=queue_id, tags=tags,
-                keys=[tuple(keys)] if keys else None,
-                properties=None if properties is None else [properties],
-                delay_level=delay_level, sharding_key=sharding_key,
-                born_timestamps_ms=None if born_timestamp_ms is None else [born_timestamp_ms])
+        if delay_level or type(body) is not bytes or isinstance(keys, str):
+            req = self._put_request(topic, body, queue_id, tags, keys, properties,
+                                    delay_level, born_timestamp_ms)
         else:
             # One message: CommitLog.append and one consume-queue entry, no arrays; the topic,
             # the queue and the log's own limits are checked by the append path.
-            if type(body) is bytes:
-                nbytes = len(body)
-            else:
-                try:
-                    nbytes = _cq.body_bytes((body,))
-                except TypeError:
-                    raise InvalidTypeError(f"body must be a bytes-like object, got "
-                                           f"{type(body).__name__}") from None
-            req = PutRequest(self._writer, topic, (body,), 1, nbytes, queue_id, sharding_key,
-                             None, tags, tuple(keys) if keys else (), properties,
-                             born_timestamp_ms, 0, 0, None, True)
+            req = PutRequest(self._writer, topic, (body,), 1, len(body), queue_id, tags,
+                             tuple(keys) if keys else (), properties, born_timestamp_ms, True)
+        if sharding_key is not None:
+            req.sharding_key = sharding_key
         self._submit(req)
         return req.first_result()
+
+    def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
+                     born_timestamp_ms) -> PutRequest:
+        """put's request when it is not the plain one: a delayed message (validated as a
+        batch of one), keys given as one str, a body that is not bytes."""
+        if isinstance(keys, str):
+            keys = (keys,)
+        if delay_level:
+            return self._writer.prepare(
+                topic, (body,), queue_id=queue_id, tags=tags,
+                keys=[tuple(keys)] if keys else None,
+                properties=None if properties is None else [properties],
+                delay_level=delay_level,
+                born_timestamps_ms=None if born_timestamp_ms is None else [born_timestamp_ms])
+        try:
+            nbytes = _cq.body_bytes((body,))
+        except TypeError:
+            raise InvalidTypeError(f"body must be a bytes-like object, got "
+                                   f"{type(body).__name__}") from None
+        return PutRequest(self._writer, topic, (body,), 1, nbytes, queue_id, tags,
+                          tuple(keys) if keys else (), properties, born_timestamp_ms, True)
 
     def put_batch(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
                   keys=None, properties=None, delay_level: int = 0, sharding_key=None,
@@ -410,8 +415,8 @@ class MessageStore:
             if dispatcher.position < self._log.committed_position:
                 dispatcher.dispatch()
             out = self._reader.read(cq, offset, max_messages, tags, self._tag_filter)
-            self._stats["gets"] += 1
-            self._stats["messages_got"] += len(out)
+            self._gets += 1
+            self._messages_got += len(out)
             return out
 
     def _tag_filter(self, tags):
@@ -521,7 +526,7 @@ class MessageStore:
         position."""
         min_position = self._log.min_position
         self._reader.segments_deleted(min_position)
-        self._stats["cq_files_deleted"] += self._dispatcher.segments_deleted(min_position)
+        self._cq_files_deleted += self._dispatcher.segments_deleted(min_position)
 
     def _dispatch_slow(self, pos, size, qid, qoff, tag_hash, topic_hash) -> None:
         """Dispatch's slow path for one record (Dispatcher.place_slow)."""
@@ -531,20 +536,23 @@ class MessageStore:
     def stats(self) -> dict:
         with self._lock:
             self._check_open()
-            s = dict(self._stats)
             lg = self._log
             topics = self._topics.all()
-            s.update(segments_deleted=self.retention.segments_deleted,
-                     disk_full_rejects=self.retention.rejects,
-                     delay_rejected=self.schedule.rejected,
+            d, w, r = self._dispatcher, self._writer, self.retention
+            s = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
+                     messages_got=self._messages_got, dispatched_records=d.dispatched_records,
+                     rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
+                     cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
+                     dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
+                     dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
                      topics=len([t for t in topics if not t.system]),
                      queues=sum(len(t.queues) for t in topics),
                      messages=int(sum(int(t.counters.sum()) for t in topics)),
                      dispatched_position=self._dispatcher.position,
                      committed_position=lg.committed_position,
                      end_position=lg.end_position, min_position=lg.min_position,
-                     flushed_position=lg.flushed_position, disk_full=self.retention.disk_full,
-                     disk_used_ratio=self.retention.disk_ratio,
+                     flushed_position=lg.flushed_position, disk_full=r.disk_full,
+                     disk_used_ratio=r.disk_ratio,
                      pending_requests=len(self._writer.pending),
                      delayed_pending=self.schedule.pending(), log=lg.stats())
             return s

@@ -79,7 +79,9 @@ class BatchResult:
                 f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
 
 
+_new_tuple = tuple.__new__
 _WAITERS = threading.Lock()     # creation of a request's Event (two waiters, one Event)
+_OK = object()                  # PutRequest._outcome of a request completed with its result
 
 
 class PutRequest:
@@ -98,40 +100,36 @@ class PutRequest:
     MessageStore.abandon_pending (or a Raft truncation of its entries) completes it with an
     exception instead: `on_done(exc)`, `wait()` raises it."""
 
-    __slots__ = ("owner", "topic", "bodies", "count", "nbytes", "queue_id", "sharding_key",
-                 "explicit_queue_ids", "tags", "keys", "properties", "born", "delay_level",
-                 "flags", "on_done", "single",
+    __slots__ = ("owner", "topic", "bodies", "count", "nbytes", "queue_id", "tags", "keys",
+                 "properties", "born", "single", "sharding_key", "explicit_queue_ids",
+                 "delay_level", "flags", "on_done",
                  "target", "first_index", "last_index", "store_timestamp", "position",
                  "end_position", "positions", "queue", "first_offset", "queue_ids",
-                 "queue_offsets", "counters_after", "_result", "_error",
-                 "_completed", "_event")
+                 "queue_offsets", "counters_after", "_result", "_outcome", "_event")
 
-    def __init__(self, owner, topic, bodies, count, nbytes, queue_id=None, sharding_key=None,
-                 explicit_queue_ids=None, tags=None, keys=None, properties=None, born=None,
-                 delay_level=0, flags=0, on_done=None, single=False):
+    def __init__(self, owner, topic, bodies, count, nbytes, queue_id=None, tags=None, keys=None,
+                 properties=None, born=None, single=False):
         self.owner = owner                  # the Writer that may append it
         self.topic = topic
         self.bodies = bodies
         self.count = count
         self.nbytes = nbytes
         self.queue_id = queue_id
-        self.sharding_key = sharding_key
-        self.explicit_queue_ids = explicit_queue_ids   # deliveries: int64 array, one per message
         # single (one message, CommitLog.append): tags str|None, keys tuple, properties
         # mapping|None, born int|None. Otherwise append_batch's forms: one value for all
         # messages or a list with one per message.
-        self.single = single
         self.tags = tags
         self.keys = keys
         self.properties = properties
         self.born = born
-        self.delay_level = delay_level
-        self.flags = flags
-        self.on_done = on_done
-        self.first_index = 0                # 0 until appended
-        self.positions = self.queue_ids = self.queue_offsets = self.counters_after = None
-        self._result = self._error = self._event = None
-        self._completed = False
+        self.single = single
+        # sharding_key ... on_done: set after construction by the makers that use them;
+        # first_index (0 until appended) ... counters_after: the append's outcome (see the
+        # class docstring); _outcome: None until completed, then _OK or the exception.
+        self.sharding_key = self.explicit_queue_ids = self.on_done = self.positions = \
+            self.queue_ids = self.queue_offsets = self.counters_after = self._result = \
+            self._outcome = self._event = None
+        self.delay_level = self.flags = self.first_index = 0
 
     # -- outcome -----------------------------------------------------------------------------
     @property
@@ -141,7 +139,7 @@ class PutRequest:
     @property
     def done(self) -> bool:
         """Completed: committed and dispatched (result), or abandoned (exception)."""
-        return self._completed
+        return self._outcome is not None
 
     @property
     def result(self) -> BatchResult | None:
@@ -161,8 +159,9 @@ class PutRequest:
     def first_result(self) -> PutResult:
         """The first message's PutResult (what MessageStore.put returns)."""
         if self.positions is None:
-            return PutResult(self.first_index, self.position, self.target.name, self.queue,
-                             self.first_offset, self.store_timestamp)
+            # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a put's hot path)
+            return _new_tuple(PutResult, (self.first_index, self.position, self.target.name,
+                                          self.queue, self.first_offset, self.store_timestamp))
         return PutResult(self.first_index, int(self.positions[0]), self.target.name,
                          int(self.queue_ids[0]), int(self.queue_offsets[0]),
                          self.store_timestamp)
@@ -170,25 +169,24 @@ class PutRequest:
     def wait(self, timeout: float | None = None) -> BatchResult:
         """Block until completed -> result; raises the exception it was completed with, or
         TimeoutError after `timeout` seconds."""
-        if not self._completed:
+        if self._outcome is None:
             with _WAITERS:
                 if self._event is None:
                     self._event = threading.Event()
                 ev = self._event
-            # complete() sets _completed before it reads _event: either it sees our Event
-            # or we see _completed here.
-            if not self._completed and not ev.wait(timeout):
+            # complete() sets _outcome before it reads _event: either it sees our Event or
+            # we see _outcome here.
+            if self._outcome is None and not ev.wait(timeout):
                 raise TimeoutError(f"put request not completed within {timeout} s")
-        if self._error is not None:
-            raise self._error
+        if self._outcome is not _OK:
+            raise self._outcome
         return self.result
 
     def complete(self, error: BaseException | None = None) -> None:
         """Called by the store: done with the result (committed and dispatched), or with
         `error` (abandoned). Wakes waiters, then calls on_done; the store calls it without
         its lock held, so a callback may use the store."""
-        self._error = error
-        self._completed = True
+        self._outcome = _OK if error is None else error
         ev = self._event
         if ev is not None:
             ev.set()
@@ -201,7 +199,8 @@ class PutRequest:
 
     def __repr__(self):
         where = f" [{self.first_index}..{self.last_index}]" if self.first_index else ""
-        return f"<PutRequest {self.topic!r} x{self.count}{where}{' done' if self._completed else ''}>"
+        done = " done" if self._outcome is not None else ""
+        return f"<PutRequest {self.topic!r} x{self.count}{where}{done}>"
 
 
 def complete(requests, error: BaseException | None = None) -> None:
@@ -261,14 +260,15 @@ class Writer:
     Not thread-safe: `append` and friends are called under the store's lock."""
 
     def __init__(self, commitlog, topics: TopicRegistry, dispatcher: Dispatcher,
-                 counter: OffsetCounter, config: StoreConfig, stats: dict,
+                 counter: OffsetCounter, config: StoreConfig,
                  clock_ms: Callable[[], int], *, replicated: bool):
         self.log = commitlog
         self.topics = topics
         self.dispatcher = dispatcher
         self.counter = counter
         self.config = config
-        self.stats = stats
+        self.puts = 0                # counters for MessageStore.stats()
+        self.messages_put = 0
         self._clock_ms = clock_ms
         self.replicated = replicated
         self.delay_levels = len(parse_delay_levels(config.delay_levels))
@@ -320,10 +320,15 @@ class Writer:
             check_queue_id(queue_id, nq, topic)
             if sharding_key is not None:
                 raise InvalidArgumentError("give queue_id or sharding_key, not both")
-        return PutRequest(self, topic, bodies, n, total, queue_id=queue_id,
-                          sharding_key=sharding_key, tags=tags, keys=keys,
-                          properties=properties, born=born_timestamps_ms,
-                          delay_level=delay_level, on_done=on_done)
+        req = PutRequest(self, topic, bodies, n, total, queue_id, tags, keys, properties,
+                         born_timestamps_ms)
+        if sharding_key is not None:
+            req.sharding_key = sharding_key
+        if delay_level:
+            req.delay_level = delay_level
+        if on_done is not None:
+            req.on_done = on_done
+        return req
 
     def prepare_delivery(self, topic, bodies, queue_ids, tags, keys, properties,
                          born_timestamps_ms, flags) -> PutRequest:
@@ -333,57 +338,86 @@ class Writer:
                 int(qids.max()) >= self.config.max_queues_per_topic:
             raise InvalidArgumentError(f"delivery queue ids {queue_ids!r} outside "
                                        f"[0, {self.config.max_queues_per_topic})")
-        return PutRequest(self, topic, bodies, len(bodies), _cq.body_bytes(bodies),
-                          explicit_queue_ids=qids, tags=tags, keys=keys, properties=properties,
-                          born=born_timestamps_ms, flags=flags)
+        req = PutRequest(self, topic, bodies, len(bodies), _cq.body_bytes(bodies), None, tags,
+                         keys, properties, born_timestamps_ms)
+        req.explicit_queue_ids = qids
+        req.flags = flags
+        return req
 
     # -- the one append path -----------------------------------------------------------------
     def append(self, term: int, req: PutRequest) -> int:
         """Append `req` with `term` -> its last raft index. The request's queues and offsets
-        are chosen here, under the store lock, right before the log call."""
-        if not isinstance(req, PutRequest) or req.owner is not self:
-            raise InvalidArgumentError(f"{req!r} is not a PutRequest of this store (make it "
-                                       "with MessageStore.prepare_put)")
-        if req.first_index:
-            raise InvalidArgumentError(f"{req!r} was appended already")
-        dispatched = self.dispatcher.position
+        are chosen here, under the store lock, right before the one log call."""
+        if getattr(req, "owner", None) is not self or req.first_index:
+            raise InvalidArgumentError(
+                f"{req!r} was appended already" if getattr(req, "owner", None) is self else
+                f"{req!r} is not a PutRequest of this store (make it with "
+                "MessageStore.prepare_put)")
         if self.replicated:
-            self.counter.sync(dispatched)
+            self.counter.sync(self.dispatcher.position)
         t = self.topics.by_name.get(req.topic)
+        created = False
         if t is None or t.system or req.explicit_queue_ids is not None:
-            t, created = self._topic_for(req, t, dispatched)
-        else:
-            created = False
+            t, created = self._topic_for(req, t)
+        lg = self.log
         try:
+            next_rr = self._place(t, req)
+            target, properties = t, req.properties
             if req.delay_level:
-                target, properties, next_rr = self._place_delayed(t, req, dispatched)
+                target, properties = self._delay(t, req)
+            if req.single:
+                index, pos, ts = lg.append(
+                    target.name, req.bodies[0], queue_id=req.queue,
+                    queue_offset=req.first_offset, term=term, tags=req.tags, keys=req.keys,
+                    properties=properties, born_timestamp_ms=req.born, flags=req.flags)
             else:
-                target, properties, next_rr = t, req.properties, self._place(t, req)
-            self._write(term, target, req, properties)
+                one_queue = req.queue >= 0
+                index, positions, ts = lg.append_batch(
+                    target.name, req.bodies,
+                    queue_ids=req.queue if one_queue else req.queue_ids,
+                    queue_offsets=req.first_offset if one_queue else req.queue_offsets,
+                    term=term, tags=req.tags, keys=req.keys, properties=properties,
+                    born_timestamps_ms=req.born, flags=req.flags)
         except BaseException:
             if created and req.topic in self.topics.by_name and not t.counters.any():
                 self.topics.drop(t)       # an auto-created topic of a rejected put
             raise
-        # Counters and the round-robin cursor move only once the log accepted the batch.
+        # The log accepted the batch: now the request learns where it went, and the counters
+        # and the round-robin cursor move (bad input changes nothing).
+        n = req.count
+        req.target = target
+        req.first_index = index
+        req.last_index = last = index + n - 1
+        req.store_timestamp = ts
+        req.end_position = lg.end_position
+        if req.single:
+            req.position = pos
+        else:
+            req.positions = positions
+            req.position = int(positions[0])
+            if one_queue:
+                req.queue_ids = np.full(n, req.queue, dtype=np.int64)
+                req.queue_offsets = np.arange(req.first_offset, req.first_offset + n,
+                                              dtype=np.int64)
         if req.queue >= 0:
-            target.counters[req.queue] += req.count
+            target.counters[req.queue] = req.first_offset + n
         else:
             target.counters = req.counters_after
         if next_rr is not None:
             t.rr = next_rr
         if self.replicated:
-            self.counter.appended(req.first_index, req.last_index, term)
-        stats = self.stats
-        stats["puts"] += 1
-        stats["messages_put"] += req.count
+            self.counter.appended(index, last, term)
+        self.puts += 1
+        self.messages_put += n
         if self.track_pending:
             self.pending.add(req)
-        return req.last_index
+        return last
 
-    def _topic_for(self, req: PutRequest, t: Topic | None, dispatched: int) -> tuple[Topic, bool]:
+    def _topic_for(self, req: PutRequest, t: Topic | None) -> tuple[Topic, bool]:
         """The topic `req` writes to (`t`: the registered one of its name, if any), auto-created
         (True) when missing."""
         topics = self.topics
+        dispatched = self.dispatcher.position
         qids = req.explicit_queue_ids
         if qids is not None:            # a delivery: its topic and queues must exist
             need = int(qids.max()) + 1
@@ -436,14 +470,15 @@ class Writer:
             req.queue_offsets, req.counters_after = _cq.queue_offsets(t.counters, qids)
         return next_rr
 
-    def _place_delayed(self, t: Topic, req: PutRequest, dispatched: int):
-        """A delayed put: stored under the schedule topic, queue level-1, with the real topic
-        and queue in properties (RocketMQ CommitLog#putMessage); the schedule service
-        delivers it. -> (schedule topic, the records' properties, real round-robin cursor)"""
-        next_rr = self._place(t, req)
+    def _delay(self, t: Topic, req: PutRequest):
+        """A delayed put, placed in its real topic `t` already: stored under the schedule
+        topic, queue level-1, with the real topic and queue in properties (RocketMQ
+        CommitLog#putMessage); the schedule service delivers it. -> (schedule topic, the
+        records' properties); the request's placement becomes the schedule queue's."""
         real = (req.queue_ids.tolist() if req.queue < 0 else [req.queue] * req.count)
         properties = delayed_properties(t.name, real, req.delay_level, req.properties)
         st = self.topics.by_name.get(SCHEDULE_TOPIC)
+        dispatched = self.dispatcher.position
         if st is None:
             st = self.topics.add(SCHEDULE_TOPIC, self.delay_levels, True, self._clock_ms(),
                                  dispatched)
@@ -451,39 +486,8 @@ class Writer:
             self.topics.extend(st, self.delay_levels, dispatched)
         q = req.delay_level - 1
         req.queue, req.first_offset = q, int(st.counters[q])
-        req.queue_ids = req.queue_offsets = None
-        return st, properties, next_rr
-
-    def _write(self, term: int, target: Topic, req: PutRequest, properties) -> None:
-        """The log call, and what it tells the request."""
-        lg = self.log
-        if req.single:
-            index, pos, ts = lg.append(
-                target.name, req.bodies[0], queue_id=req.queue, queue_offset=req.first_offset,
-                term=term, tags=req.tags, keys=req.keys, properties=properties,
-                born_timestamp_ms=req.born, flags=req.flags)
-            req.first_index = req.last_index = index
-            req.position = pos
-        else:
-            n = req.count
-            one_queue = req.queue >= 0
-            index, positions, ts = lg.append_batch(
-                target.name, req.bodies,
-                queue_ids=req.queue if one_queue else req.queue_ids,
-                queue_offsets=req.first_offset if one_queue else req.queue_offsets,
-                term=term, tags=req.tags, keys=req.keys, properties=properties,
-                born_timestamps_ms=req.born, flags=req.flags)
-            if one_queue:
-                req.queue_ids = np.full(n, req.queue, dtype=np.int64)
-                req.queue_offsets = np.arange(req.first_offset, req.first_offset + n,
-                                              dtype=np.int64)
-            req.first_index = index
-            req.last_index = index + n - 1
-            req.positions = positions
-            req.position = int(positions[0])
-        req.target = target
-        req.store_timestamp = ts
-        req.end_position = lg.end_position
+        req.queue_ids = req.queue_offsets = req.counters_after = None
+        return st, properties
 
     # -- the other appends a Raft leader's log sees ------------------------------------------
     def append_control(self, term: int, rtype: int, data: bytes) -> int:
