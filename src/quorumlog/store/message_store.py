@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from .. import _consumequeue as _cq
 from .._consumequeue import Message
 from ..config import StoreConfig, load_config
-from ..errors import (DiskFullError, DrivenStoreError, InvalidArgumentError, InvalidTypeError,
-                      LogClosedError, OffsetOutOfRangeError, QuorumlogError)
+from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
+                      InvalidArgumentError, InvalidTypeError, LogClosedError,
+                      OffsetOutOfRangeError, QuorumlogError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from .raftlog import StoreRaftLog
@@ -31,6 +32,8 @@ from .retention import Retention, default_disk_usage
 from .schedule import ScheduleService
 from .topics import TopicRegistry, check_user_topic
 from .writes import BatchResult, PutRequest, PutResult, Writer, complete
+
+_new_tuple = tuple.__new__
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +220,11 @@ class MessageStore:
         if sharding_key is not None:
             req.sharding_key = sharding_key
         self._submit(req)
-        return req.first_result()
+        if req.positions is None:
+            # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a hot path)
+            return _new_tuple(PutResult, (req.first_index, req.position, req.target.name,
+                                          req.queue, req.first_offset, req.store_timestamp))
+        return req.result[0]
 
     def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
                      born_timestamp_ms) -> PutRequest:
@@ -270,7 +277,7 @@ class MessageStore:
             if self._replicated:
                 return          # committed by whoever runs Raft (commitlog.commit + dispatch)
             if not self._sync_flush:
-                self._apply_committed(last, (req,))
+                self._dispatcher.commit(last, (req,))
                 return
         if not self._log.wait_flushed(req.end_position):
             raise QuorumlogError(f"store {self._path}: flush up to {req.end_position} did "
@@ -279,7 +286,7 @@ class MessageStore:
             if self._closed:
                 raise LogClosedError(f"store {self._path} closed while waiting for a flush; "
                                      "the batch was flushed but not dispatched before close")
-            self._apply_committed(last, (req,))
+            self._dispatcher.commit(last, (req,))
 
     def prepare_put(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
                     keys=None, properties=None, delay_level: int = 0, sharding_key=None,
@@ -352,19 +359,14 @@ class MessageStore:
             raise InvalidArgumentError(f"index must be an int >= 0, got {index!r}")
         with self._lock:
             self._check_open()
-            done = self._apply_committed(index)
+            if index > self._log.last_index:
+                raise IndexOutOfRangeError(f"apply_committed({index}): the log ends at "
+                                           f"{self._log.last_index}")
+            done = self._writer.pending.take_upto(index)
+            self._dispatcher.commit(index, done)
             upto = self._dispatcher.dispatched_index()
         complete(done)
         return upto
-
-    def _apply_committed(self, index: int, own=None) -> list[PutRequest]:
-        """apply_committed under the lock -> the pending requests to complete. `own`: a single
-        replica's just-appended request (it is not pending: its put returns the result)."""
-        lg = self._log
-        lg.commit(index)
-        done = self._writer.pending.take_upto(lg.committed_index) if own is None else ()
-        self._dispatcher.dispatch_committed(done if own is None else own)
-        return done
 
     def abandon_pending(self, exc: BaseException) -> int:
         """Complete every pending request with `exc` (a leader that lost leadership: whether

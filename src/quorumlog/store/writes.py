@@ -79,7 +79,6 @@ class BatchResult:
                 f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
 
 
-_new_tuple = tuple.__new__
 _WAITERS = threading.Lock()     # creation of a request's Event (two waiters, one Event)
 _OK = object()                  # PutRequest._outcome of a request completed with its result
 
@@ -155,16 +154,6 @@ class PutRequest:
                                            self.queue_ids, self.queue_offsets,
                                            self.store_timestamp)
         return self._result
-
-    def first_result(self) -> PutResult:
-        """The first message's PutResult (what MessageStore.put returns)."""
-        if self.positions is None:
-            # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a put's hot path)
-            return _new_tuple(PutResult, (self.first_index, self.position, self.target.name,
-                                          self.queue, self.first_offset, self.store_timestamp))
-        return PutResult(self.first_index, int(self.positions[0]), self.target.name,
-                         int(self.queue_ids[0]), int(self.queue_offsets[0]),
-                         self.store_timestamp)
 
     def wait(self, timeout: float | None = None) -> BatchResult:
         """Block until completed -> result; raises the exception it was completed with, or
