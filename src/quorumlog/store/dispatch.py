@@ -251,15 +251,15 @@ class Dispatcher:
         else:
             shared, per = 0, _cq.tag_hashes(list(tags))
         positions, end = req.positions, req.end_position
-        qids, offs = req.queue_ids, req.queue_offsets
+        queue_ids, offsets = req.queue_ids, req.queue_offsets
         n = len(positions)
         i = 0
         while True:
-            i = _cq.dispatch_batch(t.queues, positions, end, qids, offs, shared, per, i)
+            i = _cq.dispatch_batch(t.queues, positions, end, queue_ids, offsets, shared, per, i)
             if i >= n:
                 break
             size = (int(positions[i + 1]) if i + 1 < n else end) - int(positions[i])
-            self.slow_path(int(positions[i]), size, int(qids[i]), int(offs[i]),
+            self.slow_path(int(positions[i]), size, int(queue_ids[i]), int(offsets[i]),
                            shared if per is None else int(per[i]), t.hash)
             i += 1
         self.dispatched_records += n

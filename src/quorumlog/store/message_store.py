@@ -1,4 +1,4 @@
-"""MessageStore, the facade a broker embeds (lock, lifecycle, timer thread, public API), and open().
+"""MessageStore, the facade a broker embeds (lock, lifecycle, timer, public API), and open().
 
 The work is done by the package's parts (see quorumlog/store/__init__.py for the map and the
 commit seam): writes.Writer appends, dispatch.Dispatcher fills the consume queues,
@@ -112,7 +112,8 @@ class MessageStore:
             rebuild = self._topics.load()
             # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
             # fail as a consume-queue file that cannot be preallocated does.
-            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic, self._clock_ms, TagHashes(),
+            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic,
+                                          self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
@@ -541,23 +542,23 @@ class MessageStore:
             lg = self._log
             topics = self._topics.all()
             d, w, r = self._dispatcher, self._writer, self.retention
-            s = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
-                     messages_got=self._messages_got, dispatched_records=d.dispatched_records,
-                     rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
-                     cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
-                     dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
-                     dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
-                     topics=len([t for t in topics if not t.system]),
-                     queues=sum(len(t.queues) for t in topics),
-                     messages=int(sum(int(t.counters.sum()) for t in topics)),
-                     dispatched_position=self._dispatcher.position,
-                     committed_position=lg.committed_position,
-                     end_position=lg.end_position, min_position=lg.min_position,
-                     flushed_position=lg.flushed_position, disk_full=r.disk_full,
-                     disk_used_ratio=r.disk_ratio,
-                     pending_requests=len(self._writer.pending),
-                     delayed_pending=self.schedule.pending(), log=lg.stats())
-            return s
+            out = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
+                       messages_got=self._messages_got, dispatched_records=d.dispatched_records,
+                       rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
+                       cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
+                       dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
+                       dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
+                       topics=len([t for t in topics if not t.system]),
+                       queues=sum(len(t.queues) for t in topics),
+                       messages=int(sum(int(t.counters.sum()) for t in topics)),
+                       dispatched_position=self._dispatcher.position,
+                       committed_position=lg.committed_position,
+                       end_position=lg.end_position, min_position=lg.min_position,
+                       flushed_position=lg.flushed_position, disk_full=r.disk_full,
+                       disk_used_ratio=r.disk_ratio,
+                       pending_requests=len(self._writer.pending),
+                       delayed_pending=self.schedule.pending(), log=lg.stats())
+            return out
 
     def _start_timer(self):
         self._timer = threading.Thread(target=self._timer_loop, name="quorumlog-store-timer",

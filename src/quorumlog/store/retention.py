@@ -41,9 +41,9 @@ FORCE = "force"
 
 def default_disk_usage(path: str) -> float:
     """Used fraction as df reports it: used / (used + available to unprivileged users)."""
-    st = os.statvfs(path)
-    used = st.f_blocks - st.f_bfree
-    denom = used + st.f_bavail
+    fs = os.statvfs(path)
+    used = fs.f_blocks - fs.f_bfree
+    denom = used + fs.f_bavail
     return used / denom if denom > 0 else 0.0
 
 
