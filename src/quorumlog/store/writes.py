@@ -85,19 +85,23 @@ _OK = object()                  # PutRequest._outcome of a request completed wit
 
 class PutRequest:
     """One put of `count` messages of one topic (`nbytes` body bytes), validated and not
-    written yet: made by MessageStore.prepare_put (or put / put_batch inside the store).
+    written yet: made by MessageStore.prepare_put for a Raft driver to propose (and inside
+    the store by put, put_batch and the schedule service's deliveries).
 
     After the append (the store's one append path) it holds where the messages went:
     `target` (the topic written: the schedule topic for a delayed put), `first_index`,
     `last_index`, `store_timestamp`, `position` (of the first record), `end_position` (after
-    the last), and per message either `queue` + `first_offset` (one message: `positions`,
-    `queue_ids`, `queue_offsets` are None) or the int64 arrays `positions`, `queue_ids`,
-    `queue_offsets` (`queue` is -1). `result` is the BatchResult.
+    the last), and per message either `queue` + `first_offset` (a `single` request, put's one
+    message: `positions`, `queue_ids`, `queue_offsets` stay None) or the int64 arrays
+    `positions`, `queue_ids`, `queue_offsets`; `queue` is -1 when the messages went to
+    several queues (`counters_after`: the topic's counters once the batch is in). `result`
+    is the BatchResult.
 
-    Once its last index is committed and dispatched, MessageStore.apply_committed completes
-    it: `on_done(result)` is called (outside the store lock) and `wait()` returns the result.
-    MessageStore.abandon_pending (or a Raft truncation of its entries) completes it with an
-    exception instead: `on_done(exc)`, `wait()` raises it."""
+    A request appended through a Raft core waits for its commit: MessageStore.apply_committed
+    completes it once its last index is committed and dispatched (`on_done(result)` is called
+    outside the store lock, `wait()` returns the result); MessageStore.abandon_pending, a Raft
+    truncation of its entries or close() complete it with an exception instead (`on_done(exc)`,
+    `wait()` raises it). put / put_batch return their results themselves."""
 
     __slots__ = ("owner", "topic", "bodies", "count", "nbytes", "queue_id", "tags", "keys",
                  "properties", "born", "single", "sharding_key", "explicit_queue_ids",
