@@ -1,4 +1,4 @@
-"""Spark scan benchmark (issue 5): count + sum(length(body)) over the same messages through
+"""Spark scan benchmark: count + sum(length(body)) over the same messages through
 
   * read_store with the JVM reader (jar), at 1, 2 and 8 splits,
   * read_store with the Python data source fallback (numpy + Arrow),

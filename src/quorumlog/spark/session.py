@@ -1,0 +1,63 @@
+"""Spark sessions that can read stores: the jar on spark.jars, the Python data source
+registered, and the check whether the session's JVM has the jar's reader."""
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import sys
+
+log = logging.getLogger(__name__)
+
+JAR_NAME = "quorumlog-spark.jar"
+JVM_SOURCE = "io.quorumlog.spark.QuorumlogSource"
+PY_SOURCE_NAME = "quorumlog"
+JVM_READER_VERSION = "1"             # QuorumlogSpark.VERSION: a stale jar is noticed
+
+
+def jar_path() -> pathlib.Path | None:
+    """The jar shipped inside the package (built at install time), or None."""
+    p = pathlib.Path(__file__).resolve().parent.parent / JAR_NAME
+    return p if p.is_file() else None
+
+
+def session(app_name: str = "quorumlog", *, master: str = "local[*]", conf: dict | None = None,
+            jar: bool = True):
+    """A SparkSession with the quorumlog jar on spark.jars and the Python source registered.
+
+    The jar must be on the classpath when the JVM starts: if a session already exists in this
+    process it is returned as is (Spark reuses it), with a warning when it lacks the jar."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (the fallback reader) must run this interpreter: it has quorumlog.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.appName(app_name).master(master)
+               .config("spark.ui.showConsoleProgress", "false"))
+    j = jar_path() if jar else None
+    if j is not None:
+        builder = builder.config("spark.jars", str(j))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    if j is not None and not jvm_reader_available(spark):
+        log.warning("quorumlog: the active Spark session was started without %s; "
+                    "read_store will use the Python data source", j)
+    register(spark)
+    return spark
+
+
+def register(spark) -> None:
+    """Registers the Python data source as spark.read.format("quorumlog")."""
+    from .datasource import QuorumlogDataSource
+
+    spark.dataSource.register(QuorumlogDataSource)
+
+
+def jvm_reader_available(spark) -> bool:
+    """True when the session's JVM has the jar's reader (and it is this version)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        return str(jvm.io.quorumlog.spark.QuorumlogSpark.version()) == JVM_READER_VERSION
+    except Exception:  # py4j raises its own errors for a class that is not there
+        return False
