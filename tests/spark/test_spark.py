@@ -4,6 +4,7 @@ store layer is built). Few tests on purpose: they share one Spark session."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -89,3 +90,30 @@ def test_corrupt_middle_record_fails_naming_the_file(spark, engine_store, tmp_pa
         assert os.path.basename(seg) in msg and f"offset {rec_off}" in msg, (engine, msg[:2000])
         got = st.canon_rows(qs.read_store(spark, path, engine=engine, on_corrupt="skip"))
         assert got == expected, engine
+
+
+def test_missing_path_or_not_a_store_fails_at_load_like_parquet(spark, engine_store, tmp_path):
+    from pyspark.errors import AnalysisException
+
+    missing = tmp_path / "nope"
+    other = tmp_path / "other"          # a directory of something else
+    other.mkdir()
+    (other / "part-00000.parquet").write_bytes(b"PAR1")
+    a_file = tmp_path / "a-file"
+    a_file.write_bytes(b"x")
+    n = len(st.expected_messages(engine_store))
+    for engine in ENGINES:
+        # load() itself fails (as spark.read.parquet does), before any action
+        with pytest.raises(AnalysisException, match=r"PATH_NOT_FOUND.*Path does not exist: "
+                           + re.escape(f"file:{missing}")):
+            qs.read_store(spark, missing, engine=engine)
+        for p in (other, a_file):
+            with pytest.raises(AnalysisException,
+                               match="not a quorumlog store: " + re.escape(f"file:{p}")):
+                qs.read_store(spark, p, engine=engine)
+        # a file: URI is the local path to both readers
+        for uri in (f"file://{engine_store}", f"file:{engine_store}"):
+            assert qs.read_store(spark, uri, engine=engine).count() == n, (engine, uri)
+    # the Python reader opens local files only: another scheme is refused, not read as empty
+    with pytest.raises(AnalysisException, match="local paths only"):
+        qs.read_store(spark, "hdfs://namenode:8020/data/store", engine="python")

@@ -11,6 +11,7 @@ from .scan import scan_split
 from .schema import spark_schema
 from .session import PY_SOURCE_NAME
 from .splits import DEFAULT_SPLIT_BYTES, Split, plan_splits
+from .store_meta import StoreSnapshot, open_store
 
 
 class _Partition(InputPartition):
@@ -20,11 +21,9 @@ class _Partition(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options, stores: list[StoreSnapshot]):
         opts = {k.lower(): v for k, v in options.items()}
-        self.path = opts.get("path")
-        if not self.path:
-            raise InvalidArgumentError("quorumlog: no store path given (load(path))")
+        self.stores = stores
         self.committed_only = opts.get("committedonly", "true").lower() != "false"
         self.split_bytes = int(opts.get("splitbytes", DEFAULT_SPLIT_BYTES))
         t = opts.get("topics")
@@ -32,8 +31,8 @@ class _Reader(DataSourceReader):
         self.on_corrupt = opts.get("oncorrupt", "fail")
 
     def partitions(self):
-        return [_Partition(s) for s in plan_splits(
-            self.path, committed_only=self.committed_only, split_bytes=self.split_bytes)]
+        return [_Partition(s) for store in self.stores for s in plan_splits(
+            store, committed_only=self.committed_only, split_bytes=self.split_bytes)]
 
     def read(self, partition):
         split = getattr(partition, "split", None)
@@ -44,7 +43,17 @@ class _Reader(DataSourceReader):
 
 
 class QuorumlogDataSource(DataSource):
-    """spark.read.format("quorumlog").load(store_dir): the numpy/Arrow fallback reader."""
+    """spark.read.format("quorumlog").load(store_dir): the numpy/Arrow fallback reader.
+
+    The store is checked and its checkpoint read when the DataFrame is created (load): a
+    missing path or a directory that is not a store fails there, as Spark's file sources do."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        path = {k.lower(): v for k, v in options.items()}.get("path")
+        if not path:
+            raise InvalidArgumentError("quorumlog: no store path given (load(path))")
+        self.stores = [open_store(path)]
 
     @classmethod
     def name(cls):
@@ -54,4 +63,4 @@ class QuorumlogDataSource(DataSource):
         return spark_schema()
 
     def reader(self, schema):
-        return _Reader(self.options)
+        return _Reader(self.options, self.stores)

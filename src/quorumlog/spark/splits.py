@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import format as fmt
-from .store_meta import numbered, read_checkpoint
+from .store_meta import StoreSnapshot, numbered, open_store
 
 DEFAULT_SPLIT_BYTES = 32 << 20       # Hadoop's local block size: the JVM reader's default too
 MIN_SPLIT_BYTES = 4096               # QuorumlogInputFormat.MIN_SPLIT_BYTES
@@ -29,15 +29,16 @@ class Split:
 
 def plan_splits(root, *, committed_only: bool = True, split_bytes: int = DEFAULT_SPLIT_BYTES
                 ) -> list[Split]:
-    """The splits of the store at root: every segment cut into split_bytes ranges (one range
-    per segment when the store has no raft index to find record boundaries with), up to the
-    checkpoint's committed position (committed_only) or the end of the files."""
-    root = os.fspath(root)
-    cp = read_checkpoint(root)
-    committed = cp.committed_position if cp is not None else 0
+    """The splits of a store (a path, or a StoreSnapshot whose checkpoint is used instead of
+    reading it again): every segment cut into split_bytes ranges (one range per segment when
+    the store has no raft index to find record boundaries with), up to the checkpoint's
+    committed position (committed_only) or the end of the files."""
+    snap = root if isinstance(root, StoreSnapshot) else open_store(root)
+    root = snap.root
+    committed = snap.committed_position
     limit = committed if committed_only else NO_LIMIT
-    entries = cp.index_file_entries if cp is not None else 0
-    have_index = cp is not None and bool(numbered(os.path.join(root, "index")))
+    entries = snap.index_file_entries
+    have_index = snap.checkpoint is not None and bool(numbered(os.path.join(root, "index")))
     size = max(split_bytes, MIN_SPLIT_BYTES) if have_index else NO_LIMIT
     out = []
     for base in numbered(os.path.join(root, "commitlog")):

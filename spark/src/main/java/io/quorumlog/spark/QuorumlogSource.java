@@ -23,6 +23,7 @@ import org.apache.hadoop.mapreduce.InputSplit;
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -83,7 +84,20 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
     static final class StoreTable implements Table, SupportsRead {
         private final CaseInsensitiveStringMap options;
 
-        StoreTable(CaseInsensitiveStringMap options) { this.options = options; }
+        /** Checks the store when the DataFrame is created (load()), as file sources do. */
+        StoreTable(CaseInsensitiveStringMap options) {
+            this.options = options;
+            String path = options.get("path");
+            if (path == null) throw new IllegalArgumentException("quorumlog: no store path given");
+            Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
+            try {
+                StoreMeta.checkRoot(new Path(path), conf);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            } catch (AnalysisException e) {
+                throw StoreMeta.<RuntimeException>sneakyThrow(e);
+            }
+        }
 
         @Override public String name() { return "quorumlog:" + options.get("path"); }
         @Override public StructType schema() { return SCHEMA; }
