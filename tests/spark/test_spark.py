@@ -3,9 +3,15 @@ Python data source fallback, against the reference decoder (and MessageStore.get
 store layer is built). Few tests on purpose: they share one Spark session."""
 from __future__ import annotations
 
+import collections
+import json
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -117,3 +123,57 @@ def test_missing_path_or_not_a_store_fails_at_load_like_parquet(spark, engine_st
     # the Python reader opens local files only: another scheme is refused, not read as empty
     with pytest.raises(AnalysisException, match="local paths only"):
         qs.read_store(spark, "hdfs://namenode:8020/data/store", engine="python")
+
+
+def _multiset(rows):
+    return collections.Counter(rows)
+
+
+def test_format_quorumlog_by_short_name_with_several_paths(spark, engine_store, log_store):
+    both = _multiset(st.expected_messages(engine_store) + st.expected_messages(log_store))
+    one = _multiset(st.expected_messages(engine_store))
+    # "quorumlog" is the JVM source (META-INF/services in the jar) in a session with the jar;
+    # "quorumlog-python" is the Python reader in any session.
+    for name in ("quorumlog", "quorumlog-python"):
+        assert _multiset(st.canon_rows(spark.read.format(name).load(engine_store))) == one, name
+        df = spark.read.format(name).load([engine_store, log_store])
+        assert _multiset(st.canon_rows(df)) == both, name
+    assert "BatchScan quorumlog:" in _explain(spark.read.format("quorumlog").load(engine_store))
+    for engine in ENGINES:
+        df = qs.read_store(spark, [engine_store, log_store], engine=engine)
+        assert _multiset(st.canon_rows(df)) == both, engine
+
+
+def _explain(df) -> str:
+    return df._jdf.queryExecution().explainString(
+        df.sparkSession._jvm.org.apache.spark.sql.execution.ExplainMode.fromString("simple"))
+
+
+def test_format_quorumlog_without_the_jar_is_the_python_reader(engine_store, log_store,
+                                                               tmp_path):
+    """A session started without the jar (its own process: a JVM's classpath is fixed at
+    start) registers the Python source under the short name."""
+    script = tmp_path / "nojar.py"
+    script.write_text(textwrap.dedent(f"""
+        import json
+        from quorumlog import spark as qs
+        s = qs.session("quorumlog-nojar", master="local[1]", jar=False)
+        s.sparkContext.setLogLevel("ERROR")
+        assert not qs._jvm_reader_available(s)
+        one = s.read.format("quorumlog").load({engine_store!r}).count()
+        both = s.read.format("quorumlog").load([{engine_store!r}, {log_store!r}]).count()
+        print("COUNTS", json.dumps([one, both]))
+        s.stop()
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)   # python and the JVM it started
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    counts = json.loads(out.split("COUNTS", 1)[1])
+    n1, n2 = len(st.expected_messages(engine_store)), len(st.expected_messages(log_store))
+    assert counts == [n1, n1 + n2]

@@ -8,10 +8,11 @@ Two readers with the same schema and the same rows:
 * the JVM reader (default when the jar is on the session's classpath): the Hadoop
   InputFormat/RecordReader in quorumlog-spark.jar (spark/), driven by a DataSource V2 that
   builds columnar batches on the JVM -- records never pass through Python;
-* the fallback, a Spark 4 Python Data Source (`spark.read.format("quorumlog")`), which scans
-  segment files with numpy (record positions from the raft index, headers gathered and
-  checked as arrays, CRC32C computed lane-parallel in numpy) and yields Arrow batches. It
-  needs no jar and no native extension, only local (POSIX) paths.
+* the fallback, a Spark 4 Python Data Source (`spark.read.format("quorumlog")` in a session
+  without the jar, `"quorumlog-python"` in any session), which scans segment files with
+  numpy (record positions from the raft index, headers gathered and checked as arrays,
+  CRC32C computed lane-parallel in numpy) and yields Arrow batches. It needs no jar and no
+  native extension, only local (POSIX) paths.
 
 Both stop at the checkpoint's committed position, skip BLANK/NOOP/CONFIG/META records, check
 every record's CRC32C and fail with the file and offset of a bad record (or skip and count it
@@ -37,21 +38,22 @@ from .crc import native_crc32c as _native_crc32c
 from .read import read_store
 from .scan import BATCH_MAX_BYTES, BATCH_MAX_RECORDS, scan_split
 from .schema import COLUMNS, spark_schema
-from .session import (JAR_NAME, JVM_SOURCE, PY_SOURCE_NAME, jar_path, register, session)
+from .session import (JAR_NAME, JVM_SOURCE, PY_SOURCE_ALIAS, PY_SOURCE_NAME, jar_path, register,
+                      session)
 from .session import jvm_reader_available as _jvm_reader_available
 from .splits import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, Split, plan_splits
 from .store_meta import read_checkpoint as _read_checkpoint
 
 __all__ = ["read_store", "session", "register", "jar_path", "scan_split", "plan_splits",
-           "Split", "QuorumlogDataSource", "spark_schema", "COLUMNS", "crc32c_many",
-           "to_arrow", "JAR_NAME", "JVM_SOURCE", "PY_SOURCE_NAME", "DEFAULT_SPLIT_BYTES",
+           "Split", "QuorumlogDataSource", "QuorumlogPythonSource", "spark_schema", "COLUMNS", "crc32c_many",
+           "to_arrow", "JAR_NAME", "JVM_SOURCE", "PY_SOURCE_NAME", "PY_SOURCE_ALIAS", "DEFAULT_SPLIT_BYTES",
            "MIN_SPLIT_BYTES", "BATCH_MAX_RECORDS", "BATCH_MAX_BYTES"]
 
 
 def __getattr__(name):
     # pyspark is an optional extra: import the DataSource class only when it is asked for.
-    if name == "QuorumlogDataSource":
-        from .datasource import QuorumlogDataSource
+    if name in ("QuorumlogDataSource", "QuorumlogPythonSource"):
+        from . import datasource
 
-        return QuorumlogDataSource
+        return getattr(datasource, name)
     raise AttributeError(name)

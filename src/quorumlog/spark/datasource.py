@@ -3,15 +3,33 @@ whose partitions are plan_splits' splits and whose reader yields scan_split's ba
 Arrow (needs pyspark and pyarrow, the [spark] extra)."""
 from __future__ import annotations
 
+import json
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import InvalidArgumentError
 from .arrow import to_arrow
 from .scan import scan_split
 from .schema import spark_schema
-from .session import PY_SOURCE_NAME
+from .session import PY_SOURCE_ALIAS, PY_SOURCE_NAME
 from .splits import DEFAULT_SPLIT_BYTES, Split, plan_splits
 from .store_meta import StoreSnapshot, open_store
+
+
+def store_paths(options) -> list[str]:
+    """The store paths of a load: "path" (load(p)) and/or "paths" (load([p1, p2, ...]):
+    Spark passes them as a JSON array), as QuorumlogSource.storeRoots reads them."""
+    opts = {k.lower(): v for k, v in options.items()}
+    out = [opts["path"]] if opts.get("path") else []
+    if opts.get("paths"):
+        paths = json.loads(opts["paths"])
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise InvalidArgumentError(f"quorumlog: option 'paths' is not a JSON array of "
+                                       f"strings: {opts['paths']!r}")
+        out += paths
+    if not out:
+        raise InvalidArgumentError("quorumlog: no store path given (load(path))")
+    return out
 
 
 class _Partition(InputPartition):
@@ -50,10 +68,7 @@ class QuorumlogDataSource(DataSource):
 
     def __init__(self, options):
         super().__init__(options)
-        path = {k.lower(): v for k, v in options.items()}.get("path")
-        if not path:
-            raise InvalidArgumentError("quorumlog: no store path given (load(path))")
-        self.stores = [open_store(path)]
+        self.stores = [open_store(p) for p in store_paths(options)]
 
     @classmethod
     def name(cls):
@@ -64,3 +79,12 @@ class QuorumlogDataSource(DataSource):
 
     def reader(self, schema):
         return _Reader(self.options, self.stores)
+
+
+class QuorumlogPythonSource(QuorumlogDataSource):
+    """The Python reader under its own name: "quorumlog" is the JVM source's when the jar is
+    on the classpath (Spark refuses a second source of the same name)."""
+
+    @classmethod
+    def name(cls):
+        return PY_SOURCE_ALIAS

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from .. import format as fmt
 from ..errors import InvalidArgumentError
-from .session import PY_SOURCE_NAME, jvm_reader_available, register
+from .session import PY_SOURCE_ALIAS, jvm_reader_available, register
 from .splits import DEFAULT_SPLIT_BYTES
 
 
@@ -23,9 +23,19 @@ def _check_topics(topics) -> list[str] | None:
     return out
 
 
+def _check_paths(path) -> list[str]:
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return [os.fsdecode(path)]
+    paths = [os.fsdecode(p) for p in path]
+    if not paths:
+        raise InvalidArgumentError("no store path given")
+    return paths
+
+
 def read_store(spark, path, *, topics: Sequence[str] | None = None, committed_only: bool = True,
                split_bytes: int | None = None, on_corrupt: str = "fail", engine: str = "auto"):
-    """DataFrame of the MESSAGE records of the store at `path`, in log order per split.
+    """DataFrame of the MESSAGE records of the store at `path` (or of every store in a
+    list of paths), in log order per split.
 
     topics: only these topics (filtered inside the reader). committed_only: stop at the
     checkpoint's committed position (False: read to the end of the intact log).
@@ -39,21 +49,21 @@ def read_store(spark, path, *, topics: Sequence[str] | None = None, committed_on
         raise InvalidArgumentError("engine must be 'auto', 'jvm' or 'python'")
     if split_bytes is not None and (not isinstance(split_bytes, int) or split_bytes <= 0):
         raise InvalidArgumentError("split_bytes must be a positive int")
-    path = os.fspath(path)
+    paths = _check_paths(path)
     use_jvm = engine == "jvm" or (engine == "auto" and jvm_reader_available(spark))
     if use_jvm:
-        return _read_jvm(spark, path, topics, committed_only, split_bytes, on_corrupt)
+        return _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt)
     register(spark)
-    r = (spark.read.format(PY_SOURCE_NAME)
+    r = (spark.read.format(PY_SOURCE_ALIAS)
          .option("committedOnly", str(bool(committed_only)).lower())
          .option("splitBytes", str(int(split_bytes or DEFAULT_SPLIT_BYTES)))
          .option("onCorrupt", on_corrupt))
     if topics is not None:
         r = r.option("topics", "/".join(topics))
-    return r.load(path)
+    return r.load(paths if len(paths) > 1 else paths[0])
 
 
-def _read_jvm(spark, path, topics, committed_only, split_bytes, on_corrupt):
+def _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt):
     from pyspark.sql import DataFrame
 
     jvm = spark.sparkContext._jvm
@@ -62,7 +72,10 @@ def _read_jvm(spark, path, topics, committed_only, split_bytes, on_corrupt):
         jtopics = jvm.java.util.ArrayList()
         for t in topics:
             jtopics.add(t)
-    jdf = jvm.io.quorumlog.spark.QuorumlogSpark.readStore(
-        spark._jsparkSession, path, jtopics, bool(committed_only),
+    jpaths = jvm.java.util.ArrayList()
+    for p in paths:
+        jpaths.add(p)
+    jdf = jvm.io.quorumlog.spark.QuorumlogSpark.readStores(
+        spark._jsparkSession, jpaths, jtopics, bool(committed_only),
         int(split_bytes or DEFAULT_SPLIT_BYTES), on_corrupt)
     return DataFrame(jdf, spark)

@@ -11,7 +11,8 @@ log = logging.getLogger(__name__)
 
 JAR_NAME = "quorumlog-spark.jar"
 JVM_SOURCE = "io.quorumlog.spark.QuorumlogSource"
-PY_SOURCE_NAME = "quorumlog"
+PY_SOURCE_NAME = "quorumlog"         # the JVM source's short name too, when the jar is there
+PY_SOURCE_ALIAS = "quorumlog-python"  # always the Python reader
 JVM_READER_VERSION = "1"             # QuorumlogSpark.VERSION: a stale jar is noticed
 
 
@@ -48,10 +49,14 @@ def session(app_name: str = "quorumlog", *, master: str = "local[*]", conf: dict
 
 
 def register(spark) -> None:
-    """Registers the Python data source as spark.read.format("quorumlog")."""
-    from .datasource import QuorumlogDataSource
+    """Makes spark.read.format("quorumlog") work in this session: the JVM source registers
+    that name itself (META-INF/services in the jar); without the jar the Python data source
+    takes it. The Python source is also "quorumlog-python" in every session."""
+    from .datasource import QuorumlogDataSource, QuorumlogPythonSource
 
-    spark.dataSource.register(QuorumlogDataSource)
+    spark.dataSource.register(QuorumlogPythonSource)
+    if not jvm_reader_available(spark):
+        spark.dataSource.register(QuorumlogDataSource)
 
 
 def jvm_reader_available(spark) -> bool:

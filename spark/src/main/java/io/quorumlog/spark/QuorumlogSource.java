@@ -4,19 +4,23 @@
  * columnar batches (OnHeapColumnVector), so no record crosses into Python and only the
  * columns a query needs are filled (count + sum(length(body)) touches just the body).
  *
- *   spark.read().format("io.quorumlog.spark.QuorumlogSource")       // or "quorumlog-jvm"
+ *   spark.read().format("quorumlog")           // registered by META-INF/services
  *        .option("topics", "a/b").option("committedOnly", "true")
- *        .option("splitBytes", "67108864").option("onCorrupt", "fail").load(storeDir)
+ *        .option("splitBytes", "67108864").option("onCorrupt", "fail").load(storeDir, ...)
  */
 package io.quorumlog.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapreduce.InputSplit;
@@ -67,8 +71,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
 
+    /** spark.read.format("quorumlog"): registered through META-INF/services, so the name
+     *  works in any session whose classpath has the jar. */
     @Override
-    public String shortName() { return "quorumlog-jvm"; }
+    public String shortName() { return "quorumlog"; }
+
+    /** The same source under the name it had first ("quorumlog-jvm"). */
+    public static final class JvmAlias extends QuorumlogSource {
+        @Override
+        public String shortName() { return "quorumlog-jvm"; }
+    }
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) { return SCHEMA; }
@@ -81,17 +93,45 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         return new StoreTable(new CaseInsensitiveStringMap(props));
     }
 
-    static final class StoreTable implements Table, SupportsRead {
-        private final CaseInsensitiveStringMap options;
+    /**
+     * The store roots of a load: "path" (load(p)) and/or "paths" (load(p1, p2, ...): Spark
+     * passes them as a JSON array).
+     */
+    static Path[] storeRoots(CaseInsensitiveStringMap options) {
+        List<String> out = new ArrayList<>();
+        if (options.get("path") != null) out.add(options.get("path"));
+        if (options.get("paths") != null) {
+            try {
+                out.addAll(Arrays.asList(new ObjectMapper().readValue(options.get("paths"),
+                    String[].class)));
+            } catch (JsonProcessingException e) {
+                throw new IllegalArgumentException("quorumlog: option 'paths' is not a JSON "
+                    + "array of strings: " + options.get("paths"), e);
+            }
+        }
+        if (out.isEmpty()) {
+            throw new IllegalArgumentException("quorumlog: no store path given (load(path))");
+        }
+        Path[] roots = new Path[out.size()];
+        for (int i = 0; i < roots.length; i++) roots[i] = new Path(out.get(i));
+        return roots;
+    }
 
-        /** Checks the store when the DataFrame is created (load()), as file sources do. */
+    static String joined(Path[] roots) {
+        StringBuilder sb = new StringBuilder();
+        for (Path p : roots) sb.append(sb.length() == 0 ? "" : ",").append(p);
+        return sb.toString();
+    }
+
+    static final class StoreTable implements Table, SupportsRead {
+        private final Path[] roots;
+
+        /** Checks the stores when the DataFrame is created (load()), as file sources do. */
         StoreTable(CaseInsensitiveStringMap options) {
-            this.options = options;
-            String path = options.get("path");
-            if (path == null) throw new IllegalArgumentException("quorumlog: no store path given");
+            roots = storeRoots(options);
             Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
             try {
-                StoreMeta.checkRoot(new Path(path), conf);
+                for (Path root : roots) StoreMeta.checkRoot(root, conf);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             } catch (AnalysisException e) {
@@ -99,27 +139,33 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
         }
 
-        @Override public String name() { return "quorumlog:" + options.get("path"); }
+        @Override public String name() { return "quorumlog:" + joined(roots); }
         @Override public StructType schema() { return SCHEMA; }
         @Override public Set<TableCapability> capabilities() {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
-            return new StoreScan(opts);
+            return new StoreScan(opts, roots);
         }
     }
 
     static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
         private final CaseInsensitiveStringMap options;
+        private final Path[] roots;
         private StructType required = SCHEMA;
         private transient Configuration conf;
 
-        StoreScan(CaseInsensitiveStringMap options) { this.options = options; }
+        StoreScan(CaseInsensitiveStringMap options, Path[] roots) {
+            this.options = options;
+            this.roots = roots;
+        }
 
         @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
         @Override public Scan build() { return this; }
         @Override public StructType readSchema() { return required; }
-        @Override public String description() { return "quorumlog store " + options.get("path"); }
+        @Override public String description() {
+            return "quorumlog store " + joined(roots);
+        }
         @Override public Batch toBatch() { return this; }
 
         @Override public CustomMetric[] supportedCustomMetrics() {
@@ -147,11 +193,9 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public InputPartition[] planInputPartitions() {
-            String path = options.get("path");
-            if (path == null) throw new IllegalArgumentException("quorumlog: no store path given");
             try {
-                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(),
-                    new Path[] { new Path(path) }, options.getLong("splitBytes", -1));
+                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(), roots,
+                    options.getLong("splitBytes", -1));
                 InputPartition[] out = new InputPartition[splits.size()];
                 for (int i = 0; i < out.length; i++) {
                     out[i] = new SplitPartition((QuorumlogSplit) splits.get(i));

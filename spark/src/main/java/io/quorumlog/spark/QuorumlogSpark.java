@@ -25,6 +25,13 @@ public final class QuorumlogSpark {
      */
     public static Dataset<Row> readStore(SparkSession spark, String path, List<String> topics,
                                          boolean committedOnly, long splitBytes, String onCorrupt) {
+        return readStores(spark, List.of(path), topics, committedOnly, splitBytes, onCorrupt);
+    }
+
+    /** readStore over several stores: one DataFrame, the splits of every store. */
+    public static Dataset<Row> readStores(SparkSession spark, List<String> paths,
+                                          List<String> topics, boolean committedOnly,
+                                          long splitBytes, String onCorrupt) {
         DataFrameReader r = spark.read().format(QuorumlogSource.class.getName())
             .option("committedOnly", committedOnly)
             .option("splitBytes", splitBytes)
@@ -37,6 +44,6 @@ public final class QuorumlogSpark {
             }
             r = r.option("topics", String.join("/", topics));
         }
-        return r.load(path);
+        return r.load(paths.toArray(new String[0]));
     }
 }
