@@ -177,3 +177,58 @@ def test_format_quorumlog_without_the_jar_is_the_python_reader(engine_store, log
     counts = json.loads(out.split("COUNTS", 1)[1])
     n1, n2 = len(st.expected_messages(engine_store)), len(st.expected_messages(log_store))
     assert counts == [n1, n1 + n2]
+
+
+def _utc(ms):
+    import datetime
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+def test_filters_pushed_into_the_jvm_reader_show_in_explain_and_skip_splits(spark, ts_store):
+    from pyspark.sql import functions as F
+
+    lo, hi = st.TS0 + 100, st.TS0 + 300
+    want = [t for t in st.expected_messages(ts_store)
+            if t[0] == "orders" and t[1] in (1, 3) and lo * 1000 <= t[7] < hi * 1000]
+    assert len(want) > 5
+    for engine in ENGINES:
+        df = qs.read_store(spark, ts_store, engine=engine, split_bytes=65536)
+        f = (df.filter("topic = 'orders'").filter(F.col("queue_id").isin(1, 3))
+             .filter(F.col("store_timestamp") >= F.lit(_utc(lo)))
+             .filter(F.col("store_timestamp") < F.lit(_utc(hi))))
+        assert st.canon_rows(f) == want, engine
+        if engine == "jvm":
+            plan = _explain(f)
+            assert "PushedFilters: [EqualTo(topic,orders), In(queue_id, [1,3]), " \
+                   "GreaterThanOrEqual(store_timestamp," in plan, plan
+            assert (f"RecordFilter: [topic IN [orders], queue_id IN [1, 3], "
+                    f"store_timestamp_ms >= {lo}, store_timestamp_ms <= {hi - 1}]") in plan, plan
+            # splits whose records are all stamped outside [lo, hi) are not even planned
+            assert f.rdd.getNumPartitions() < df.rdd.getNumPartitions() // 2
+        # the filtered query left the DataFrame itself whole
+        assert df.count() == len(st.expected_messages(ts_store)), engine
+
+
+def test_python_reader_pushdown_never_leaks_into_other_queries(spark, ts_store):
+    """Spark 4.1-4.3 keep a Python data source's read plan on the relation: after a filtered
+    query pushed its filters, the unfiltered DataFrame reuses that reader. read_store turns
+    the Python reader's pushdown on only where python_pushdown_safe says Spark does not; this
+    checks that the check matches what Spark does."""
+    from quorumlog.spark.session import PYTHON_PUSHDOWN_CONF, python_pushdown_safe
+
+    n = len(st.expected_messages(ts_store))
+    k = sum(t[0] == "orders" for t in st.expected_messages(ts_store))
+    df = qs.read_store(spark, ts_store, engine="python")
+    assert df.filter("topic = 'orders'").count() == k and df.count() == n
+    old = spark.conf.get(PYTHON_PUSHDOWN_CONF, None)
+    spark.conf.set(PYTHON_PUSHDOWN_CONF, "true")
+    try:
+        forced = spark.read.format("quorumlog-python").option("pushdown", "true").load(ts_store)
+        assert forced.filter("topic = 'orders'").count() == k
+        leaked = forced.count() != n
+    finally:
+        if old is None:
+            spark.conf.unset(PYTHON_PUSHDOWN_CONF)
+        else:
+            spark.conf.set(PYTHON_PUSHDOWN_CONF, old)
+    assert leaked == (not python_pushdown_safe(spark))

@@ -12,7 +12,8 @@ from .arrow import to_arrow
 from .scan import scan_split
 from .schema import spark_schema
 from .session import PY_SOURCE_ALIAS, PY_SOURCE_NAME
-from .splits import DEFAULT_SPLIT_BYTES, Split, plan_splits
+from .filters import pushable, row_filter
+from .splits import DEFAULT_SPLIT_BYTES, Split, plan_splits, prune_by_store_ts
 from .store_meta import StoreSnapshot, open_store
 
 
@@ -39,25 +40,39 @@ class _Partition(InputPartition):
 
 
 class _Reader(DataSourceReader):
+    """Plans the splits of every store of the load and scans one split per partition."""
+
     def __init__(self, options, stores: list[StoreSnapshot]):
         opts = {k.lower(): v for k, v in options.items()}
         self.stores = stores
         self.committed_only = opts.get("committedonly", "true").lower() != "false"
         self.split_bytes = int(opts.get("splitbytes", DEFAULT_SPLIT_BYTES))
         t = opts.get("topics")
-        self.topics = None if t is None else ([] if t == "" else t.split("/"))
+        self.rows = row_filter(None if t is None else ([] if t == "" else t.split("/")))
         self.on_corrupt = opts.get("oncorrupt", "fail")
 
     def partitions(self):
-        return [_Partition(s) for store in self.stores for s in plan_splits(
+        splits = [s for store in self.stores for s in plan_splits(
             store, committed_only=self.committed_only, split_bytes=self.split_bytes)]
+        return [_Partition(s) for s in prune_by_store_ts(splits, self.rows)]
 
     def read(self, partition):
         split = getattr(partition, "split", None)
         if split is None:  # Spark asks for one partition even when we planned none
             return
-        for cols in scan_split(split, topics=self.topics, on_corrupt=self.on_corrupt):
+        for cols in scan_split(split, row_filter=self.rows, on_corrupt=self.on_corrupt):
             yield to_arrow(cols)
+
+
+class _PushdownReader(_Reader):
+    """_Reader that also takes the filters Spark pushes down (topic, queue_id and
+    store_timestamp compared with constants; the rest stays with Spark): they drop records
+    before any column is built and, for store_timestamp, whole splits. Every filter is also
+    returned to Spark, which evaluates it again on the rows that are left."""
+
+    def pushFilters(self, filters):
+        self.rows = self.rows.narrowed(f for f in filters if pushable(f))
+        return filters
 
 
 class QuorumlogDataSource(DataSource):
@@ -78,7 +93,13 @@ class QuorumlogDataSource(DataSource):
         return spark_schema()
 
     def reader(self, schema):
-        return _Reader(self.options, self.stores)
+        # Filters are pushed only with option pushdown=true (read_store sets it where that is
+        # safe, see session.python_pushdown_safe): Spark fails a reader that defines
+        # pushFilters when spark.sql.python.filterPushdown.enabled is off, and some Spark
+        # versions reuse a filtered reader for other scans of the same DataFrame.
+        pushdown = {k.lower(): v for k, v in self.options.items()}.get("pushdown", "false")
+        cls = _PushdownReader if pushdown.lower() == "true" else _Reader
+        return cls(self.options, self.stores)
 
 
 class QuorumlogPythonSource(QuorumlogDataSource):

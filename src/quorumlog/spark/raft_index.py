@@ -62,3 +62,8 @@ class RaftIndex:
         if first_index is None:
             return np.zeros(0, np.uint64), np.zeros(0, np.uint32), 1, 0
         return np.concatenate(pos_parts), np.concatenate(size_parts), first_index, count
+
+    def first_position_at_or_after(self, lo: int) -> int | None:
+        """Log position of the first indexed record at or after lo; None when there is none."""
+        positions, _, _, _ = self.entries(lo, lo)
+        return int(positions[0]) if len(positions) else None

@@ -7,7 +7,8 @@ from typing import Sequence
 
 from .. import format as fmt
 from ..errors import InvalidArgumentError
-from .session import PY_SOURCE_ALIAS, jvm_reader_available, register
+from .session import (PY_SOURCE_ALIAS, PYTHON_PUSHDOWN_CONF, jvm_reader_available,
+                      python_pushdown_safe, register)
 from .splits import DEFAULT_SPLIT_BYTES
 
 
@@ -57,10 +58,24 @@ def read_store(spark, path, *, topics: Sequence[str] | None = None, committed_on
     r = (spark.read.format(PY_SOURCE_ALIAS)
          .option("committedOnly", str(bool(committed_only)).lower())
          .option("splitBytes", str(int(split_bytes or DEFAULT_SPLIT_BYTES)))
-         .option("onCorrupt", on_corrupt))
+         .option("onCorrupt", on_corrupt)
+         .option("pushdown", str(_python_pushdown(spark)).lower()))
     if topics is not None:
         r = r.option("topics", "/".join(topics))
     return r.load(paths if len(paths) > 1 else paths[0])
+
+
+def _python_pushdown(spark) -> bool:
+    """Push filters into the Python reader where Spark lets that be correct; Spark calls a
+    reader's pushFilters only with spark.sql.python.filterPushdown.enabled, so it is turned
+    on then unless the session turned it off."""
+    if not python_pushdown_safe(spark):
+        return False
+    conf = spark.conf.get(PYTHON_PUSHDOWN_CONF, None)
+    if conf is None:
+        spark.conf.set(PYTHON_PUSHDOWN_CONF, "true")
+        return True
+    return str(conf).lower() == "true"
 
 
 def _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt):

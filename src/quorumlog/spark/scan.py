@@ -13,6 +13,7 @@ from .. import format as fmt
 from ..errors import CorruptLogError
 from .columns import columns_from_headers, columns_from_records
 from .crc import crc_records
+from .filters import RowFilter
 from .raft_index import RaftIndex
 from .splits import Split
 from .store_meta import numbered
@@ -28,8 +29,10 @@ class _Bad(Exception):
 
 
 def scan_split(split: Split, *, topics: Sequence[str] | None = None, on_corrupt: str = "fail",
-               stats: dict | None = None) -> Iterator[dict]:
-    """Yields column dicts (numpy arrays / lists) of the split's MESSAGE records in batches.
+               stats: dict | None = None, row_filter: RowFilter | None = None
+               ) -> Iterator[dict]:
+    """Yields column dicts (numpy arrays / lists) of the split's MESSAGE records in batches:
+    those of `topics` (None: all) that pass row_filter, dropped before any column is built.
 
     Record positions come from the raft index; every record's header is validated against
     its index entry and against format.md, records are checked to be contiguous, and every
@@ -38,14 +41,14 @@ def scan_split(split: Split, *, topics: Sequence[str] | None = None, on_corrupt:
     the segment (torn tail)."""
     stats = stats if stats is not None else {}
     stats.setdefault("skipped", 0)
-    topic_set = None if topics is None else {t.encode("utf-8") for t in topics}
+    rows = (row_filter or RowFilter()).with_topics(topics)
     lo = split.base + split.start
     hi = min(split.base + split.end, split.limit)
     seg_end = split.base + os.path.getsize(split.segment)
     if hi <= lo:
         return
     if split.index_file_entries <= 0 or not numbered(os.path.join(split.root, "index")):
-        yield from _scan_walk(split, topic_set)
+        yield from _scan_walk(split, rows)
         return
     positions, sizes, first_index, b = RaftIndex(split.root, split.index_file_entries
                                                  ).entries(lo, hi)
@@ -58,7 +61,7 @@ def scan_split(split: Split, *, topics: Sequence[str] | None = None, on_corrupt:
     with open(split.segment, "rb") as f:
         f.seek(rbase - split.base)
         seg = np.frombuffer(f.read(max(0, rend - rbase)), np.uint8)
-    scan = _SplitScan(split, seg, rbase, positions, sizes, first_index, seg_end, topic_set)
+    scan = _SplitScan(split, seg, rbase, positions, sizes, first_index, seg_end, rows)
     i = 0
     while i < b:
         # One batch: consecutive records, bounded in count and bytes.
@@ -137,10 +140,10 @@ class _SplitScan:
     """The records of one split, read into `seg` (log position rbase = seg[0]), checked and
     turned into column dicts a batch [i, j) of raft-index entries at a time."""
 
-    def __init__(self, split, seg, rbase, positions, sizes, first_index, seg_end, topic_set):
+    def __init__(self, split, seg, rbase, positions, sizes, first_index, seg_end, rows):
         self.split, self.seg, self.rbase = split, seg, rbase
         self.positions, self.sizes, self.first_index = positions, sizes, first_index
-        self.seg_end, self.topic_set = seg_end, topic_set
+        self.seg_end, self.rows = seg_end, rows
 
     def batch(self, i: int, j: int) -> dict | None:
         """Column dict of the MESSAGE records among entries [i, j) (None if there are none);
@@ -150,10 +153,7 @@ class _SplitScan:
         size = self.sizes[i:j].astype(np.int64)
         off = pos - self.rbase
         h = self._headers(i, j, pos, size, off)
-        keep = h["type"] == fmt.TYPE_MESSAGE
-        if self.topic_set is not None:
-            keep &= self._topic_mask(h, off, keep)
-        sel = np.flatnonzero(keep)
+        sel = np.flatnonzero(self.rows.mask(seg, h, off))
         if len(sel) == 0:
             return None
         return columns_from_headers(seg, h[sel], off[sel], path=self.split.segment,
@@ -189,19 +189,6 @@ class _SplitScan:
                                       bool(crc[k] == h["crc"][k])))
         return h
 
-    def _topic_mask(self, h, off, keep) -> np.ndarray:
-        """Which records' topic bytes equal one of topic_set (only the topic bytes are read)."""
-        toff = off + fmt.HEADER_SIZE
-        tlen = h["topic_len"].astype(np.int64)
-        want = np.zeros(len(h), bool)
-        for t in self.topic_set:
-            m = keep & (tlen == len(t))
-            if m.any():
-                cand = np.flatnonzero(m)
-                got = self.seg[toff[cand][:, None] + np.arange(len(t))[None, :]]
-                want[cand[(got == np.frombuffer(t, np.uint8)[None, :]).all(axis=1)]] = True
-        return want
-
 
 def _reason(h, pos, size, raft, crc_ok) -> str:
     if h["magic"] != fmt.MAGIC:
@@ -221,14 +208,14 @@ def _reason(h, pos, size, raft, crc_ok) -> str:
     return "field lengths do not add up / record not contiguous with the previous one"
 
 
-def _scan_walk(split, topic_set):
+def _scan_walk(split, rows: RowFilter):
     """No raft index: a split covers a whole segment; walk it record by record (reference
     decoder), slower but exact."""
     with open(split.segment, "rb") as f:
         data = f.read()
     pos = split.base
     end = min(split.base + len(data), split.limit)
-    rows = []
+    out = []
     while pos < end and split.base + len(data) - pos >= fmt.HEADER_SIZE:
         off = pos - split.base
         if not any(data[off:off + fmt.HEADER_SIZE]):
@@ -246,8 +233,7 @@ def _scan_walk(split, topic_set):
         if rec.type == fmt.TYPE_BLANK:
             break
         pos += rec.size
-        if rec.type == fmt.TYPE_MESSAGE and (topic_set is None
-                                             or rec.topic.encode() in topic_set):
-            rows.append(rec)
-    if rows:
-        yield columns_from_records(rows)
+        if rec.type == fmt.TYPE_MESSAGE and rows.accepts(rec):
+            out.append(rec)
+    if out:
+        yield columns_from_records(out)

@@ -13,6 +13,7 @@ JAR_NAME = "quorumlog-spark.jar"
 JVM_SOURCE = "io.quorumlog.spark.QuorumlogSource"
 PY_SOURCE_NAME = "quorumlog"         # the JVM source's short name too, when the jar is there
 PY_SOURCE_ALIAS = "quorumlog-python"  # always the Python reader
+PYTHON_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 JVM_READER_VERSION = "1"             # QuorumlogSpark.VERSION: a stale jar is noticed
 
 
@@ -65,4 +66,21 @@ def jvm_reader_available(spark) -> bool:
         jvm = spark.sparkContext._jvm
         return str(jvm.io.quorumlog.spark.QuorumlogSpark.version()) == JVM_READER_VERSION
     except Exception:  # py4j raises its own errors for a class that is not there
+        return False
+
+
+def python_pushdown_safe(spark) -> bool:
+    """Whether the Python data source may take pushed filters in this session.
+
+    Spark 4.1-4.3 keep the read plan of a Python data source on the relation
+    (PythonDataSourceV2.setReadInfo), so once a filtered query pushed its filters, every
+    other query of the same DataFrame reuses that filtered reader and gets too few rows
+    (tests/spark: test_python_reader_pushdown_never_leaks_into_other_queries). There the
+    Python reader filters only by its own options; newer Spark keeps the plan per scan."""
+    try:
+        jvm = spark.sparkContext._jvm
+        cls = jvm.java.lang.Class.forName(
+            "org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2")
+        return not any(m.getName() == "setReadInfo" for m in cls.getMethods())
+    except Exception:  # py4j errors: an unknown Spark layout is not known to be safe
         return False

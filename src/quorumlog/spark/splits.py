@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from .. import format as fmt
+from .filters import I64_MAX, I64_MIN, RowFilter
+from .raft_index import RaftIndex
 from .store_meta import StoreSnapshot, numbered, open_store
 
 DEFAULT_SPLIT_BYTES = 32 << 20       # Hadoop's local block size: the JVM reader's default too
@@ -51,3 +55,51 @@ def plan_splits(root, *, committed_only: bool = True, split_bytes: int = DEFAULT
             out.append(Split(root, seg, base, off, min(off + size, n), limit, committed, entries))
             off += size
     return out
+
+
+def prune_by_store_ts(splits: list[Split], rows: RowFilter) -> list[Split]:
+    """The splits that may hold a record whose store timestamp passes rows. Store timestamps
+    never decrease along the log (a leader stamps max(clock, last stamp)), so a split's
+    records lie between the stamps of the first record at or after its start and of the
+    first record at or after its end: two raft-index searches and two header reads."""
+    if not rows.has_store_ts:
+        return splits
+    stamps = {}
+    out = []
+    for s in splits:
+        ends = []
+        for pos in (s.base + s.start, s.base + s.end):
+            if (s.root, pos) not in stamps:
+                stamps[s.root, pos] = _store_ts_at_or_after(s, pos)
+            ends.append(stamps[s.root, pos])
+        lo = I64_MIN if ends[0] is None else ends[0]
+        hi = I64_MAX if ends[1] is None else ends[1]
+        if rows.may_hold_store_ts(lo, hi):
+            out.append(s)
+    return out
+
+
+def _store_ts_at_or_after(split: Split, pos: int) -> int | None:
+    """Store timestamp (ms) of the first indexed record at or after log position pos; None
+    when unknown (no index, no such record, or a header that does not check out)."""
+    if split.index_file_entries <= 0:
+        return None
+    p = RaftIndex(split.root, split.index_file_entries).first_position_at_or_after(pos)
+    if p is None:
+        return None
+    seg_dir = os.path.dirname(split.segment)
+    bases = [b for b in numbered(seg_dir) if b <= p]
+    if not bases:
+        return None
+    try:
+        with open(os.path.join(seg_dir, fmt.segment_name(bases[-1])), "rb") as f:
+            f.seek(p - bases[-1])
+            raw = f.read(fmt.HEADER_SIZE)
+    except OSError:
+        return None
+    if len(raw) < fmt.HEADER_SIZE:
+        return None
+    h = np.frombuffer(raw, fmt.header_dtype())[0]
+    if h["magic"] != fmt.MAGIC or int(h["position"]) != p:
+        return None
+    return int(h["store_timestamp_ms"])

@@ -44,8 +44,10 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -149,22 +151,46 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
     }
 
-    static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+    static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns,
+            SupportsPushDownFilters, Scan, Batch {
         private final CaseInsensitiveStringMap options;
         private final Path[] roots;
+        private final RecordFilter filter = new RecordFilter();
+        private Filter[] pushed = new Filter[0];
         private StructType required = SCHEMA;
         private transient Configuration conf;
 
         StoreScan(CaseInsensitiveStringMap options, Path[] roots) {
             this.options = options;
             this.roots = roots;
+            Set<String> topics = RecordFilter.parseTopics(options.get("topics"));
+            if (topics != null) filter.andTopics(topics);
         }
 
         @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
+
+        /**
+         * Takes the filters a record's header answers (FilterPushdown) into the reader's
+         * RecordFilter and returns every filter: Spark evaluates them again on what is left.
+         */
+        @Override public Filter[] pushFilters(Filter[] filters) {
+            List<Filter> used = new ArrayList<>();
+            // option pushdown=false: the reader sees no filter (to measure what pushdown saves)
+            for (Filter f : options.getBoolean("pushdown", true) ? filters : new Filter[0]) {
+                if (FilterPushdown.push(filter, f)) used.add(f);
+            }
+            pushed = used.toArray(new Filter[0]);
+            return filters;
+        }
+
+        @Override public Filter[] pushedFilters() { return pushed; }
         @Override public Scan build() { return this; }
         @Override public StructType readSchema() { return required; }
+
+        /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
         @Override public String description() {
-            return "quorumlog store " + joined(roots);
+            return "quorumlog store " + joined(roots) + " PushedFilters: "
+                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "]";
         }
         @Override public Batch toBatch() { return this; }
 
@@ -176,8 +202,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (conf == null) {
                 SparkContext sc = SparkSession.active().sparkContext();
                 conf = new Configuration(sc.hadoopConfiguration());
-                String topics = options.get("topics");
-                if (topics != null) conf.set(QuorumlogRecordReader.CONF_TOPICS, topics);
+                filter.writeTo(conf);
                 conf.setBoolean(QuorumlogRecordReader.CONF_COMMITTED_ONLY,
                     options.getBoolean("committedOnly", true));
                 String onCorrupt = options.getOrDefault("onCorrupt", "fail");
