@@ -232,3 +232,28 @@ def test_python_reader_pushdown_never_leaks_into_other_queries(spark, ts_store):
         else:
             spark.conf.set(PYTHON_PUSHDOWN_CONF, old)
     assert leaked == (not python_pushdown_safe(spark))
+
+
+def test_one_dataframe_reads_one_snapshot_while_a_writer_appends(spark, tmp_path):
+    """The committed position is read once, when the DataFrame is created: count() and agg()
+    of the same DataFrame agree however much a writer commits between them."""
+    if st.CommitLog is None:
+        pytest.skip("needs the native CommitLog to append to an existing store")
+    from pyspark.sql import functions as F
+
+    more = [p for p in st.message_plan(seed=22, n=40) if p[0] == "message"]
+    for engine in ENGINES:
+        path = str(tmp_path / f"live-{engine}")
+        st.write_store(path, st.message_plan(seed=21, n=80), engine="native")
+        df = qs.read_store(spark, path, engine=engine, split_bytes=65536)
+        n1 = df.count()
+        before = st.expected_messages(path)   # decoded now, before the writer appends
+        assert n1 == len(before)
+        st.write_store(path, more, engine="native")  # appends and commits, checkpoint written
+        cp = qs._read_checkpoint(path)
+        assert cp.committed_position > max(t[5] for t in before)
+        r = df.agg(F.count(F.lit(1)).alias("n"), F.max("raft_index").alias("last")).collect()[0]
+        assert (r["n"], r["last"]) == (n1, max(t[3] for t in before)), engine
+        assert len(st.canon_rows(df)) == n1, engine
+        # a new DataFrame sees what was committed since
+        assert qs.read_store(spark, path, engine=engine).count() == n1 + len(more), engine

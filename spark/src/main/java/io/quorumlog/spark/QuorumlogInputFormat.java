@@ -64,11 +64,24 @@ public class QuorumlogInputFormat extends FileInputFormat<LongWritable, Quorumlo
      */
     public static List<InputSplit> planSplits(Configuration conf, Path[] roots, long splitBytes)
             throws IOException {
+        StoreMeta[] metas = new StoreMeta[roots.length];
+        for (int i = 0; i < roots.length; i++) metas[i] = StoreMeta.load(roots[i], conf);
+        return planSplits(conf, roots, metas, splitBytes);
+    }
+
+    /**
+     * planSplits with each store's checkpoint already read (metas[i] of roots[i]): the
+     * DataSource reads them once per DataFrame, so every action on it reads the same
+     * committed prefix while a writer keeps appending.
+     */
+    public static List<InputSplit> planSplits(Configuration conf, Path[] roots, StoreMeta[] metas,
+            long splitBytes) throws IOException {
         if (splitBytes <= 0) splitBytes = conf.getLong(QuorumlogRecordReader.CONF_SPLIT_BYTES, -1);
         RecordFilter filter = RecordFilter.fromConf(conf);
         List<InputSplit> splits = new ArrayList<>();
-        for (Path root : roots) {
-            StoreMeta meta = StoreMeta.load(root, conf);
+        for (int i = 0; i < roots.length; i++) {
+            Path root = roots[i];
+            StoreMeta meta = metas[i];
             List<FileStatus> segments = StoreMeta.listSegments(root, conf);
             splits.addAll(StoreTsPruning.prune(planStore(conf, root, meta, segments, splitBytes),
                 root, meta.indexFileEntries, segments, filter, conf));

@@ -125,15 +125,25 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         return sb.toString();
     }
 
+    /**
+     * One load() of one or more stores. The stores are checked and their checkpoints read
+     * here, once: the Table lives as long as the DataFrame (and those derived from it), so
+     * every action on it plans its scan from the same committed positions -- count() and
+     * agg() agree while a writer appends; a new load() sees the new records.
+     */
     static final class StoreTable implements Table, SupportsRead {
         private final Path[] roots;
+        private final StoreMeta[] metas;
 
-        /** Checks the stores when the DataFrame is created (load()), as file sources do. */
         StoreTable(CaseInsensitiveStringMap options) {
             roots = storeRoots(options);
+            metas = new StoreMeta[roots.length];
             Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
             try {
-                for (Path root : roots) StoreMeta.checkRoot(root, conf);
+                for (int i = 0; i < roots.length; i++) {
+                    StoreMeta.checkRoot(roots[i], conf);
+                    metas[i] = StoreMeta.load(roots[i], conf);
+                }
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             } catch (AnalysisException e) {
@@ -147,7 +157,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
-            return new StoreScan(opts, roots);
+            return new StoreScan(opts, roots, metas);
         }
     }
 
@@ -155,14 +165,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             SupportsPushDownFilters, Scan, Batch {
         private final CaseInsensitiveStringMap options;
         private final Path[] roots;
+        private final StoreMeta[] metas;
         private final RecordFilter filter = new RecordFilter();
         private Filter[] pushed = new Filter[0];
         private StructType required = SCHEMA;
         private transient Configuration conf;
 
-        StoreScan(CaseInsensitiveStringMap options, Path[] roots) {
+        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas) {
             this.options = options;
             this.roots = roots;
+            this.metas = metas;
             Set<String> topics = RecordFilter.parseTopics(options.get("topics"));
             if (topics != null) filter.andTopics(topics);
         }
@@ -219,7 +231,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override
         public InputPartition[] planInputPartitions() {
             try {
-                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(), roots,
+                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(), roots, metas,
                     options.getLong("splitBytes", -1));
                 InputPartition[] out = new InputPartition[splits.size()];
                 for (int i = 0; i < out.length; i++) {
