@@ -257,3 +257,24 @@ def test_one_dataframe_reads_one_snapshot_while_a_writer_appends(spark, tmp_path
         assert len(st.canon_rows(df)) == n1, engine
         # a new DataFrame sees what was committed since
         assert qs.read_store(spark, path, engine=engine).count() == n1 + len(more), engine
+
+
+def test_java_format_declares_the_header_and_topic_rule_format_py_declares(spark):
+    """Format.java is the Java declaration of what quorumlog.format declares in Python: the
+    header field offsets and the topic-name rule agree field by field and name by name."""
+    from quorumlog.errors import InvalidTopicError
+
+    jfmt = spark.sparkContext._jvm.io.quorumlog.spark.Format
+    java_name = {"born_timestamp_ms": "BORN_TS", "store_timestamp_ms": "STORE_TS"}
+    fields = [f for f in fmt.HEADER_OFFSETS if f != "reserved"]   # Java never reads it
+    got = {f: getattr(jfmt, "OFF_" + java_name.get(f, f.upper())) for f in fields}
+    assert got == {f: fmt.HEADER_OFFSETS[f] for f in fields}
+    assert jfmt.HEADER_SIZE == fmt.HEADER_SIZE == fmt.HEADER_STRUCT.size
+    for name in ("orders", "tö_pic", "", ".", "..", "...", "a/b", "a\0b", "x" * 255,
+                 "x" * 256, "é" * 127, "é" * 128):
+        try:
+            fmt.check_topic(name)
+            py_ok = True
+        except InvalidTopicError:
+            py_ok = False
+        assert (jfmt.topicProblem(name) is None) == py_ok, name

@@ -38,8 +38,10 @@ public final class QuorumlogSpark {
             .option("onCorrupt", onCorrupt);
         if (topics != null) {
             for (String t : topics) {
-                if (t.isEmpty() || t.indexOf('/') >= 0 || t.indexOf('\0') >= 0) {
-                    throw new IllegalArgumentException("quorumlog: invalid topic name '" + t + "'");
+                String why = Format.topicProblem(t);
+                if (why != null) {
+                    throw new IllegalArgumentException("quorumlog: invalid topic name '" + t
+                        + "': " + why);
                 }
             }
             r = r.option("topics", String.join("/", topics));
