@@ -42,7 +42,7 @@ __all__ = [
     "encode_record", "encode", "encode_blank", "decode_record", "iter_records",
     "record_size", "fits_in_segment",
     "encode_index_entry", "decode_index_entry", "encode_checkpoint", "decode_checkpoint",
-    "FILE_NAME_DIGITS", "segment_name", "index_file_name", "parse_file_name", "check_topic",
+    "FILE_NAME_DIGITS", "segment_name", "index_file_name", "parse_file_name", "check_topic_name",
     "ReferenceWriter",
 ]
 
