@@ -3,6 +3,13 @@
 from libc.stdint cimport int64_t, int32_t
 
 
+# One consume-queue entry (format.md "Store layer"): 20 bytes, little-endian, packed.
+cdef packed struct CQEntry:
+    int64_t position          # log position of the record
+    int32_t size              # its total size; 0: a hole (no entry)
+    int64_t tag_hash          # its tag hash (FNV-1a 64 of the tags; 0: none)
+
+
 cdef class SegmentView:
     """A read-only buffer over one commit-log segment file; keeps the mapping alive while any
     Message made from it lives (so retention may unlink the file underneath readers)."""
