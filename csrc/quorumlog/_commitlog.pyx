@@ -59,9 +59,6 @@ log = logging.getLogger(__name__)
 if sys.byteorder != "little":  # the format is little-endian and the codec writes natively
     raise ImportError("quorumlog's native commit log needs a little-endian CPU")
 
-cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
-
 cdef extern from "qlsys.h" nogil:
     int64_t ql_now_ms()
     int ql_map_file(const char *path, int64_t size, int create, int always_allocate,
