@@ -1,5 +1,5 @@
 # Consume queues (the store layer's per-(topic, queue) index) and the lazily decoded Message.
-# What other Cython modules may cimport: the mapped-file wrappers and the Message class.
+# What other Cython modules may cimport: the entry layout, the mapped-file wrappers, Message.
 from libc.stdint cimport int64_t, int32_t
 
 

@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Consume queues: RocketMQ's per-(topic, queue) index over the commit log, in Cython.
 
 - CQFile: one preallocated (posix_fallocate) mmap'd file of `capacity` 20-byte entries
