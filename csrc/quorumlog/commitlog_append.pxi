@@ -329,12 +329,15 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
     cdef bint per_tags = fields[0], per_keys = fields[2], per_props = fields[3]
     cdef bytes shared_tags = fields[1], shared_props = fields[4], e
     cdef int64_t shared_hash = 0, S = self.segment_size_bytes, max_body = self.max_message_bytes
+    cdef int64_t total = 0
     cdef Py_ssize_t j
     cdef RecSrc *s
+    cdef RecSrc *src = b.src             # locals: the stores below could alias *b
+    cdef uint32_t *sizes = b.sizes
     if shared_tags is not None:
         shared_hash = _tag_hash(shared_tags)
     for j in range(b.n):
-        s = &b.src[j]
+        s = &src[j]
         o = bt[j]
         if PyBytes_CheckExact(o) and PyBytes_GET_SIZE(o) <= max_body:
             s.body = PyBytes_AS_STRING(o)           # the common case, inline
@@ -371,8 +374,9 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
                 _set_props(s, e)
         elif shared_props is not None:
             _set_props(s, shared_props)
-        b.sizes[j] = _record_size(s, S, j)
-        b.total += b.sizes[j]
+        sizes[j] = _record_size(s, S, j)
+        total += sizes[j]
+    b.total = total
     return 0
 
 
@@ -383,14 +387,16 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
     cdef Py_ssize_t j, n = b.n
     cdef int64_t S = self.segment_size_bytes
     cdef int64_t pos = self._end, cs = self._cur_start
+    cdef int64_t *posp = b.posp
+    cdef const uint32_t *sizes = b.sizes
     cdef list new_segs
     cdef Mapping m
     for j in range(n):
-        if <int64_t>b.sizes[j] + HDR > cs + S - pos:
+        if <int64_t>sizes[j] + HDR > cs + S - pos:
             pos = cs + S
             cs = pos
-        b.posp[j] = pos
-        pos += b.sizes[j]
+        posp[j] = pos
+        pos += sizes[j]
     b.first_index = self._next_index
     # every file the batch needs exists before one byte is written
     new_segs = _map_range_for(self, b.posp[n - 1], b.first_index + n - 1)

@@ -177,10 +177,16 @@ cdef inline uint32_t _record_size(const RecSrc *s, int64_t segment_size,
     cdef int64_t size64 = (<int64_t>HDR + s.topic_len + s.tags_len + s.keys_len +
                            s.props_len + s.body_len)
     if size64 > segment_size - HDR:
-        what = "record" if j < 0 else f"record {j}"
-        raise MessageTooLargeError(
-            f"{what} of {size64} bytes does not fit a segment of {segment_size} bytes")
+        _record_too_large(size64, segment_size, j)
+        return 0
     return <uint32_t>size64
+
+
+cdef int _record_too_large(int64_t size, int64_t segment_size, Py_ssize_t j) except -1:
+    # out of line, so that _record_size stays small enough to inline in the batch loop
+    what = "record" if j < 0 else f"record {j}"
+    raise MessageTooLargeError(
+        f"{what} of {size} bytes does not fit a segment of {segment_size} bytes")
 
 
 def _int64_array(value, str name, exc):
