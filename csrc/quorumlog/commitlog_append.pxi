@@ -334,7 +334,13 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
     cdef RecSrc *s
     cdef RecSrc *src = b.src             # locals: the stores below could alias *b
     cdef uint32_t *sizes = b.sizes
-    if shared_tags is not None:
+    cdef const char *topic = PyBytes_AS_STRING(tb)
+    cdef uint32_t topic_len = <uint32_t>PyBytes_GET_SIZE(tb)
+    cdef bint shared_tagged = shared_tags is not None and PyBytes_GET_SIZE(shared_tags) > 0
+    # one branch per record when there are no tags, keys or properties at all
+    cdef bint any_fields = (per_tags or per_keys or per_props or shared_tagged or
+                            shared_props is not None)
+    if shared_tagged:
         shared_hash = _tag_hash(shared_tags)
     for j in range(b.n):
         s = &src[j]
@@ -350,30 +356,31 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
                     raise MemoryError()
             _set_body(s, o, b.bufs + j if b.bufs != NULL else NULL,
                       b.held + j if b.held != NULL else NULL, max_body, j)
-        s.topic = PyBytes_AS_STRING(tb)
-        s.topic_len = <uint32_t>PyBytes_GET_SIZE(tb)
-        if per_tags:
-            g = tags[j]
-            if g is not None:
-                e = _encode_tags(g)
-                keep.append(e)
-                _set_tags(s, e, _tag_hash(e))
-        elif shared_tags is not None and PyBytes_GET_SIZE(shared_tags):
-            _set_tags(s, shared_tags, shared_hash)
-        if per_keys:
-            g = keys[j]
-            if g is not None and len(g):
-                e = _encode_keys(g)
-                keep.append(e)
-                _set_keys(s, e)
-        if per_props:
-            g = properties[j]
-            if g is not None:
-                e = _encode_props(g)
-                keep.append(e)
-                _set_props(s, e)
-        elif shared_props is not None:
-            _set_props(s, shared_props)
+        s.topic = topic
+        s.topic_len = topic_len
+        if any_fields:
+            if per_tags:
+                g = tags[j]
+                if g is not None:
+                    e = _encode_tags(g)
+                    keep.append(e)
+                    _set_tags(s, e, _tag_hash(e))
+            elif shared_tagged:
+                _set_tags(s, shared_tags, shared_hash)
+            if per_keys:
+                g = keys[j]
+                if g is not None and len(g):
+                    e = _encode_keys(g)
+                    keep.append(e)
+                    _set_keys(s, e)
+            if per_props:
+                g = properties[j]
+                if g is not None:
+                    e = _encode_props(g)
+                    keep.append(e)
+                    _set_props(s, e)
+            elif shared_props is not None:
+                _set_props(s, shared_props)
         sizes[j] = _record_size(s, S, j)
         total += sizes[j]
     b.total = total
