@@ -222,3 +222,56 @@ def test_transferee_adopts_term_plus_one_at_once_so_a_late_heartbeat_cannot_canc
     assert cl.leaders() == ["n2"]
     assert n2.term == term + 1
     assert not any("TransferAborted" in line for line in cl.out)
+
+
+def test_votes_are_granted_to_candidates_outside_the_latest_configuration():
+    # Raft thesis §4.2.3. With DLedger's "requester not in my voters -> REJECT_UNKNOWN_LEADER"
+    # this deadlocked elections for good: a partitioned leader n3 removes n1 (uncommitted, on
+    # n3 alone); n1 is elected on the other side and removes n2 (uncommitted); after the heal
+    # n3 (config n2,n3) refuses n1, n2 (config n1,n3: not a voter) never runs, and n3's own
+    # log is too old for n2's vote. Failed before the fix (no leader 10 s after the heal).
+    cl = ManualCluster()
+    cl.elect("n3")
+    cl.settle(cl.now + 200)
+    assert cl.leaders() == ["n3"]
+    cl.partition({"n3"}, {"n1", "n2"})
+    cl.core("n3").remove_member("n1")
+    cl.drain("n3")
+    assert cl.core("n3").voters == ("n2", "n3")
+    t0 = cl.now
+    while not [i for i in cl.leaders() if i != "n3"] and cl.now < t0 + 5000:
+        cl.settle(cl.now + 10)
+    if cl.core("n2").role == Role.LEADER:
+        cl.settle(cl.now + 100)
+        cl.core("n2").transfer_leadership("n1")
+        cl.settle(cl.now + 300)
+    assert cl.core("n1").role == Role.LEADER
+    cl.settle(cl.now + 50)
+    cl.core("n1").remove_member("n2")
+    cl.drain("n1")
+    cl.settle(cl.now + 2000)  # both leaders lose their heartbeat quorum and step down
+    assert not cl.leaders()
+    assert (cl.core("n1").voters, cl.core("n3").voters) == (("n1", "n3"), ("n2", "n3"))
+    cl.heal()
+    t1 = cl.now
+    while not cl.leaders() and cl.now < t1 + 10000:
+        cl.settle(cl.now + 10)
+    assert cl.leaders() == ["n1"], "no leader 10 s after the network healed"
+    first, last = cl.propose("n1", 1)
+    cl.settle(cl.now + 200)
+    assert cl.core("n1").commit_index >= last and cl.core("n3").voters == ("n1", "n3")
+
+
+def test_vote_from_a_known_member_outside_the_config_is_judged_on_its_log():
+    # the member check only rejects ids this node has never heard of; a removed member with
+    # an up-to-date log is judged like anyone else (the live-leader rule still applies)
+    cl = cluster(("n1", "n2", "n3", "n4"))
+    c = cl.core("n1")
+    c.remove_member("n4")
+    cl.settle(cl.now + 150)
+    c3 = cl.core("n3")
+    assert "n4" not in c3.voters
+    c3.role, c3.leader_id = Role.CANDIDATE, None  # no live leader at n3
+    lg = cl.logs["n4"]
+    c3.step(VoteRequest(c3.term + 1, "n4", "n3", lg.last_index(), lg.last_term()))
+    assert c3.ready().messages[0].result == VoteResult.REJECT_TERM_NOT_READY  # not UNKNOWN_LEADER

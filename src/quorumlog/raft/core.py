@@ -571,8 +571,14 @@ class RaftCore:
         return False
 
     def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
-        """DLedger handleVote, checks in DLedger's order."""
-        if m.src not in self.voters:
+        """DLedger handleVote, checks in DLedger's order -- except the first: DLedger rejects
+        a candidate missing from the voter's own (latest, possibly uncommitted) configuration.
+        Two uncommitted removals on the two sides of a partition then deadlock elections for
+        good (each side's candidate is unknown to the other side's config). Raft thesis
+        §4.2.3: grant votes to candidates outside the latest configuration; the live-leader
+        rule keeps a removed member from disrupting a working group. Only ids this node has
+        never heard of (neither peers nor in any configuration) are rejected."""
+        if m.src not in self.known_members:
             return VoteResult.REJECT_UNKNOWN_LEADER
         if not is_self and m.src == self.id:
             return VoteResult.REJECT_UNEXPECTED_LEADER

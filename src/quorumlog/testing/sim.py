@@ -116,7 +116,7 @@ class Simulator:
             inflight = rng.choice((1, 3, 16))
             config = RaftConfig(max_batch_entries=rng.choice((2, 16, 256) if inflight > 1 else (16, 256)),
                                 max_inflight_batches=inflight,
-                                max_batch_bytes=rng.choice((200, 2000, 1 << 20) if inflight > 1
+                                max_batch_bytes=rng.choice((300, 2000, 1 << 20) if inflight > 1
                                                            else (2000, 1 << 20)),
                                 max_uncommitted_entries=rng.choice((40, 200)))
         self.cfg = config
@@ -329,7 +329,7 @@ class Simulator:
                     break
                 self._push(int(t), FAULT, kind)
         if f.membership:
-            for _ in range(3):
+            for _ in range(20):
                 self._push(rng.randrange(200, self.fault_ms), ADMIN, "member")
         if f.transfers:
             for _ in range(3):
@@ -404,7 +404,9 @@ class Simulator:
         leaders = self._leaders()
         if not leaders:
             return
-        n = leaders[0]
+        # any node that believes it leads (a stale, partitioned leader too): uncommitted
+        # changes on both sides of a partition are what deadlocked elections once
+        n = rng.choice(leaders)
         core = n.core
         try:
             if kind == "transfer":
@@ -414,12 +416,15 @@ class Simulator:
                     self._t(f"admin: {n.id} transfer to {to}")
                     core.transfer_leadership(to)
             else:
+                # groups shrink down to one voter and grow back (removals to 1-2 voters are
+                # allowed; two uncommitted removals on the two sides of a partition once
+                # deadlocked elections for good)
                 non_voters = [i for i in self.ids if i not in core.voters]
-                if non_voters and (len(core.voters) <= 3 or rng.random() < 0.5):
+                if non_voters and (len(core.voters) <= 1 or rng.random() < 0.5):
                     p = rng.choice(non_voters)
                     self._t(f"admin: {n.id} add {p}")
                     core.add_member(p)
-                elif len(core.voters) > 3:
+                elif len(core.voters) > 1:
                     p = rng.choice([v for v in core.voters if v != n.id])
                     self._t(f"admin: {n.id} remove {p}")
                     core.remove_member(p)
@@ -503,7 +508,8 @@ class Simulator:
                 self._admin(a)
         if self.liveness_done_ms < 0:
             self._fail(f"liveness: no proposal committed within {self.liveness_ms}ms after heal; "
-                       + "; ".join(n.core.status() for n in nodes.values() if n.alive))
+                       + "; ".join(f"{n.core.status()} voters={','.join(n.core.voters)}"
+                                   for n in nodes.values() if n.alive))
         self._final_check()
 
     def _converged(self) -> bool:
