@@ -10,7 +10,10 @@ from quorumlog.raft.log import EntryKind
 from quorumlog.raft.messages import (Code, Heartbeat, HeartbeatResponse, VoteRequest,
                                      VoteResponse)
 
-CFG = RaftConfig()
+# DLedger's own candidacy, without the pre-vote phase (RaftConfig.pre_vote, on by default,
+# runs before every term-raising campaign; its rules are tested in test_raft_prevote.py, and
+# the cluster-level tests below that use ManualCluster() run with it)
+CFG = RaftConfig(pre_vote=False)
 LEAK_MS = CFG.heartbeat_interval_ms * CFG.max_heartbeat_leak
 
 

@@ -254,12 +254,17 @@ def test_votes_are_granted_to_candidates_outside_the_latest_configuration():
     assert (cl.core("n1").voters, cl.core("n3").voters) == (("n1", "n3"), ("n2", "n3"))
     cl.heal()
     t1 = cl.now
-    while not cl.leaders() and cl.now < t1 + 10000:
+    while not [i for i in cl.leaders() if i in cl.core(i).voters] and cl.now < t1 + 10000:
         cl.settle(cl.now + 10)
-    assert cl.leaders() == ["n1"], "no leader 10 s after the network healed"
-    first, last = cl.propose("n1", 1)
+    leaders = cl.leaders()
+    assert leaders, "no leader 10 s after the network healed"
+    ld = leaders[0]
+    first, last = cl.propose(ld, 1)
     cl.settle(cl.now + 200)
-    assert cl.core("n1").commit_index >= last and cl.core("n3").voters == ("n1", "n3")
+    assert cl.core(ld).commit_index >= last
+    # n1's removal of n2 won (n1's log was the newer one); n2 may have led for a moment to
+    # finish it (a non-member finishing a change, Raft thesis §4.2.2)
+    assert cl.core(ld).voters == ("n1", "n3") and cl.core("n3").voters == ("n1", "n3")
 
 
 def test_vote_from_a_known_member_outside_the_config_is_judged_on_its_log():

@@ -262,7 +262,7 @@ def test_persist_report_from_before_a_truncation_is_ignored():
 
 
 def test_leader_sees_bigger_term_in_append_response_and_steps_down():
-    cl = elected()
+    cl = elected(RaftConfig(pre_vote=False))  # (with pre-vote: test_raft_prevote.py)
     c = cl.core("n1")
     t = c.term
     c.step(AppendResponse(t + 2, "n2", "n1", Code.EXPIRED_TERM, 0, 0, 0, 0, 0, 0))

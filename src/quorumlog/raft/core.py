@@ -76,10 +76,14 @@ class RaftConfig:
     """Timings and limits. Defaults aim at sub-second failover; dledger_defaults() gives
     DLedger's own (2 s heartbeats, leak 3)."""
 
+    # A leader is given up after max_heartbeat_leak x heartbeat_interval_ms = 700 ms of
+    # silence: long enough that a TCP retransmission stall (200 ms minimum RTO, 200-800 ms in
+    # the simulator) on one link is ridden out, short enough for fail-over p99 < 1 s
+    # (docs/benchmarks.md "Raft elections and fail-over" measures both).
     heartbeat_interval_ms: int = 100
-    max_heartbeat_leak: int = 3
-    min_vote_interval_ms: int = 150
-    max_vote_interval_ms: int = 300
+    max_heartbeat_leak: int = 7
+    min_vote_interval_ms: int = 100
+    max_vote_interval_ms: int = 250
     vote_response_timeout_ms: int = 150   # DLedger waits 2000 + rand(max_vote_interval)
     min_take_leadership_vote_interval_ms: int = 0
     max_take_leadership_vote_interval_ms: int = 30
@@ -94,13 +98,16 @@ class RaftConfig:
     learner_max_lag_entries: int = 64     # a learner this close to the leader's end is caught up
     preferred_leader_id: str | None = None
     reject_votes_while_leader_live: bool = True  # seed 002's rule against removed members
+    # a node raises its term only after a quorum answered a pre-vote that it would vote for it
+    # (a node cut off from a live leader no longer deposes it when it comes back)
+    pre_vote: bool = True
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live"):
+            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote"):
                 continue
-            if not isinstance(v, int) or v < 0:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")
         for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "max_batch_bytes",
                      "max_batch_entries", "max_inflight_batches", "max_entries_per_proposal",
@@ -175,11 +182,12 @@ class Ready:
 
 class _VoteRound:
     __slots__ = ("term", "deadline_ms", "responded", "valid", "accepted", "not_ready",
-                 "bigger_ledger", "already_has_leader", "known_max_term")
+                 "bigger_ledger", "already_has_leader", "known_max_term", "pre")
 
-    def __init__(self, term, deadline_ms):
+    def __init__(self, term, deadline_ms, pre=False):
         self.term = term
         self.deadline_ms = deadline_ms
+        self.pre = pre  # a pre-vote round: `term` is the term we would run in
         self.responded: set = set()
         self.valid = 0
         self.accepted = 0
@@ -509,15 +517,11 @@ class RaftCore:
             return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        fresh_term = False
         if self.need_increase_term_immediately:
+            # someone with a bigger term asked us to catch up: adopt it (so we can vote for
+            # the asker at it), then wait for the next vote time (DLedger)
             self._next_term(True)
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        elif self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT:
-            self._next_term(False)
-            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-            fresh_term = True
-        if self.need_increase_term_immediately:
             if self.term_to_take_leadership == self.term and self.voted_for is None:
                 # the transferee: the term it adopted is the one it campaigns in at once
                 self.voted_for = self.id
@@ -525,59 +529,122 @@ class RaftCore:
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
             return
-        if self.id not in self._voter_set:
-            # learners and removed members never run (but do adopt terms, above, so they can
-            # follow a leader of a newer term)
+        if not self._may_campaign():
+            # learners and removed members never run and never raise their term on their own
+            # (they adopt terms, above, so they can follow a leader of a newer term)
             self.next_time_to_request_vote = now + self._vote_interval()
             return
-        if not fresh_term and not (self._campaign_term == self.term and self.voted_for == self.id):
-            # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy
-            # was interrupted (it adopted the term, followed a leader in it, or voted for
-            # someone else). After membership changes that elects a second leader in one term:
-            # a quorum of the new voters need not intersect the quorum that elected the first
-            # (simulation seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in
-            # the same term is only a continuation of our own uninterrupted candidacy (as in
-            # Raft, where the re-votes are retransmissions); anything else takes the next term.
+        # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy was
+        # interrupted (it adopted the term, followed a leader in it, or voted for someone
+        # else). After membership changes that elects a second leader in one term: a quorum of
+        # the new voters need not intersect the quorum that elected the first (simulation
+        # seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in the same term
+        # is only a continuation of our own uninterrupted candidacy (as in Raft, where the
+        # re-votes are retransmissions); anything else -- and WAIT_TO_VOTE_NEXT -- takes the
+        # next term, and with pre-vote only once a quorum said it would vote for us.
+        if (self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT
+                or not (self._campaign_term == self.term and self.voted_for == self.id)):
+            if self._needs_pre_vote():
+                self._start_vote_round(pre=True)
+                return
             self._next_term(False)
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self._start_vote_round()
 
-    def _start_vote_round(self) -> None:
+    def _may_campaign(self) -> bool:
+        """Voters run. A node outside its latest configuration runs only while that
+        configuration is uncommitted and it is a voter of the last committed one: it may hold
+        the only copy of a change that removed it (its leader crashed with the entry
+        unflushed), and the remaining voters -- whose logs are shorter -- cannot be elected
+        without its vote (simulation: voters {n1} on n2 only, n1 still at {n1, n2}). As in the
+        Raft thesis §4.2.2 it then leads without counting itself, and steps down once the
+        configuration commits."""
+        if self.id in self._voter_set:
+            return True
+        if self.configs[-1][0] <= self.commit_index:
+            return False
+        committed = self.configs[0][1]
+        for idx, voters in self.configs:
+            if idx > self.commit_index:
+                break
+            committed = voters
+        return self.id in committed
+
+    def _needs_pre_vote(self) -> bool:
+        """Pre-vote before every campaign that raises the term, except in a brand-new group
+        (term 0, empty log: no leader can exist yet to be disrupted)."""
+        return self.cfg.pre_vote and (self.term > 0 or self.log.last_index() > 0)
+
+    def _start_vote_round(self, pre: bool = False) -> None:
+        """Send a vote round at our term, or (pre) a pre-vote round for the term we would take
+        next: receivers answer as they would vote, change nothing, and we raise our term only
+        once a quorum accepted (_parse_vote)."""
         lg = self.log
         end_index, end_term = lg.last_index(), lg.last_term()
+        me = self.id
+        if pre:
+            term = (self.known_max_term if self.known_max_term > self.term else self.term) + 1
+            v = self._vote = _VoteRound(term, self.now_ms + self.cfg.vote_response_timeout_ms, True)
+            v.known_max_term = self.term
+            own = self._handle_pre_vote(VoteRequest(term, me, me, end_index, end_term, False, True), True)
+            if me in self._voter_set:
+                self._tally(v, me, own, self.term)
+            for peer in self.voters:
+                if peer != me:
+                    self._msgs.append(VoteRequest(term, me, peer, end_index, end_term, False, True))
+            self._maybe_parse_vote(v)
+            return
         taking = self.term_to_take_leadership == self.term
         v = self._vote = _VoteRound(self.term, self.now_ms + self.cfg.vote_response_timeout_ms)
-        own = self._handle_vote(VoteRequest(self.term, self.id, self.id, end_index, end_term, taking), True)
+        own = self._handle_vote(VoteRequest(self.term, me, me, end_index, end_term, taking), True)
         if own == VoteResult.ACCEPT:
             self._campaign_term = self.term
-        self._tally(v, self.id, own, self.term)
+        if me in self._voter_set:  # (a non-member finishing a change does not count itself)
+            self._tally(v, me, own, self.term)
         for peer in self.voters:
-            if peer != self.id:
-                self._msgs.append(VoteRequest(self.term, self.id, peer, end_index, end_term, taking))
+            if peer != me:
+                self._msgs.append(VoteRequest(self.term, me, peer, end_index, end_term, taking))
         self._maybe_parse_vote(v)
 
     def _on_vote_request(self, m: VoteRequest) -> None:
-        result = self._handle_vote(m, False)
+        if m.pre:
+            result = self._handle_pre_vote(m, False)
+            if result == VoteResult.ACCEPT and self.role == Role.CANDIDATE and m.src > self.id:
+                self._defer_to(m.src)
+        else:
+            result = self._handle_vote(m, False)
         t = self.log.last_term() if result == VoteResult.REJECT_TERM_SMALL_THAN_LEDGER else self.term
-        self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result))
+        self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result, m.pre))
 
-    def _has_live_leader(self, requester: str) -> bool:
-        """Seed 002: a member that hears from a live leader rejects votes from others."""
-        window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
-        if self.role == Role.FOLLOWER:
-            return (self.leader_id is not None and self.leader_id != requester
-                    and self.now_ms - self.last_leader_heartbeat_ms < window)
-        if self.role == Role.LEADER:
-            return self.now_ms - self.last_succ_heartbeat_ms < window
-        return False
+    def _defer_to(self, peer: str) -> None:
+        """We just told `peer` (log at least as good as ours, larger id) that we would vote
+        for it: it is about to run in the term we would take. Two followers that lost the same
+        leader time out within a few ms of each other; running both splits the vote and costs
+        a whole vote interval (or two) of fail-over. So the smaller id stands down from a
+        pre-vote round and waits one vote interval; if `peer` does not win by then we run."""
+        v = self._vote
+        if v is not None and not v.pre:
+            return
+        self._vote = None
+        t = self.now_ms + self._vote_interval()
+        if t > self.next_time_to_request_vote:
+            self.next_time_to_request_vote = t
 
-    def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
-        """DLedger handleVote, checks in DLedger's order -- except the first: DLedger rejects
-        a candidate missing from the voter's own (latest, possibly uncommitted) configuration.
-        Two uncommitted removals on the two sides of a partition then deadlock elections for
-        good (each side's candidate is unknown to the other side's config). Raft thesis
-        §4.2.3: grant votes to candidates outside the latest configuration; the live-leader
-        rule keeps a removed member from disrupting a working group. Only ids this node has
-        never heard of (neither peers nor in any configuration) are rejected."""
+    def _handle_pre_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
+        """Would we vote for m.src if it ran in m.term now? The same checks as _handle_vote,
+        but nothing changes here: no term adopted, no vote recorded, no role change."""
+        r = self._vote_checks(m, is_self)
+        if r is not None:
+            return r
+        if m.term == self.term and self.voted_for is not None and self.voted_for != m.src:
+            return VoteResult.REJECT_ALREADY_VOTED
+        if m.term < self.log.last_term():
+            return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
+        return VoteResult.ACCEPT
+
+    def _vote_checks(self, m: VoteRequest, is_self: bool) -> VoteResult | None:
+        """The checks votes and pre-votes share, in DLedger's order (membership, the live
+        leader, the ledger, an expired term); None if all pass."""
         if m.src not in self.known_members:
             return VoteResult.REJECT_UNKNOWN_LEADER
         if not is_self and m.src == self.id:
@@ -593,6 +660,42 @@ class RaftCore:
             return VoteResult.REJECT_SMALL_LEDGER_END_INDEX
         if m.term < self.term:
             return VoteResult.REJECT_EXPIRED_VOTE_TERM
+        return None
+
+    def _has_live_leader(self, requester: str) -> bool:
+        """Seed 002: a member that hears from a live leader rejects votes from others."""
+        window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        if self.role == Role.FOLLOWER:
+            return (self.leader_id is not None and self.leader_id != requester
+                    and self.now_ms - self.last_leader_heartbeat_ms < window)
+        if self.role == Role.LEADER:
+            return self.now_ms - self._quorum_contact_ms() < window
+        return False
+
+    def _quorum_contact_ms(self) -> int:
+        """Check-quorum: the latest time by which a quorum of voters (us included) had
+        answered us as their leader -- the quorum-th most recent answer (heartbeat SUCCESS
+        of any round, or an append response) per voter."""
+        q = self.quorum
+        me = self.id
+        prog = self.progress
+        times = [self.now_ms if v == me else prog[v].last_resp_ms for v in self.voters]
+        times.sort(reverse=True)
+        return times[q - 1]
+
+    def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
+        """DLedger handleVote, checks in DLedger's order -- except the first: DLedger rejects
+        a candidate missing from the voter's own (latest, possibly uncommitted) configuration.
+        Two uncommitted removals on the two sides of a partition then deadlock elections for
+        good (each side's candidate is unknown to the other side's config). Raft thesis
+        §4.2.3: grant votes to candidates outside the latest configuration; the live-leader
+        rule keeps a removed member from disrupting a working group. Only ids this node has
+        never heard of (neither peers nor in any configuration) are rejected."""
+        r = self._vote_checks(m, is_self)
+        if r is not None:
+            return r
+        lg = self.log
+        end_term = lg.last_term()
         if m.term == self.term:
             if self.voted_for is not None and self.voted_for != m.src:
                 if self.leader_id is not None:
@@ -615,6 +718,16 @@ class RaftCore:
 
     def _tally(self, v: _VoteRound, src: str, result: VoteResult, term: int) -> None:
         v.responded.add(src)
+        if v.pre:
+            if result == VoteResult.ACCEPT:
+                v.accepted += 1
+            else:
+                if result == VoteResult.REJECT_ALREADY_HAS_LEADER:
+                    v.already_has_leader = True
+                if term > v.known_max_term:
+                    # the responder is at (or past) the term we proposed: propose past it next
+                    v.known_max_term = term
+            return
         if result != VoteResult.UNKNOWN:
             v.valid += 1
         if result == VoteResult.ACCEPT:
@@ -631,7 +744,7 @@ class RaftCore:
 
     def _on_vote_response(self, m: VoteResponse) -> None:
         v = self._vote
-        if (v is None or self.role != Role.CANDIDATE or m.req_term != v.term
+        if (v is None or self.role != Role.CANDIDATE or m.req_term != v.term or m.pre != v.pre
                 or m.src in v.responded or m.src not in self.voters):
             return
         self._tally(v, m.src, m.result, m.term)
@@ -639,14 +752,40 @@ class RaftCore:
 
     def _maybe_parse_vote(self, v: _VoteRound) -> None:
         q = self.quorum
+        n = len(self.voters)
+        if v.pre:
+            # decided once a quorum accepted or a quorum can no longer accept
+            if v.accepted >= q or len(v.responded) - v.accepted > n - q:
+                self._parse_vote()
+            return
         if (v.already_has_leader or v.accepted >= q or v.accepted + v.not_ready >= q
-                or len(v.responded) >= len(self.voters)):
+                or len(v.responded) >= n):
             self._parse_vote()
+
+    def _parse_pre_vote(self, v: _VoteRound) -> None:
+        """A quorum would vote for us: raise the term and run for real at once. Otherwise
+        nothing changed anywhere; try again after a vote interval (longer if someone still
+        hears a leader, as DLedger's WAIT_TO_REVOTE after REJECT_ALREADY_HAS_LEADER)."""
+        now = self.now_ms
+        if v.known_max_term > self.known_max_term:
+            self.known_max_term = v.known_max_term
+        if v.accepted >= self.quorum and v.known_max_term < v.term and self.role == Role.CANDIDATE:
+            self._next_term(False)
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+            self._start_vote_round()
+            return
+        wait = self._vote_interval()
+        if v.already_has_leader:
+            wait += self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        self.next_time_to_request_vote = now + wait
 
     def _parse_vote(self) -> None:
         """DLedger's ladder, in its order."""
         v = self._vote
         self._vote = None
+        if v.pre:
+            self._parse_pre_vote(v)
+            return
         q = self.quorum
         now = self.now_ms
         if v.known_max_term > v.term:
@@ -869,6 +1008,13 @@ class RaftCore:
     def _tick_leader(self) -> None:
         now = self.now_ms
         c = self.cfg
+        if now - self._quorum_contact_ms() > c.max_heartbeat_leak * c.heartbeat_interval_ms:
+            # check-quorum (DLedger: no quorum of heartbeat SUCCESS for maxHeartBeatLeak x
+            # interval -> CANDIDATE), checked every tick and counting late answers of earlier
+            # rounds and append responses: a stalled link delays answers, it does not make a
+            # follower stop following us
+            self._become_candidate(self.term)
+            return
         if now - self.last_send_heartbeat_ms >= c.heartbeat_interval_ms:
             if self._hb_open:
                 self._close_heartbeat_round()
@@ -905,15 +1051,14 @@ class RaftCore:
     def _send_heartbeats(self) -> None:
         self._hb_seq += 1
         self._hb_open = True
-        self._hb_all = 1
-        self._hb_succ = 1
+        self._hb_all = self._hb_succ = 1 if self.id in self._voter_set else 0
         self._hb_not_ready = 0
         self._hb_max_term = -1
         self._hb_inconsistent = False
         self.last_send_heartbeat_ms = self.now_ms
         for peer in self.progress:
             self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
-        if self.quorum <= 1:
+        if self._hb_succ >= self.quorum:  # a group of one
             self._hb_open = False
             self.last_succ_heartbeat_ms = self.now_ms
 
@@ -925,6 +1070,8 @@ class RaftCore:
             return
         if m.code == Code.SUCCESS:
             pr = self.progress.get(m.src)
+            if pr is not None and m.term == self.term:
+                pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
             if (pr is not None and pr.state == COMPARE
                     and self.now_ms - pr.probe_sent_ms >= self.cfg.heartbeat_interval_ms):
                 # the follower is reachable again (after a partition or a restart): probe now
@@ -961,7 +1108,6 @@ class RaftCore:
         """DLedger sendHeartbeats' verdict for a round without a quorum of SUCCESS."""
         self._hb_open = False
         q = self.quorum
-        c = self.cfg
         if self._hb_succ >= q:
             self.last_succ_heartbeat_ms = self.now_ms
         elif self._hb_succ + self._hb_not_ready >= q:
@@ -970,8 +1116,8 @@ class RaftCore:
             self._step_down_to(self._hb_max_term)
         elif self._hb_inconsistent:
             self._become_candidate(self.term)
-        elif self.now_ms - self.last_succ_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
-            self._become_candidate(self.term)
+        # (no quorum for max_heartbeat_leak x interval: _tick_leader's check-quorum, which
+        # counts every answer, not only this round's)
 
     def _send_probe(self, pr: Progress, prev: int) -> None:
         lg = self.log
@@ -1055,8 +1201,9 @@ class RaftCore:
         pr = self.progress.get(m.src)
         if pr is None:
             return
-        pr.last_resp_ms = self.now_ms
         code = m.code
+        if code != Code.INCONSISTENT_LEADER:
+            pr.last_resp_ms = self.now_ms  # it answered us as its leader (check-quorum)
         if code == Code.SUCCESS:
             mi = m.match_index
             if mi > pr.match:
@@ -1138,9 +1285,15 @@ class RaftCore:
             if self.learner is not None:
                 self._check_learner()
             self._check_ready_to_serve()
+            if self.id not in self._voter_set and self.configs[-1][0] <= n:
+                # a non-member that led to finish a change (_may_campaign): done
+                self._become_candidate(self.term)
 
     def _drop_leaving(self) -> None:
         for p in [p for p, pr in self.progress.items() if 0 < pr.leaving_at <= self.commit_index]:
+            # one last heartbeat carries the commit index: the removed node learns that its
+            # removal committed and stops campaigning (otherwise it keeps asking for votes)
+            self._msgs.append(Heartbeat(self.term, self.id, p, self.commit_index, 0))
             del self.progress[p]
             self._leaving -= 1
             if self.transferee == p:

@@ -1,13 +1,20 @@
-"""Deterministic simulation of a RaftCore cluster: simulated time, network, disks and crashes.
+"""Deterministic simulation of a RaftCore cluster: simulated time, network, disks, clocks, crashes.
 
 Everything random comes from one random.Random(seed), so a run is a pure function of its seed
 (and options): a failure names the seed and `pytest --sim-seed N` (or
 `python -m quorumlog.testing.soak --seed N -v`) replays it exactly.
 
-The network drops, duplicates, delays (hence reorders) messages and applies partitions,
-including one-way (asymmetric) ones. A crash throws away the core and every log write not
-flushed (MemLog.crash); the hard state survives because the driver loop persists it before it
-sends anything (the contract in core.py). A "disk" completes flushes after a random delay.
+Two kinds of network. Datagram links drop, duplicate and delay (hence reorder) messages, with
+rare long spikes. TCP-like links are FIFO per (src, dst) with a small delay and no loss, but a
+message may stall its link for 200-800 ms (a retransmission timeout): every later message on
+that link waits behind it (head-of-line blocking). Both kinds take partitions, including
+one-way ones; a message in flight on a link that is cut is lost (the connection broke).
+
+A crash throws away the core and every log write not flushed (MemLog.crash); the hard state
+survives because the driver loop persists it before it sends anything (the contract in
+core.py). A "disk" completes flushes after a random delay. A process pause stops a node for up
+to a second: its ticks, deliveries and flushes wait (its clock keeps running). Each node's
+clock runs at its own rate (clock_skew: within 1 +- skew of real time) from its own offset.
 
 Invariants are checked after every event (InvariantViolation names the seed):
   * at most one leader per term
@@ -49,10 +56,18 @@ class FaultProfile:
     disk_max_ms: int = 2
     membership: bool = False      # add/remove members during the run
     transfers: bool = False       # leadership transfers during the run
+    tcp: bool = False             # FIFO links (no drop/dup/reorder) with head-of-line stalls
+    stall: float = 0.0            # probability that a message stalls its link (tcp links)
+    stall_min_ms: int = 200
+    stall_max_ms: int = 800
+    pause_rate: float = 0.0       # process pauses per simulated second (one random node each)
+    pause_max_ms: int = 1000
+    clock_skew: float = 0.0       # each node's clock rate is within 1 +- clock_skew
+    lanes: int = 1                # tcp: 2 = control messages on a connection of their own
 
     @classmethod
     def random(cls, rng: random.Random) -> "FaultProfile":
-        return cls(
+        f = cls(
             drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.3)),
             dup=rng.choice((0.0, 0.02, 0.1)),
             min_delay_ms=rng.choice((0, 1, 2)),
@@ -65,6 +80,13 @@ class FaultProfile:
             membership=rng.random() < 0.3,
             transfers=rng.random() < 0.3,
         )
+        if rng.random() < 0.5:  # TCP-like links instead of datagrams
+            f.tcp, f.drop, f.dup, f.spike = True, 0.0, 0.0, 0.0
+            f.min_delay_ms, f.max_delay_ms = 0, rng.choice((2, 10))
+            f.stall = rng.choice((0.0, 0.01, 0.05))
+        f.pause_rate = rng.choice((0.0, 0.0, 0.3, 1.0))
+        f.clock_skew = rng.choice((0.0, 0.01, 0.05))
+        return f
 
 
 @dataclass
@@ -80,11 +102,14 @@ class SimResult:
     liveness_ms: int = -1
     stats: dict = field(default_factory=dict)
     trace: list = field(default_factory=list)
+    ack_times: list = field(default_factory=list)   # real ms of every acknowledged proposal
+    leader_times: list = field(default_factory=list)  # (real ms, term, node) of each election
+    failover_ms: int = -1   # with crash_leader_at_ms: crash -> first commit by a new leader
 
 
 class _Node:
     __slots__ = ("id", "core", "log", "hard", "alive", "incarnation", "flush_pending",
-                 "commit_seen", "tick_phase")
+                 "commit_seen", "tick_phase", "rate", "clock0", "paused_until")
 
     def __init__(self, nid):
         self.id = nid
@@ -96,6 +121,13 @@ class _Node:
         self.flush_pending = False
         self.commit_seen = 0
         self.tick_phase = 0
+        self.rate = 1.0       # clock rate relative to real (simulated) time
+        self.clock0 = 0       # clock offset
+        self.paused_until = 0
+
+    def clock(self, t: int) -> int:
+        """This node's monotonic clock at real time t."""
+        return self.clock0 + int(t * self.rate)
 
 
 TICK, DELIVER, FLUSH, FAULT, PROPOSE, RESTART, ADMIN = range(7)
@@ -105,7 +137,7 @@ class Simulator:
     def __init__(self, seed: int, n_nodes: int = 3, *, faults: FaultProfile | None = None,
                  config: RaftConfig | None = None, fault_ms: int = 3000, liveness_ms: int = 6000,
                  tick_ms: int = 10, propose_every_ms: int = 15, spare_nodes: int = 0,
-                 trace: bool = False):
+                 trace: bool = False, crash_leader_at_ms: int | None = None):
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -148,10 +180,20 @@ class Simulator:
         self.stats: dict[str, int] = {}
         self.liveness_probes: set = set()
         self.liveness_done_ms = -1
+        self.link_free: dict[tuple, int] = {}   # tcp links: when the link's last message lands
+        self.ack_times: list[int] = []
+        self.leader_times: list[tuple] = []
+        self.crash_leader_at_ms = crash_leader_at_ms
+        self.crashed_leader: tuple | None = None  # (node id, real ms) of crash_leader_at_ms
+        self.failover_ms = -1
+        skew = self.faults.clock_skew
         for nid in self.ids:
             n = self.nodes[nid]
             n.log.observer = self._make_observer(n)
             n.tick_phase = rng.randrange(tick_ms)
+            if skew:
+                n.rate = 1.0 + rng.uniform(-skew, skew)
+                n.clock0 = rng.randrange(1 << 20)
             self._start(n)
 
     # -- plumbing ----------------------------------------------------------------------
@@ -172,8 +214,10 @@ class Simulator:
         n.flush_pending = False
         n.commit_seen = 0
         history = n.log.config_history(self.initial_voters)
+        n.paused_until = 0
         n.core = RaftCore(n.id, n.log, random.Random(self.rng.getrandbits(64)), self.cfg,
-                          hard_state=n.hard, config_history=history, peers=self.ids, now_ms=self.now)
+                          hard_state=n.hard, config_history=history, peers=self.ids,
+                          now_ms=n.clock(self.now))
         self._push(self.now + n.tick_phase, TICK, n.id, n.incarnation)
         self._t(f"start {n.id} inc={n.incarnation} {n.core.status()}")
 
@@ -232,6 +276,18 @@ class Simulator:
         rng = self.rng
         if (m.src, m.dst) in self.blocked:
             return
+        if f.tcp:
+            link = (m.src, m.dst, m.lane if f.lanes > 1 else 0)
+            # FIFO per link; a stalled message holds back everything sent after it
+            t = self.now + rng.randint(f.min_delay_ms, f.max_delay_ms)
+            if not self.healed and f.stall and rng.random() < f.stall:
+                t += rng.randint(f.stall_min_ms, f.stall_max_ms)
+            free = self.link_free.get(link, 0)
+            if t < free:
+                t = free
+            self.link_free[link] = t
+            self._push(t, DELIVER, m)
+            return
         if not self.healed and f.drop and rng.random() < f.drop:
             return
         copies = 2 if (not self.healed and f.dup and rng.random() < f.dup) else 1
@@ -247,6 +303,7 @@ class Simulator:
         self.stats[name] = self.stats.get(name, 0) + 1
         if isinstance(ev, RoleChanged) and ev.role == Role.LEADER:
             self.elections += 1
+            self.leader_times.append((self.now, ev.term, n.id))
             other = self.leader_of_term.get(ev.term)
             if other is not None and other != n.id:
                 self._fail(f"two leaders in term {ev.term}: {other} and {n.id}")
@@ -304,8 +361,12 @@ class Simulator:
                     # reported committed to the client: the entry is still ours at commit time
                     if lg.term_at(idx) == t and lg.entry(idx)[2] == pid:
                         self.acked[pid] = (idx, t)
+                        self.ack_times.append(self.now)
                         if pid in self.liveness_probes and self.liveness_done_ms < 0:
                             self.liveness_done_ms = self.now
+                        cl = self.crashed_leader
+                        if cl is not None and self.failover_ms < 0 and n.id != cl[0]:
+                            self.failover_ms = self.now - cl[1]
                 elif t < term:
                     done.append(pid)  # an old leader's proposal: the client would time out
             for pid in done:
@@ -319,7 +380,8 @@ class Simulator:
         while t < self.fault_ms:
             t += self.propose_every_ms
             self._push(t, PROPOSE)
-        for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition")):
+        for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition"),
+                           (f.pause_rate, "pause")):
             if rate <= 0:
                 continue
             t = 0.0
@@ -334,13 +396,19 @@ class Simulator:
         if f.transfers:
             for _ in range(3):
                 self._push(rng.randrange(200, self.fault_ms), ADMIN, "transfer")
+        if self.crash_leader_at_ms is not None:
+            self._push(self.crash_leader_at_ms, FAULT, "crash_leader")
         self._push(self.fault_ms, FAULT, "heal")
 
     def _leaders(self):
         return [n for n in self.nodes.values() if n.alive and n.core.role == Role.LEADER]
 
+    def _running_leaders(self):
+        """Leaders that can take a client request now (not paused)."""
+        return [n for n in self._leaders() if n.paused_until <= self.now]
+
     def _propose(self, probe=False):
-        leaders = self._leaders()
+        leaders = self._running_leaders()
         if not leaders:
             return None
         n = self.rng.choice(leaders)
@@ -364,6 +432,17 @@ class Simulator:
                 n = rng.choice(alive)
                 self._crash(n)
                 self._push(self.now + rng.randint(50, 800), RESTART, n.id)
+        elif kind == "pause":
+            if alive:
+                n = rng.choice(alive)
+                n.paused_until = max(n.paused_until, self.now + rng.randint(20, self.faults.pause_max_ms))
+                self._t(f"pause {n.id} until {n.paused_until}")
+        elif kind == "crash_leader":
+            leaders = self._leaders()
+            if leaders:
+                n = leaders[0]
+                self._crash(n)
+                self.crashed_leader = (n.id, self.now)
         elif kind == "partition":
             ids = self.ids
             self.blocked = set()
@@ -396,12 +475,12 @@ class Simulator:
             self.blocked = set()
             self._t("heal: network healed, restarting crashed nodes")
             for n in self.nodes.values():
-                if not n.alive:
+                if not n.alive and (self.crashed_leader is None or n.id != self.crashed_leader[0]):
                     self._start(n)
 
     def _admin(self, kind):
         rng = self.rng
-        leaders = self._leaders()
+        leaders = self._running_leaders()
         if not leaders:
             return
         # any node that believes it leads (a stale, partitioned leader too): uncommitted
@@ -448,6 +527,9 @@ class Simulator:
         res.liveness_ms = self.liveness_done_ms - self.fault_ms if self.liveness_done_ms >= 0 else -1
         res.trace = self.trace
         res.stats = self.stats
+        res.ack_times = self.ack_times
+        res.leader_times = self.leader_times
+        res.failover_ms = self.failover_ms
         return res
 
     def _run(self):
@@ -463,11 +545,18 @@ class Simulator:
                 break
             self.now = t
             self.events += 1
+            if kind <= FLUSH:
+                # a paused process does nothing until it resumes: its ticks, deliveries (in
+                # their order) and flush completions wait
+                n = nodes[a.dst if kind == DELIVER else a]
+                if n.paused_until > t and n.alive:
+                    self._push(n.paused_until, kind, a, b)
+                    continue
             if kind == TICK:
                 n = nodes[a]
                 if not n.alive or n.incarnation != b:
                     continue
-                n.core.tick(t)
+                n.core.tick(n.clock(t))
                 self._drain(n)
                 self._push(t + tick_ms, TICK, a, b)
                 if self.healed and t >= next_probe_ms and self.liveness_done_ms < 0:
@@ -552,3 +641,33 @@ def run_seed(seed: int, **overrides) -> SimResult:
     kw.update(overrides)
     n = kw.pop("n_nodes")
     return Simulator(seed, n, **kw).run()
+
+
+def benign_faults(stall: float = 0.01) -> FaultProfile:
+    """What a healthy LAN looks like to the core: TCP-like links, 0-2 ms, no loss; `stall` of
+    the messages hit a 200-800 ms retransmission stall that holds up their link."""
+    return FaultProfile(tcp=True, min_delay_ms=0, max_delay_ms=2, stall=stall, disk_max_ms=2)
+
+
+def benign_run(seed: int, duration_ms: int = 60000, *, stall: float = 0.01, n_nodes: int = 3,
+               config: RaftConfig | None = None) -> SimResult:
+    """A long run without crashes, partitions or pauses (the core's defaults unless `config`);
+    every election after the first is a spurious one."""
+    return Simulator(seed, n_nodes, faults=benign_faults(stall), config=config or RaftConfig(),
+                     fault_ms=duration_ms, liveness_ms=2000).run()
+
+
+def failover_run(seed: int, *, stall: float = 0.0, n_nodes: int = 3,
+                 config: RaftConfig | None = None) -> SimResult:
+    """Crash the leader at a random moment 2-3 s into a benign run; SimResult.failover_ms is
+    the time from the crash to the first proposal committed by a new leader."""
+    at = 2000 + random.Random(seed ^ 0xFA11).randrange(1000)
+    return Simulator(seed, n_nodes, faults=benign_faults(stall), config=config or RaftConfig(),
+                     fault_ms=at + 3000, liveness_ms=2000, crash_leader_at_ms=at).run()
+
+
+def silent_ms(ack_times, start_ms: int, end_ms: int, bucket_ms: int = 100) -> int:
+    """Milliseconds of [start_ms, end_ms) in bucket_ms slices during which no proposal was
+    acknowledged (proposals are offered every 15 ms, so a healthy slice always has some)."""
+    full = set(t // bucket_ms for t in ack_times if start_ms <= t < end_ms)
+    return sum(bucket_ms for b in range(start_ms // bucket_ms, end_ms // bucket_ms) if b not in full)
