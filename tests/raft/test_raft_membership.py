@@ -5,7 +5,7 @@ import pytest
 from quorumlog.raft import RaftConfig, Role, VoteResult
 from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
-from quorumlog.raft.log import EntryKind, decode_voters
+from quorumlog.raft.log import EntryKind, decode_config, decode_voters
 from quorumlog.raft.messages import VoteRequest, VoteResponse
 
 
@@ -280,3 +280,52 @@ def test_vote_from_a_known_member_outside_the_config_is_judged_on_its_log():
     lg = cl.logs["n4"]
     c3.step(VoteRequest(c3.term + 1, "n4", "n3", lg.last_index(), lg.last_term()))
     assert c3.ready().messages[0].result == VoteResult.REJECT_TERM_NOT_READY  # not UNKNOWN_LEADER
+
+
+def test_add_member_survives_a_leader_change_mid_add():
+    # The learner used to live only in the leader's memory: a new leader forgot the add and
+    # the member never joined. Now add_member appends a CONFIG entry with the learner, and
+    # whoever leads promotes it once it has caught up. Failed before: voters stayed n1..n3.
+    cl = cluster(spare=("n4",))
+    for _ in range(5):
+        cl.propose("n1", 5)
+    cl.settle(cl.now + 50)
+    cl.block("n1", "n4")  # the learner cannot catch up from n1
+    cl.core("n1").add_member("n4")
+    cl.settle(cl.now + 150)
+    assert cl.core("n2").learner == "n4" and "n4" not in cl.core("n2").voters
+    cl.crash("n1")
+    cl.heal()
+    cl.settle(cl.now + 3000)
+    ld = cl.leaders()
+    assert ld and ld[0] != "n1"
+    assert cl.core(ld[0]).voters == ("n1", "n2", "n3", "n4") and cl.core(ld[0]).learner is None
+    assert cl.core("n4").voters == ("n1", "n2", "n3", "n4")
+
+
+def test_a_learner_that_never_catches_up_can_be_removed():
+    cl = cluster(spare=("n4",))
+    c = cl.core("n1")
+    cl.crash("n4")
+    c.add_member("n4")
+    cl.settle(cl.now + 300)
+    assert c.learner == "n4"
+    c.remove_member("n4")
+    cl.settle(cl.now + 300)
+    assert c.learner is None and c.voters == ("n1", "n2", "n3") and "n4" not in c.progress
+    assert decode_config(cl.logs["n1"].entry(cl.logs["n1"].last_index())[2]) == (("n1", "n2", "n3"), ())
+
+
+def test_take_leadership_is_resent_when_lost():
+    # TAKE_LEADERSHIP went out once: one lost message blocked proposals until
+    # transfer_timeout_ms and then aborted the transfer. Failed before: TransferAborted.
+    cl = cluster()
+    c = cl.core("n1")
+    cl.propose("n1", 2)
+    cl.settle(cl.now + 50)
+    c.transfer_leadership("n2")
+    cl.drain("n1")
+    assert cl.drop(lambda m: m.__class__.__name__ == "TakeLeadership") == 1
+    cl.settle(cl.now + 400)
+    assert cl.leaders() == ["n2"]
+    assert not any("TransferAborted" in line for line in cl.out)

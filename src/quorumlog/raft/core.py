@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError, IndexOutOfRangeError
 from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
                      NotLeaderError, ProposalLimitError, RaftInvariantError, TransferError)
-from .log import EntryKind, RaftLog, decode_voters, encode_voters
+from .log import EntryKind, RaftLog, decode_voters, encode_config
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse, VoteResult)
@@ -150,6 +150,7 @@ class ReadyToServe(NamedTuple):
 class ConfigChanged(NamedTuple):
     index: int
     voters: tuple
+    learners: tuple = ()  # members being added (replicated to, never counted)
 
 
 class TransferAborted(NamedTuple):
@@ -202,9 +203,9 @@ class RaftCore:
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
                  persisted_index: int | None = None, commit_index: int = 0):
-        """voters: the initial voter set (or config_history: [(index, voters), ...] recovered
-        from the log, oldest first, starting with index 0). peers: every node id the driver
-        can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER)."""
+        """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
+        recovered from the log, oldest first, starting with index 0). peers: every node id the
+        driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER)."""
         self.id = node_id
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
@@ -214,7 +215,9 @@ class RaftCore:
             if voters is None:
                 raise ConfigError("RaftCore needs voters or config_history")
             config_history = [(0, tuple(sorted(voters)))]
-        self.configs: list[tuple[int, tuple]] = [(i, tuple(sorted(v))) for i, v in config_history]
+        self.configs: list[tuple[int, tuple, tuple]] = [
+            (c[0], tuple(sorted(c[1])), tuple(sorted(c[2])) if len(c) > 2 else ())
+            for c in config_history]
         self.known_members: set = set(peers)
         # persisted
         self.term = hard_state.term
@@ -240,6 +243,7 @@ class RaftCore:
         self._hb_seq = 0
         self._hb_open = False
         self._hb_all = self._hb_succ = self._hb_not_ready = 0
+        self._hb_answered: set = set()  # who answered the open round (duplicates count once)
         self._hb_max_term = -1
         self._hb_inconsistent = False
         # replication
@@ -247,16 +251,17 @@ class RaftCore:
         self.commit_index = min(commit_index, last)
         self.persisted_index = last if persisted_index is None else min(persisted_index, last)
         self.dispatched_index = 0
+        self._leader_commit = 0      # follower: the highest commit index a leader announced
         self.leader_match = 0        # follower: highest index known to match the current leader
         self.reported_match = 0      # follower: highest match sent to the current leader
         self._leader_epoch = 0
         self._log_gen = 0            # bumped on every truncation (see on_persisted)
         self.progress: dict[str, Progress] = {}
         self._leaving = 0  # progress entries of removed voters still being replicated to
-        self.learner: str | None = None
         self.transferee: str | None = None
         self.transfer_deadline_ms = 0
         self._take_sent = False
+        self._take_sent_ms = NEVER
         self._next_preferred_try_ms = 0
         self.is_ready_to_serve = False
         # outputs
@@ -320,6 +325,7 @@ class RaftCore:
         if self.role == Role.LEADER:
             self._maybe_commit()
         elif self.role == Role.FOLLOWER:
+            self._follower_commit(self._leader_commit)
             self._maybe_report(False)
 
     def on_dispatched(self, index: int) -> None:
@@ -362,27 +368,30 @@ class RaftCore:
         return first, last
 
     # -- membership and leadership transfer (leader only) ---------------------------------
-    def add_member(self, peer: str) -> None:
-        """Start adding `peer`: it catches up as a learner, then a CONFIG entry makes it a voter."""
+    def add_member(self, peer: str) -> int:
+        """Start adding `peer`: a CONFIG entry makes it a learner (replicated to, never
+        counted); once it has caught up, the leader -- this one or any later one, the learner
+        is in the log -- appends a CONFIG entry that makes it a voter. Returns the index of
+        the first entry."""
         self._check_admin()
         if peer in self.voters:
             raise MembershipChangeError(f"add_member: {peer} is already a voter")
         self._check_no_change_in_progress()
-        self.known_members.add(peer)
-        self.learner = peer
-        pr = Progress(peer, self.log.last_index() + 1, self.now_ms, is_learner=True)
-        self.progress[peer] = pr
-        self._send_probe(pr, self.log.last_index())
+        return self._append_config(self.voters, (peer,))
 
     def remove_member(self, peer: str) -> int:
-        """Append a CONFIG entry without `peer`; returns its index."""
+        """Append a CONFIG entry without `peer` (a voter, or a learner still catching up);
+        returns its index."""
         self._check_admin()
         if peer == self.id:
             raise MembershipChangeError("remove_member: transfer leadership before removing the leader")
+        if peer in self._learners:
+            self._check_no_change_in_progress(learner_ok=True)
+            return self._append_config(self.voters, tuple(p for p in self._learners if p != peer))
         if peer not in self.voters:
             raise MembershipChangeError(f"remove_member: {peer} is not a voter")
         self._check_no_change_in_progress()
-        return self._append_config(tuple(v for v in self.voters if v != peer))
+        return self._append_config(tuple(v for v in self.voters if v != peer), self._learners)
 
     def transfer_leadership(self, to: str) -> None:
         if self.role != Role.LEADER:
@@ -466,9 +475,10 @@ class RaftCore:
         prev_last = lg.last_index()
         self.progress = {}
         self._leaving = 0
-        for v in self.voters:
+        for v in self.voters + self._learners:  # (learners: an add a former leader began)
             if v != self.id:
-                self.progress[v] = Progress(v, prev_last + 1, self.now_ms)
+                self.progress[v] = Progress(v, prev_last + 1, self.now_ms,
+                                            is_learner=v not in self._voter_set)
         # NOOP: entries of earlier terms commit only together with one of the current term
         self._flush_to = lg.append_control(self.term, EntryKind.NOOP, b"")
         self._send_heartbeats()
@@ -479,7 +489,6 @@ class RaftCore:
         if self.transferee is not None and not self._take_sent:
             self._events.append(TransferAborted(self.term, self.transferee, "stepped down"))
         self.transferee = None
-        self.learner = None
         self.progress = {}
         self._leaving = 0
         self._hb_open = False
@@ -512,9 +521,14 @@ class RaftCore:
         now = self.now_ms
         v = self._vote
         if v is not None:
-            if now >= v.deadline_ms:
-                self._parse_vote()
-            return
+            if self.need_increase_term_immediately:
+                # a bigger term is out there (someone asked us to catch up): this round cannot
+                # win; drop it and adopt the term now, not at the round's deadline
+                self._vote = None
+            else:
+                if now >= v.deadline_ms:
+                    self._parse_vote()
+                return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
         if self.need_increase_term_immediately:
@@ -564,7 +578,7 @@ class RaftCore:
         if self.configs[-1][0] <= self.commit_index:
             return False
         committed = self.configs[0][1]
-        for idx, voters in self.configs:
+        for idx, voters, _ in self.configs:
             if idx > self.commit_index:
                 break
             committed = voters
@@ -849,7 +863,13 @@ class RaftCore:
         return Code.INCONSISTENT_LEADER
 
     def _follower_commit(self, leader_commit: int) -> None:
+        """min(leader commit, what matches this leader, what is flushed here): the commit
+        index a driver dispatches to (and checkpoints) never runs ahead of the flushed log."""
+        if leader_commit > self._leader_commit:
+            self._leader_commit = leader_commit
         c = leader_commit if leader_commit < self.leader_match else self.leader_match
+        if c > self.persisted_index:
+            c = self.persisted_index
         if c > self.commit_index:
             self.commit_index = c
             self._commit_changed = True
@@ -941,8 +961,8 @@ class RaftCore:
             raise RaftInvariantError(f"{self.id}: append_replicated ended at {new_last}, batch at {lastb}")
         self.leader_match = lastb
         if m.configs:
-            for idx, voters in m.configs:
-                self._add_config(idx, voters)
+            for idx, voters, learners in m.configs:
+                self._add_config(idx, voters, learners)
         self._flush_to = lastb
         self._follower_commit(m.commit_index)
         self._maybe_report(False)
@@ -1052,6 +1072,7 @@ class RaftCore:
         self._hb_seq += 1
         self._hb_open = True
         self._hb_all = self._hb_succ = 1 if self.id in self._voter_set else 0
+        self._hb_answered = set()
         self._hb_not_ready = 0
         self._hb_max_term = -1
         self._hb_inconsistent = False
@@ -1077,8 +1098,10 @@ class RaftCore:
                 # the follower is reachable again (after a partition or a restart): probe now
                 # rather than at the next append timeout
                 self._send_probe(pr, pr.probe_prev)
-        if not self._hb_open or m.seq != self._hb_seq or m.src not in self.voters:
-            return
+        if (not self._hb_open or m.seq != self._hb_seq or m.src not in self._voter_set
+                or m.src in self._hb_answered):
+            return  # (a duplicated answer would count twice towards the round's quorum)
+        self._hb_answered.add(m.src)
         code = m.code
         if code == Code.SUCCESS:
             self._hb_succ += 1
@@ -1190,7 +1213,7 @@ class RaftCore:
         pr.next = nxt
 
     def _configs_in(self, lo: int, hi: int) -> tuple:
-        return tuple((i, v) for i, v in self.configs if lo <= i <= hi)
+        return tuple(c for c in self.configs if lo <= c[0] <= hi)
 
     def _on_append_response(self, m: AppendResponse) -> None:
         if m.term > self.term:
@@ -1277,6 +1300,8 @@ class RaftCore:
         matches = [self.persisted_index if v == me else prog[v].match for v in voters]
         matches.sort(reverse=True)
         n = matches[self.quorum - 1]
+        if n > self.persisted_index:
+            n = self.persisted_index  # (committed on a quorum, but reported once flushed here)
         if n > self.commit_index and self.log.term_at(n) == self.term:
             self.commit_index = n
             self._commit_changed = True
@@ -1308,13 +1333,19 @@ class RaftCore:
             self._events.append(ReadyToServe(self.term))
 
     def _check_transfer(self) -> None:
-        if self._take_sent:
-            return
+        """Send TAKE_LEADERSHIP once the transferee's durable match reaches our end, and again
+        every heartbeat interval until the transfer ends: one lost message used to block
+        proposals until transfer_timeout_ms (a transferee that already took the next term
+        ignores the repeats)."""
         pr = self.progress.get(self.transferee)
         end = self.log.last_index()
-        if pr is not None and pr.match >= end:
-            self._take_sent = True
-            self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
+        if pr is None or pr.match < end:
+            return
+        if self._take_sent and self.now_ms - self._take_sent_ms < self.cfg.heartbeat_interval_ms:
+            return
+        self._take_sent = True
+        self._take_sent_ms = self.now_ms
+        self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
 
     # ======================================================================================
     # membership
@@ -1323,41 +1354,61 @@ class RaftCore:
     def voters(self) -> tuple:
         return self._voters
 
+    @property
+    def learner(self) -> str | None:
+        """The member being added (in the configuration as a learner), if any."""
+        return self._learners[0] if self._learners else None
+
     def _apply_config(self, initial: bool = False) -> None:
-        idx, voters = self.configs[-1]
+        idx, voters, learners = self.configs[-1]
         self._voters = voters
         self._voter_set = frozenset(voters)
+        self._learners = learners
         self.quorum = len(voters) // 2 + 1
-        self.known_members.update(voters)
-        for _, vs in self.configs:
+        for _, vs, ls in self.configs:
             self.known_members.update(vs)
+            self.known_members.update(ls)
         if not initial:
-            self._events.append(ConfigChanged(idx, voters))
+            self._events.append(ConfigChanged(idx, voters, learners))
         if self.role == Role.LEADER:
-            for v in voters:
-                if v != self.id and v not in self.progress:
-                    pr = Progress(v, self.log.last_index() + 1, self.now_ms)
-                    self.progress[v] = pr
-                    self._send_probe(pr, self.log.last_index())
-                elif v in self.progress:
-                    self.progress[v].is_learner = False
-            for p, pr in self.progress.items():
-                if p not in self._voter_set and p != self.learner and not pr.leaving_at:
-                    pr.leaving_at = idx
-                    pr.is_learner = True
-                    self._leaving += 1
+            self._track_members(idx)
 
-    def _add_config(self, index: int, voters) -> None:
+    def _track_members(self, config_index: int) -> None:
+        """Leader: a Progress for every voter and learner of the configuration; members that
+        left it are replicated to until config_index commits (then dropped)."""
+        me = self.id
+        last = self.log.last_index()
+        for p in self._voters + self._learners:
+            learner = p not in self._voter_set
+            pr = self.progress.get(p)
+            if p == me:
+                continue
+            if pr is None:
+                pr = self.progress[p] = Progress(p, last + 1, self.now_ms, is_learner=learner)
+                self._send_probe(pr, last)
+            else:
+                pr.is_learner = learner
+                if pr.leaving_at:
+                    pr.leaving_at = 0
+                    self._leaving -= 1
+        members = set(self._voters) | set(self._learners)
+        for p, pr in self.progress.items():
+            if p not in members and not pr.leaving_at:
+                pr.leaving_at = config_index
+                pr.is_learner = True
+                self._leaving += 1
+
+    def _add_config(self, index: int, voters, learners=()) -> None:
         if index <= self.configs[-1][0]:
             return
-        self.configs.append((index, tuple(sorted(voters))))
+        self.configs.append((index, tuple(sorted(voters)), tuple(sorted(learners))))
         self._apply_config()
 
-    def _append_config(self, voters: tuple) -> int:
+    def _append_config(self, voters: tuple, learners: tuple = ()) -> int:
         voters = tuple(sorted(voters))
-        idx = self.log.append_control(self.term, EntryKind.CONFIG, encode_voters(voters))
+        idx = self.log.append_control(self.term, EntryKind.CONFIG, encode_config(voters, learners))
         self._flush_to = idx
-        self._add_config(idx, voters)
+        self._add_config(idx, voters, learners)
         for pr in self.progress.values():
             if pr.state != COMPARE:
                 self._send_appends(pr)
@@ -1370,8 +1421,8 @@ class RaftCore:
         if self.transferee is not None:
             raise LeaderTransferringError(f"{self.id}: leadership transfer in progress")
 
-    def _check_no_change_in_progress(self) -> None:
-        if self.learner is not None:
+    def _check_no_change_in_progress(self, learner_ok: bool = False) -> None:
+        if self.learner is not None and not learner_ok:
             raise MembershipChangeError(f"membership change in progress: learner {self.learner}")
         if self.configs[-1][0] > self.commit_index:
             raise MembershipChangeError(
@@ -1380,17 +1431,15 @@ class RaftCore:
             raise MembershipChangeError("membership change refused until this leader's NOOP commits")
 
     def _check_learner(self) -> None:
+        """Promote the learner once it has caught up (and the CONFIG entry that made it one
+        has committed): seed 002 §2.4 step 3."""
         peer = self.learner
         pr = self.progress.get(peer)
-        if pr is None:
-            self.learner = None
-            return
-        if (pr.match >= self.commit_index
+        if (pr is not None and pr.match >= self.commit_index
                 and self.log.last_index() - pr.match <= self.cfg.learner_max_lag_entries
                 and self.configs[-1][0] <= self.commit_index):
-            self.learner = None
             pr.is_learner = False
-            self._append_config(self.voters + (peer,))
+            self._append_config(self.voters + (peer,), tuple(p for p in self._learners if p != peer))
 
 
 __all__ = ["RaftCore", "RaftConfig", "HardState", "Ready", "RoleChanged", "ReadyToServe",

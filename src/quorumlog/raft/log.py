@@ -29,7 +29,23 @@ def encode_voters(voters) -> bytes:
 
 
 def decode_voters(data: bytes) -> tuple[str, ...]:
-    return tuple(x for x in bytes(data).decode().split(",") if x)
+    return tuple(x for x in bytes(data).decode().split(";")[0].split(",") if x)
+
+
+def encode_config(voters, learners=()) -> bytes:
+    """CONFIG entry body with learners: the voters as encode_voters, then (only if there are
+    learners) ';' and the sorted learner ids, comma separated. A learner is a member being
+    added: it is in the configuration (so any leader, also a new one, keeps catching it up and
+    promotes it) but never counts towards a quorum."""
+    body = encode_voters(voters)
+    return body + b";" + ",".join(sorted(learners)).encode() if learners else body
+
+
+def decode_config(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(voters, learners) of a CONFIG entry body (encode_config or encode_voters)."""
+    text = bytes(data).decode()
+    voters, _, learners = text.partition(";")
+    return (tuple(x for x in voters.split(",") if x), tuple(x for x in learners.split(",") if x))
 
 
 @runtime_checkable

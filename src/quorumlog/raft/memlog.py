@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from ..errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
-from .log import EntryKind, decode_voters
+from .log import EntryKind, decode_config
 
 RECORD_HEADER_BYTES = 96  # the native record header's size (format.md), so byte budgets behave alike
 
@@ -182,6 +182,10 @@ class MemLog:
         return len(self._terms)
 
     # -- simulation helpers --------------------------------------------------------------
+    def flushed_index(self) -> int:
+        """Highest index whose entry (and every one before it) is durable as it is now."""
+        return min(len(self._d_terms), self._dirty_from, len(self._terms))
+
     def crash(self) -> None:
         """Lose everything not flushed (including unflushed truncations)."""
         self._terms = list(self._d_terms)
@@ -194,11 +198,11 @@ class MemLog:
         self._cum = cum
         self._dirty_from = len(self._terms)
 
-    def config_history(self, initial_voters) -> list[tuple[int, tuple[str, ...]]]:
-        """[(index, voters)] for index 0 (initial) and every CONFIG entry: what a driver
-        recovers by scanning CONFIG records, to hand to RaftCore on restart."""
-        out = [(0, tuple(sorted(initial_voters)))]
+    def config_history(self, initial_voters) -> list[tuple[int, tuple, tuple]]:
+        """[(index, voters, learners)] for index 0 (initial) and every CONFIG entry: what a
+        driver recovers by scanning CONFIG records, to hand to RaftCore on restart."""
+        out = [(0, tuple(sorted(initial_voters)), ())]
         for i, k in enumerate(self._kinds):
             if k == EntryKind.CONFIG:
-                out.append((i + 1, decode_voters(self._datas[i])))
+                out.append((i + 1, *decode_config(self._datas[i])))
         return out

@@ -184,13 +184,14 @@ class Append(Message):
         self.payload = payload            # opaque to the core (log.read's result)
         self.nbytes = nbytes
         self.commit_index = commit_index
-        self.configs = configs            # ((index, voters), ...) CONFIG entries in this batch
+        self.configs = configs            # ((index, voters, learners), ...) CONFIG entries here
         self.epoch = epoch                # dispatcher epoch, echoed so stale rejections are ignored
 
     def fields(self):
         if self.last_index < self.first_index:
             return f"probe prev={self.prev_index}/t{self.prev_term} commit={self.commit_index}"
-        cfg = f" configs={list(self.configs)}" if self.configs else ""
+        cfg = (" configs=" + str([(i, v, ln) if ln else (i, v) for i, v, ln in self.configs])
+               if self.configs else "")
         return (f"prev={self.prev_index}/t{self.prev_term} [{self.first_index}..{self.last_index}]"
                 f"/t{self.entry_term} commit={self.commit_index}{cfg}")
 

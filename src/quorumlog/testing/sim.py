@@ -334,6 +334,9 @@ class Simulator:
         lg = n.log
         if c > lg.last_index():
             self._fail(f"{n.id} commit {c} beyond its log end {lg.last_index()}")
+        if c > lg.flushed_index():
+            # the driver dispatches and checkpoints up to the commit index: never past the disk
+            self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
         committed = self.committed
         for i in range(n.commit_seen + 1, c + 1):
             e = lg.entry(i)
@@ -597,15 +600,24 @@ class Simulator:
                 self._admin(a)
         if self.liveness_done_ms < 0:
             self._fail(f"liveness: no proposal committed within {self.liveness_ms}ms after heal; "
-                       + "; ".join(f"{n.core.status()} voters={','.join(n.core.voters)}"
-                                   for n in nodes.values() if n.alive))
+                       + self._states())
+        if self.crashed_leader is None and not self._converged():
+            # every voter caught up and no membership change left half done (a learner a
+            # former leader started adding is promoted by the current one)
+            self._fail(f"liveness: not converged {self.liveness_ms}ms after heal; " + self._states())
         self._final_check()
+
+    def _states(self) -> str:
+        return "; ".join(f"{n.core.status()} voters={','.join(n.core.voters)} learner={n.core.learner}"
+                         for n in self.nodes.values() if n.alive)
 
     def _converged(self) -> bool:
         leaders = self._leaders()
         if len(leaders) != 1:
             return False
         ld = leaders[0].core
+        if ld.learner is not None:
+            return False
         voters = ld.voters
         end = ld.log.last_index()
         return all(self.nodes[v].alive and self.nodes[v].core.commit_index == end
