@@ -17,7 +17,8 @@ interface (log.py) -- those calls may stay in the page cache. Everything else co
     flush_to     index the core needs durable, or None; flush_gen goes with it
     messages     list of messages to send
     commit_index the new commit index, or None if unchanged
-    events       RoleChanged / ReadyToServe / ConfigChanged / TransferAborted / BehindRetention
+    events       RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
+                 BehindRetention / ReadReady / ReadAborted
 
 THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
 
@@ -39,7 +40,12 @@ THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
 
 On restart the driver builds a new RaftCore from the persisted HardState, the recovered log
 (its whole content is durable), and the CONFIG history it found by scanning CONFIG records
-(`config_history=[(0, initial_voters), (index, voters), ...]`).
+(`config_history=[(0, initial_voters), (index, voters, learners), ...]`), with
+restarted=True (the leader lease relies on it: docs/raft.md "The lease and reads").
+
+Reads on the leader: read_index(ctx) -> ReadReady(ctx, index) once a heartbeat quorum confirmed
+the leadership (no clock assumption), or lease_read_index(now_ms) at once while the lease is
+valid; either way the driver serves the read when dispatch reaches the index.
 
 Deviation from DLedger, on purpose (docs/raft.md lists them): a follower commits
 min(leader_commit, highest index known to match *this* leader) -- not min(leader_commit, its
@@ -101,6 +107,15 @@ class RaftConfig:
     # a node raises its term only after a quorum answered a pre-vote that it would vote for it
     # (a node cut off from a live leader no longer deposes it when it comes back)
     pre_vote: bool = True
+    # Leader lease: a leader serves (ready to serve, lease reads) only while no other node can
+    # have been elected. Followers refuse votes and do not run for the leak after they last
+    # heard it; the leader counts its lease from the *send* time of the last heartbeat a quorum
+    # acknowledged, for leak x (1 - skew) / (1 + skew) - lease_guard_ms. Sound while every clock
+    # runs within 1 +- max_clock_rate_skew_permille/1000 of real time and the driver ticks at
+    # least every lease_guard_ms / 2 (a follower notes a heartbeat at its last tick's time).
+    max_clock_rate_skew_permille: int = 50
+    lease_guard_ms: int = 30
+    max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
@@ -116,6 +131,8 @@ class RaftConfig:
                 raise ConfigError(f"RaftConfig.{name} must be >= 1")
         if self.max_vote_interval_ms <= self.min_vote_interval_ms:
             raise ConfigError("RaftConfig.max_vote_interval_ms must be > min_vote_interval_ms")
+        if self.max_clock_rate_skew_permille >= 1000:
+            raise ConfigError("RaftConfig.max_clock_rate_skew_permille must be < 1000")
         if self.max_take_leadership_vote_interval_ms <= self.min_take_leadership_vote_interval_ms:
             raise ConfigError("RaftConfig.max_take_leadership_vote_interval_ms must be > "
                               "min_take_leadership_vote_interval_ms")
@@ -125,7 +142,7 @@ class RaftConfig:
     def dledger_defaults(cls, **kw) -> "RaftConfig":
         d = dict(heartbeat_interval_ms=2000, max_heartbeat_leak=3, min_vote_interval_ms=300,
                  max_vote_interval_ms=1000, vote_response_timeout_ms=2000,
-                 append_timeout_ms=1000, transfer_timeout_ms=6000)
+                 append_timeout_ms=1000, transfer_timeout_ms=6000, lease_guard_ms=250)
         d.update(kw)
         return cls(**d)
 
@@ -143,8 +160,27 @@ class RoleChanged(NamedTuple):
 
 
 class ReadyToServe(NamedTuple):
-    """The leader's log end equals the commit index and dispatch caught up (seed 001)."""
+    """The leader's log end equals the commit index, dispatch caught up (seed 001) and its
+    lease is valid. Sent again when a lost lease is regained."""
     term: int
+
+
+class LeaseExpired(NamedTuple):
+    """The leader's lease ran out (no heartbeat quorum for too long) or it handed leadership
+    over: stop serving (the broker's master role) until the next ReadyToServe."""
+    term: int
+
+
+class ReadReady(NamedTuple):
+    """read_index(ctx): a read that waits until dispatch reaches `index` is linearizable."""
+    ctx: Any
+    index: int
+
+
+class ReadAborted(NamedTuple):
+    """read_index(ctx) cannot be answered here (not the leader any more): retry elsewhere."""
+    ctx: Any
+    reason: str
 
 
 class ConfigChanged(NamedTuple):
@@ -202,10 +238,15 @@ class RaftCore:
     def __init__(self, node_id: str, log_store: RaftLog, rng: random.Random,
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
-                 persisted_index: int | None = None, commit_index: int = 0):
+                 persisted_index: int | None = None, commit_index: int = 0,
+                 restarted: bool = False):
         """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
         recovered from the log, oldest first, starting with index 0). peers: every node id the
-        driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER)."""
+        driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER).
+        restarted: this node ran before (a restart after a crash or a stop). Before it went
+        down it may have acknowledged a leader whose lease still runs, and it has forgotten
+        when: for max_heartbeat_leak x heartbeat_interval_ms it grants no vote (nor pre-vote)
+        and does not campaign. False only for a first start, or after a longer downtime."""
         self.id = node_id
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
@@ -238,6 +279,14 @@ class RaftCore:
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         self._vote: _VoteRound | None = None
         self.last_leader_heartbeat_ms = now_ms
+        leak_ms = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        self._vote_guard_until_ms = now_ms + leak_ms if restarted else NEVER
+        if restarted and self.next_time_to_request_vote < self._vote_guard_until_ms:
+            self.next_time_to_request_vote = self._vote_guard_until_ms
+        skew = self.cfg.max_clock_rate_skew_permille
+        self.lease_ms = leak_ms * (1000 - skew) // (1000 + skew) - self.cfg.lease_guard_ms
+        self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
+        self._reads: list = []              # read_index: [ctx, round needed, read index]
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
         self._hb_seq = 0
@@ -262,6 +311,7 @@ class RaftCore:
         self.transfer_deadline_ms = 0
         self._take_sent = False
         self._take_sent_ms = NEVER
+        self._handed_over = False  # TAKE_LEADERSHIP went out this term: no lease any more
         self._next_preferred_try_ms = 0
         self.is_ready_to_serve = False
         # outputs
@@ -405,6 +455,69 @@ class RaftCore:
         self._take_sent = False
         self._check_transfer()
 
+    # -- reads (leader only) ------------------------------------------------------------
+    def lease_valid(self, now_ms: int | None = None) -> bool:
+        """Leader: True while no other node can have been elected (RaftConfig: the lease and
+        its clock-rate skew bound). `now_ms`: the driver's clock now (default: the last tick),
+        for a read between ticks."""
+        if self.role != Role.LEADER or self._handed_over:
+            return False
+        now = self.now_ms if now_ms is None or now_ms < self.now_ms else now_ms
+        return now < self._lease_start_ms() + self.lease_ms
+
+    def lease_read_index(self, now_ms: int | None = None) -> int | None:
+        """A lease read: the index a read must wait for (dispatch >= it) to be linearizable,
+        or None (no valid lease, or this leader's first entry has not committed yet: use
+        read_index)."""
+        if not self.lease_valid(now_ms) or self.log.term_at(self.commit_index) != self.term:
+            return None
+        return self.commit_index
+
+    def read_index(self, ctx: Any) -> None:
+        """ReadIndex (Raft thesis §6.4), no clock assumptions: the read gets the commit index
+        of now (or this leader's first committed one) and is released -- ReadReady(ctx, index)
+        -- once a quorum answered a heartbeat round sent after it; the driver then serves it
+        when dispatch reaches index. ReadAborted(ctx, reason) if leadership is lost first."""
+        if self.role != Role.LEADER:
+            raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
+                                 self.leader_id, self.term)
+        if len(self._reads) >= self.cfg.max_pending_reads:
+            raise BackpressureError(
+                f"read_index: {len(self._reads)} reads pending >= max_pending_reads")
+        idx = self.commit_index if self.log.term_at(self.commit_index) == self.term else None
+        self._reads.append((ctx, self._hb_seq + 1, idx))
+        self.last_send_heartbeat_ms = NEVER  # the next tick sends that round
+
+    def _lease_start_ms(self) -> int:
+        """Send time of the newest heartbeat round that a quorum (us included) acknowledged."""
+        me = self.id
+        prog = self.progress
+        times = [self.now_ms if v == me else prog[v].lease_ack_ms for v in self.voters]
+        times.sort(reverse=True)
+        return times[self.quorum - 1]
+
+    def _on_lease_ack(self) -> None:
+        if self._reads:
+            self._release_reads()
+        if not self.is_ready_to_serve:
+            self._check_ready_to_serve()
+
+    def _release_reads(self) -> None:
+        if self.log.term_at(self.commit_index) != self.term:
+            return  # (no entry of ours committed yet: the commit index may be stale)
+        me = self.id
+        prog = self.progress
+        seqs = [self._hb_seq if v == me else prog[v].acked_seq for v in self.voters]
+        seqs.sort(reverse=True)
+        confirmed = seqs[self.quorum - 1]
+        keep = []
+        for r in self._reads:
+            if r[1] <= confirmed:
+                self._events.append(ReadReady(r[0], self.commit_index if r[2] is None else r[2]))
+            else:
+                keep.append(r)
+        self._reads = keep
+
     # -- introspection -----------------------------------------------------------------
     @property
     def hard_state(self) -> HardState:
@@ -469,6 +582,8 @@ class RaftCore:
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = self.now_ms
         self._hb_open = False
+        self._hb_sent = {}
+        self._handed_over = False
         self.is_ready_to_serve = False
         self._events.append(RoleChanged(self.term, Role.LEADER, self.id))
         lg = self.log
@@ -488,6 +603,9 @@ class RaftCore:
     def _leave_leadership(self) -> None:
         if self.transferee is not None and not self._take_sent:
             self._events.append(TransferAborted(self.term, self.transferee, "stepped down"))
+        for ctx, _, _ in self._reads:
+            self._events.append(ReadAborted(ctx, "not the leader any more"))
+        self._reads = []
         self.transferee = None
         self.progress = {}
         self._leaving = 0
@@ -542,6 +660,9 @@ class RaftCore:
                 self._campaign_term = self.term
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
+            return
+        if now < self._vote_guard_until_ms and self.term_to_take_leadership != self.term:
+            self.next_time_to_request_vote = self._vote_guard_until_ms  # (restarted: see __init__)
             return
         if not self._may_campaign():
             # learners and removed members never run and never raise their term on their own
@@ -677,7 +798,11 @@ class RaftCore:
         return None
 
     def _has_live_leader(self, requester: str) -> bool:
-        """Seed 002: a member that hears from a live leader rejects votes from others."""
+        """Seed 002: a member that hears from a live leader rejects votes from others. A
+        restarted node counts as hearing one for the leak (it may have, before it went down:
+        the leader's lease relies on it)."""
+        if self.now_ms < self._vote_guard_until_ms:
+            return True
         window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
         if self.role == Role.FOLLOWER:
             return (self.leader_id is not None and self.leader_id != requester
@@ -1035,6 +1160,9 @@ class RaftCore:
             # follower stop following us
             self._become_candidate(self.term)
             return
+        if self.is_ready_to_serve and not self.lease_valid():
+            self.is_ready_to_serve = False
+            self._events.append(LeaseExpired(self.term))
         if now - self.last_send_heartbeat_ms >= c.heartbeat_interval_ms:
             if self._hb_open:
                 self._close_heartbeat_round()
@@ -1077,11 +1205,14 @@ class RaftCore:
         self._hb_max_term = -1
         self._hb_inconsistent = False
         self.last_send_heartbeat_ms = self.now_ms
+        self._hb_sent[self._hb_seq] = self.now_ms
+        self._hb_sent.pop(self._hb_seq - 256, None)  # (answers that late no longer matter)
         for peer in self.progress:
             self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
         if self._hb_succ >= self.quorum:  # a group of one
             self._hb_open = False
             self.last_succ_heartbeat_ms = self.now_ms
+            self._on_lease_ack()
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         if m.term > self.term:
@@ -1093,6 +1224,12 @@ class RaftCore:
             pr = self.progress.get(m.src)
             if pr is not None and m.term == self.term:
                 pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
+                if m.seq > pr.acked_seq:
+                    pr.acked_seq = m.seq
+                    sent = self._hb_sent.get(m.seq)
+                    if sent is not None and sent > pr.lease_ack_ms:
+                        pr.lease_ack_ms = sent
+                    self._on_lease_ack()
             if (pr is not None and pr.state == COMPARE
                     and self.now_ms - pr.probe_sent_ms >= self.cfg.heartbeat_interval_ms):
                 # the follower is reachable again (after a partition or a restart): probe now
@@ -1310,6 +1447,8 @@ class RaftCore:
             if self.learner is not None:
                 self._check_learner()
             self._check_ready_to_serve()
+            if self._reads:
+                self._release_reads()
             if self.id not in self._voter_set and self.configs[-1][0] <= n:
                 # a non-member that led to finish a change (_may_campaign): done
                 self._become_candidate(self.term)
@@ -1328,7 +1467,8 @@ class RaftCore:
         if (self.role == Role.LEADER and not self.is_ready_to_serve
                 and self.commit_index == self.log.last_index()
                 and self.dispatched_index >= self.commit_index
-                and self.log.term_at(self.commit_index) == self.term):
+                and self.log.term_at(self.commit_index) == self.term
+                and self.lease_valid()):
             self.is_ready_to_serve = True
             self._events.append(ReadyToServe(self.term))
 
@@ -1346,6 +1486,13 @@ class RaftCore:
         self._take_sent = True
         self._take_sent_ms = self.now_ms
         self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
+        if not self._handed_over:
+            # the transferee's votes bypass the live-leader rule: no lease from here on (for
+            # the rest of this term, even if the transfer is abandoned -- it may still win)
+            self._handed_over = True
+            if self.is_ready_to_serve:
+                self.is_ready_to_serve = False
+                self._events.append(LeaseExpired(self.term))
 
     # ======================================================================================
     # membership
@@ -1443,4 +1590,5 @@ class RaftCore:
 
 
 __all__ = ["RaftCore", "RaftConfig", "HardState", "Ready", "RoleChanged", "ReadyToServe",
+           "LeaseExpired", "ReadReady", "ReadAborted",
            "ConfigChanged", "TransferAborted", "BehindRetention", "decode_voters"]

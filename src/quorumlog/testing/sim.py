@@ -32,7 +32,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from ..raft.core import (ConfigChanged, HardState, RaftConfig, RaftCore, ReadyToServe, RoleChanged)
+from ..raft.core import (HardState, RaftConfig, RaftCore, ReadAborted, ReadReady, RoleChanged)
 from ..raft.errors import MembershipChangeError, RaftError, TransferError
 from ..raft.log import EntryKind
 from ..raft.memlog import MemLog
@@ -175,6 +175,9 @@ class Simulator:
         self.acked: dict[int, tuple] = {}                 # proposal id -> (index, term)
         self.pending: dict[int, tuple] = {}               # proposal id -> (node, index, term)
         self.next_pid = 1
+        self.max_acked_index = 0                          # highest index acknowledged to a client
+        self.reads: dict[int, int] = {}                   # read id -> max_acked_index at issue
+        self.next_read = 1
         self.elections = 0
         self.events = 0
         self.stats: dict[str, int] = {}
@@ -217,7 +220,7 @@ class Simulator:
         n.paused_until = 0
         n.core = RaftCore(n.id, n.log, random.Random(self.rng.getrandbits(64)), self.cfg,
                           hard_state=n.hard, config_history=history, peers=self.ids,
-                          now_ms=n.clock(self.now))
+                          now_ms=n.clock(self.now), restarted=n.incarnation > 1)
         self._push(self.now + n.tick_phase, TICK, n.id, n.incarnation)
         self._t(f"start {n.id} inc={n.incarnation} {n.core.status()}")
 
@@ -309,6 +312,32 @@ class Simulator:
                 self._fail(f"two leaders in term {ev.term}: {other} and {n.id}")
             self.leader_of_term[ev.term] = n.id
             self._check_leader_completeness(n)
+            self._check_no_other_leader_serves(n)
+        elif isinstance(ev, ReadReady):
+            self._check_read(n, ev.index, self.reads.pop(ev.ctx), "read_index")
+        elif isinstance(ev, ReadAborted):
+            self.reads.pop(ev.ctx, None)
+
+    def _check_no_other_leader_serves(self, n: _Node):
+        """The lease: when n becomes leader, no older leader may still be ready to serve or
+        hold a valid lease (judged by its own clock now)."""
+        for m in self.nodes.values():
+            if m is n or not m.alive or m.core.role != Role.LEADER:
+                continue
+            if m.core.lease_valid(m.clock(self.now)):
+                self._fail(f"lease: {m.id} (term {m.core.term}) still holds its lease when {n.id} "
+                           f"becomes leader of term {n.core.term}")
+            if m.core.is_ready_to_serve and m.paused_until <= self.now:
+                self._fail(f"lease: {m.id} (term {m.core.term}) still ready to serve when {n.id} "
+                           f"becomes leader of term {n.core.term}")
+
+    def _check_read(self, n: _Node, index: int, acked_before: int, how: str):
+        """Linearizable reads: a read served at `index` (dispatch >= index) sees every write
+        acknowledged to a client before the read began."""
+        self.stats["reads"] = self.stats.get("reads", 0) + 1
+        if index < acked_before:
+            self._fail(f"stale {how} on {n.id} (term {n.core.term}): index {index} < {acked_before} "
+                       "acknowledged before the read")
 
     def _check_leader_completeness(self, n: _Node):
         """Raft's Leader Completeness: an entry committed in term t is in the log of every
@@ -365,6 +394,8 @@ class Simulator:
                     if lg.term_at(idx) == t and lg.entry(idx)[2] == pid:
                         self.acked[pid] = (idx, t)
                         self.ack_times.append(self.now)
+                        if idx > self.max_acked_index:
+                            self.max_acked_index = idx
                         if pid in self.liveness_probes and self.liveness_done_ms < 0:
                             self.liveness_done_ms = self.now
                         cl = self.crashed_leader
@@ -426,6 +457,27 @@ class Simulator:
             self.pending[pid] = (n.id, first + i, n.core.term)
         self._drain(n)
         return pids[-1]
+
+    def _read(self):
+        """A client read on a random running leader: a lease read (checked at once) or a
+        read_index (checked when ReadReady comes)."""
+        leaders = self._running_leaders()
+        if not leaders:
+            return
+        n = self.rng.choice(leaders)
+        if self.rng.random() < 0.5:
+            idx = n.core.lease_read_index(n.clock(self.now))
+            if idx is not None:
+                self._check_read(n, idx, self.max_acked_index, "lease read")
+            return
+        rid = self.next_read
+        self.next_read += 1
+        try:
+            n.core.read_index(rid)
+        except RaftError:
+            return
+        self.reads[rid] = self.max_acked_index
+        self._drain(n)
 
     def _fault(self, kind):
         rng = self.rng
@@ -590,6 +642,7 @@ class Simulator:
                 self._drain(n)
             elif kind == PROPOSE:
                 self._propose()
+                self._read()
             elif kind == FAULT:
                 self._fault(a)
             elif kind == RESTART:
