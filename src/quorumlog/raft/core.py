@@ -60,13 +60,15 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, IndexOutOfRangeError
+from ..errors import ConfigError, IndexOutOfRangeError, InvalidArgumentError
 from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
-                     NotLeaderError, ProposalLimitError, RaftInvariantError, TransferError)
+                     NotLeaderError, NotSupportedByLogError, ProposalLimitError,
+                     RaftInvariantError, TransferError)
 from .log import EntryKind, RaftLog, decode_voters, encode_config
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse, VoteResult)
+from .producers import ProducerTable
 from .progress import Progress
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,12 @@ class RaftConfig:
     max_clock_rate_skew_permille: int = 50
     lease_guard_ms: int = 30
     max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
+    # producer table (propose(..., producer=(pid, seq))): a new leader rebuilds it from the last
+    # producer_window_entries entries of its log; it remembers producer_batches_remembered
+    # batches for each of at most max_producers producers
+    producer_window_entries: int = 1 << 16
+    producer_batches_remembered: int = 8
+    max_producers: int = 1 << 16
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
@@ -287,6 +295,7 @@ class RaftCore:
         self.lease_ms = leak_ms * (1000 - skew) // (1000 + skew) - self.cfg.lease_guard_ms
         self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
         self._reads: list = []              # read_index: [ctx, round needed, read index]
+        self._producers: ProducerTable | None = None  # leader: built on election
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
         self._hb_seq = 0
@@ -383,10 +392,17 @@ class RaftCore:
             self.dispatched_index = index
             self._check_ready_to_serve()
 
-    def propose(self, batch: Any, count: int, nbytes: int) -> tuple[int, int]:
+    def propose(self, batch: Any, count: int, nbytes: int,
+                producer: tuple[int, int] | None = None) -> tuple[int, int]:
         """Append a batch of `count` client messages (`nbytes` in total) as the leader.
         Returns (first_index, last_index); they are committed once commit_index >= last and
-        the entry at last still has this term."""
+        the entry at last still has this term.
+
+        producer=(pid, seq): the batch's producer id and sequence number (a new sequence for
+        every new batch, the same one for a retry). A batch this leader's log already holds
+        raises DuplicateBatchError(first_index, last_index, term) and appends nothing -- also
+        on a new leader after a failover, which rebuilt the table from its log; a sequence
+        older than the remembered ones raises ProducerSequenceError."""
         if self.role != Role.LEADER:
             raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
                                  self.leader_id, self.term)
@@ -408,7 +424,12 @@ class RaftCore:
             raise BackpressureError(
                 f"propose: {first - 1 - self.commit_index} uncommitted entries + {count} > "
                 f"max_uncommitted_entries={cfg.max_uncommitted_entries}")
-        last = lg.append_as_leader(self.term, batch)
+        if producer is None:
+            last = lg.append_as_leader(self.term, batch)
+        else:
+            pid, seq = self._check_producer(producer)
+            last = lg.append_producer_batch(self.term, batch, pid, seq)
+            self._producers.record(pid, seq, first, last, self.term)
         if last != first + count - 1:
             raise RaftInvariantError(f"append_as_leader returned {last}, expected {first + count - 1}")
         self._flush_to = last
@@ -416,6 +437,34 @@ class RaftCore:
             if pr.state != COMPARE:
                 self._send_appends(pr)
         return first, last
+
+    def _check_producer(self, producer) -> tuple[int, int]:
+        try:
+            pid, seq = producer
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"propose: producer must be (pid, seq), got {producer!r}")
+        if (not isinstance(pid, int) or not isinstance(seq, int) or isinstance(pid, bool)
+                or isinstance(seq, bool) or pid < 0 or seq < 0):
+            raise InvalidArgumentError(f"propose: producer ids and sequences are ints >= 0, got {producer!r}")
+        if self._producers is None:
+            raise NotSupportedByLogError(f"propose: {type(self.log).__name__} does not store producer ids")
+        self._producers.check(pid, seq)
+        return pid, seq
+
+    def _rebuild_producers(self) -> None:
+        """New leader: the table from the tail of its own log (before its NOOP)."""
+        c = self.cfg
+        lg = self.log
+        last = lg.last_index()
+        table = ProducerTable(c.max_producers, c.producer_batches_remembered)
+        try:
+            if not hasattr(lg, "producers"):  # (a RaftLog written before the capability)
+                raise NotSupportedByLogError("no producers()")
+            table.rebuild(lg, max(lg.first_index(), last - c.producer_window_entries + 1), last)
+        except NotSupportedByLogError:
+            self._producers = None  # propose(producer=...) says so
+            return
+        self._producers = table
 
     # -- membership and leadership transfer (leader only) ---------------------------------
     def add_member(self, peer: str) -> int:
@@ -588,6 +637,7 @@ class RaftCore:
         self._events.append(RoleChanged(self.term, Role.LEADER, self.id))
         lg = self.log
         prev_last = lg.last_index()
+        self._rebuild_producers()
         self.progress = {}
         self._leaving = 0
         for v in self.voters + self._learners:  # (learners: an add a former leader began)
@@ -606,6 +656,7 @@ class RaftCore:
         for ctx, _, _ in self._reads:
             self._events.append(ReadAborted(ctx, "not the leader any more"))
         self._reads = []
+        self._producers = None
         self.transferee = None
         self.progress = {}
         self._leaving = 0

@@ -87,3 +87,13 @@ class RaftLog(Protocol):
 
     def flush(self) -> int:
         """Make everything appended so far durable; return the durable last index."""
+
+    # -- producer ids (exactly-once retries; docs/raft.md "The producer table") -------------
+    def append_producer_batch(self, term: int, batch: Any, pid: int, seq: int) -> int:
+        """append_as_leader(term, batch), storing (pid, seq) with the batch: it travels in
+        read()'s payload, so followers hold it too and producers() finds it on any replica.
+        The record format does not change (the native log: reserved record properties)."""
+
+    def producers(self, lo: int, hi: int) -> list:
+        """[(first_index, last_index, pid, seq)] of the batches stored with a producer whose
+        last entry is in [lo, hi], in log order (a new leader rebuilds its table from it)."""

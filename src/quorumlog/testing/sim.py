@@ -33,7 +33,8 @@ import random
 from dataclasses import dataclass, field
 
 from ..raft.core import (HardState, RaftConfig, RaftCore, ReadAborted, ReadReady, RoleChanged)
-from ..raft.errors import MembershipChangeError, RaftError, TransferError
+from ..raft.errors import (DuplicateBatchError, MembershipChangeError, ProducerSequenceError,
+                           RaftError, TransferError)
 from ..raft.log import EntryKind
 from ..raft.memlog import MemLog
 from ..raft.messages import Role
@@ -175,6 +176,10 @@ class Simulator:
         self.acked: dict[int, tuple] = {}                 # proposal id -> (index, term)
         self.pending: dict[int, tuple] = {}               # proposal id -> (node, index, term)
         self.next_pid = 1
+        self.client_seq = {cid: 0 for cid in range(1, 5)}
+        self.retry_pool: list = []                        # ((pid, seq), count) to retry
+        self.batch_of: dict[int, tuple] = {}              # last proposal id -> ((pid, seq), count)
+        self.committed_batches: dict[tuple, tuple] = {}   # (pid, seq) -> (first, last)
         self.max_acked_index = 0                          # highest index acknowledged to a client
         self.reads: dict[int, int] = {}                   # read id -> max_acked_index at issue
         self.next_read = 1
@@ -339,6 +344,21 @@ class Simulator:
             self._fail(f"stale {how} on {n.id} (term {n.core.term}): index {index} < {acked_before} "
                        "acknowledged before the read")
 
+    def _check_exactly_once(self, n: _Node, c: int):
+        """A (producer id, sequence) is committed at one place only, however often it was
+        retried."""
+        lo = max(n.commit_seen + 1, n.log.first_index())
+        if c < lo:
+            return
+        seen = self.committed_batches
+        for first, last, pid, seq in n.log.producers(lo, c):
+            got = seen.get((pid, seq))
+            if got is None:
+                seen[(pid, seq)] = (first, last)
+            elif got != (first, last):
+                self._fail(f"exactly-once: producer {pid} seq {seq} committed at {got} and at "
+                           f"{(first, last)} (on {n.id})")
+
     def _check_leader_completeness(self, n: _Node):
         """Raft's Leader Completeness: an entry committed in term t is in the log of every
         leader of a term > t. (A leader of an older term may still be elected late -- a slow
@@ -374,6 +394,7 @@ class Simulator:
                 committed[i] = e
             elif got != e:
                 self._fail(f"committed entry {i} changed: {got} then {e} on {n.id}")
+        self._check_exactly_once(n, c)
         if c > self.max_committed:
             # committed indexes form a prefix: every node commits a prefix of the same log
             for i in range(self.max_committed + 1, c + 1):
@@ -405,6 +426,9 @@ class Simulator:
                     done.append(pid)  # an old leader's proposal: the client would time out
             for pid in done:
                 del self.pending[pid]
+                b = self.batch_of.pop(pid, None)
+                if b is not None and pid not in self.acked:
+                    self.retry_pool.append(b)  # no answer: the client retries
 
     # -- faults and workload -------------------------------------------------------------
     def _schedule_workload(self):
@@ -445,16 +469,37 @@ class Simulator:
         leaders = self._running_leaders()
         if not leaders:
             return None
-        n = self.rng.choice(leaders)
-        count = 1 if probe else self.rng.randint(1, 4)
+        rng = self.rng
+        n = rng.choice(leaders)
+        count = 1 if probe else rng.randint(1, 4)
+        producer = None
+        if not probe:
+            # four clients with producer ids; now and then one retries a batch it got no
+            # answer for (its leader changed): the same (pid, seq), new payload objects
+            if self.retry_pool and rng.random() < 0.3:
+                producer, count = self.retry_pool.pop(rng.randrange(len(self.retry_pool)))
+            else:
+                cid = rng.randint(1, 4)
+                self.client_seq[cid] += 1
+                producer = (cid, self.client_seq[cid])
         pids = list(range(self.next_pid, self.next_pid + count))
         try:
-            first, last = n.core.propose(pids, count, count * 8)
+            first, last = n.core.propose(pids, count, count * 8, producer=producer)
+        except DuplicateBatchError:
+            self.stats["duplicates_answered"] = self.stats.get("duplicates_answered", 0) + 1
+            return None
+        except ProducerSequenceError:
+            self.stats["retries_refused"] = self.stats.get("retries_refused", 0) + 1
+            return None
         except RaftError:
+            if producer is not None and producer[1] <= self.client_seq[producer[0]]:
+                self.retry_pool.append((producer, count))  # try again later
             return None
         self.next_pid += count
         for i, pid in enumerate(pids):
             self.pending[pid] = (n.id, first + i, n.core.term)
+        if producer is not None:
+            self.batch_of[pids[-1]] = (producer, count)
         self._drain(n)
         return pids[-1]
 
@@ -589,7 +634,10 @@ class Simulator:
 
     def _run(self):
         self._schedule_workload()
-        end = self.fault_ms + self.liveness_ms
+        # a proposal must commit within liveness_ms of the heal; everything must converge (all
+        # voters caught up, no learner left) within twice that (catch-up with 2-entry batches
+        # over reordering links is slow, not stuck)
+        end = self.fault_ms + 2 * self.liveness_ms
         nodes = self.nodes
         q = self._q
         tick_ms = self.tick_ms
@@ -651,13 +699,14 @@ class Simulator:
                     self._start(n)
             elif kind == ADMIN:
                 self._admin(a)
-        if self.liveness_done_ms < 0:
+        if self.liveness_done_ms < 0 or self.liveness_done_ms > self.fault_ms + self.liveness_ms:
             self._fail(f"liveness: no proposal committed within {self.liveness_ms}ms after heal; "
                        + self._states())
         if self.crashed_leader is None and not self._converged():
             # every voter caught up and no membership change left half done (a learner a
             # former leader started adding is promoted by the current one)
-            self._fail(f"liveness: not converged {self.liveness_ms}ms after heal; " + self._states())
+            self._fail(f"liveness: not converged {2 * self.liveness_ms}ms after heal; "
+                       + self._states())
         self._final_check()
 
     def _states(self) -> str:
