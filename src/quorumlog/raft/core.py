@@ -33,8 +33,16 @@ THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
     at page-cache level) and then call on_persisted(flushed_index, ready.flush_gen) --
     flushed_index is what log.flush() returned. The gen lets the core discard a report that
     raced with a truncation of the tail.
- 4. commit_index: entries up to it are committed: dispatch them (consume queues), reply to
-    clients, then call on_dispatched(index) so the leader can become "ready to serve".
+ 4. commit_index: entries up to it are committed. With a MessageStore as the log
+    (`log = store.raft_log()`, data proposed as `core.propose(req, req.count, req.nbytes)` with
+    `req = store.prepare_put(...)`, whose append_as_leader is the store's one append path) this
+    is one call: `upto = store.apply_committed(commit_index)` commits the store's log,
+    dispatches the committed records into the consume queues, and only then completes the
+    requests proposed up to that index (their on_done / wait()); then call on_dispatched(upto)
+    so the leader can become "ready to serve". (With a bare log: dispatch, reply, then
+    on_dispatched(commit_index).) When an event takes this node out of LEADER, call
+    `store.abandon_pending(NotLeaderError(...))`: whether its uncommitted entries will commit
+    is unknown to it.
  5. events: role changes for the embedding broker (seed 001: a LEADER becomes master only on
     ReadyToServe: its log end == commit index and dispatch has caught up).
 
