@@ -61,7 +61,7 @@ from .log import EntryKind, RaftLog, decode_voters, encode_voters
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse, VoteResult)
-from .replicator import Progress
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
