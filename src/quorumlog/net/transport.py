@@ -1,0 +1,775 @@
+"""The asyncio TCP transport between replicas (and the server side of client connections).
+
+Thin by design: the bytes are framing.FrameDecoder's job, the messages codec.py's, the
+handshake auth.Handshake's; this module moves bytes between them and the sockets.
+
+    PeerTransport(node_id, auth, on_message, listen=("0.0.0.0", 9000), peers={id: (host, port)})
+    await t.start()
+    t.send(peer_id, message) -> bool     # False: dropped (no connection, or backpressure)
+    on_message(peer_id, message)         # called in the event loop for every message
+    await t.close();  t.stats()
+
+* One connection per peer pair: both sides dial; when both connections authenticate, the
+  one initiated by the lower node id wins on both sides (the other is closed).
+* Reconnect with exponential backoff and jitter while the peer is a member.
+* asyncio.BufferedProtocol: the kernel writes straight into the decoder's buffer; a large
+  APPEND payload lands in a buffer of its own and reaches on_message as a memoryview of it.
+* Every connection authenticates first (HMAC handshake, handshake_timeout_ms), with small
+  frames only (handshake_max_frame_bytes), and at most max_unauthenticated inbound
+  connections may be in that state at once. Every refused connection is logged as one line
+  naming the peer address and the reason.
+* Flow control: per peer, the bytes we hold for it (our queue + the transport's write
+  buffer) never exceed max_send_queue_bytes (+ control_reserve_bytes for small Raft
+  control messages, which also jump the queue of bulk APPENDs); past that `send` drops the
+  message and counts it: Raft tolerates loss, and a stalled follower cannot grow the
+  leader's memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import socket
+import ssl as _ssl
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import ConfigError
+from ..raft.messages import Append
+from . import codec
+from .auth import AuthConfig, Handshake
+from .errors import (AuthError, HandshakeTimeoutError, NetError, ProtocolError,
+                     TransportClosedError)
+from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, FrameDecoder
+from .messages import Role, check_node_id
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TransportConfig", "PeerTransport", "ClientChannel", "connect_client"]
+
+# frames up to this size are joined into one write (one syscall, one segment)
+_JOIN_BELOW_BYTES = 64 << 10
+
+
+@dataclass
+class TransportConfig:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    handshake_max_frame_bytes: int = 4096
+    handshake_timeout_ms: int = 5000
+    max_unauthenticated: int = 64          # inbound connections still in their handshake
+    max_send_queue_bytes: int = 64 << 20   # per peer: our queue + the transport's buffer
+    control_reserve_bytes: int = 1 << 20   # extra room for non-APPEND messages
+    write_high_water_bytes: int = 1 << 20  # asyncio pause_writing threshold
+    write_low_water_bytes: int = 256 << 10
+    connect_timeout_ms: int = 2000
+    reconnect_initial_ms: int = 50
+    reconnect_max_ms: int = 2000
+    large_payload_bytes: int = 64 << 10    # payloads this big get a buffer of their own
+
+    def validate(self) -> "TransportConfig":
+        for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
+                     "max_unauthenticated", "max_send_queue_bytes", "write_high_water_bytes",
+                     "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
+                     "large_payload_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"TransportConfig.{name} must be > 0")
+        if self.handshake_max_frame_bytes < HEADER_SIZE + 256:
+            raise ConfigError("TransportConfig.handshake_max_frame_bytes is too small for a "
+                              "handshake message")
+        if self.max_send_queue_bytes < self.max_frame_bytes:
+            raise ConfigError(f"TransportConfig.max_send_queue_bytes={self.max_send_queue_bytes}"
+                              f" < max_frame_bytes={self.max_frame_bytes}: a full frame could "
+                              f"never be sent")
+        if not 0 <= self.write_low_water_bytes <= self.write_high_water_bytes:
+            raise ConfigError("TransportConfig: need 0 <= write_low_water_bytes <= "
+                              "write_high_water_bytes")
+        if self.reconnect_max_ms < self.reconnect_initial_ms:
+            raise ConfigError("TransportConfig.reconnect_max_ms < reconnect_initial_ms")
+        return self
+
+
+_AUTH_TYPES = codec.types_of_channel(codec.AUTH)
+_PEER_TYPES = codec.types_of_channel(codec.RAFT)
+_CLIENT_REQ_TYPES = codec.types_of_channel(codec.CLIENT)
+_CH_AUTH, _CH_RAFT, _CH_CLIENT = (codec.AUTH,), (codec.RAFT,), (codec.CLIENT,)
+
+
+def _nbytes(parts) -> int:
+    return sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
+
+
+class _Conn(asyncio.BufferedProtocol):
+    """One TCP connection: handshake, then frames <-> messages, and its send queue."""
+
+    def __init__(self, owner, outbound: bool, target: str | None, role: Role = Role.PEER):
+        self.owner = owner
+        self.cfg: TransportConfig = owner.config
+        self.outbound = outbound
+        self.target = target
+        self.transport: asyncio.Transport | None = None
+        self.peername = "?"
+        loop = owner.loop
+        deadline = loop.time() + self.cfg.handshake_timeout_ms / 1000
+        self.hs = Handshake.initiator(owner.auth, target, role=role, deadline=deadline) \
+            if outbound else Handshake.responder(owner.auth, deadline=deadline)
+        self.decoder = FrameDecoder(self.cfg.handshake_max_frame_bytes, known_types=_AUTH_TYPES,
+                                    large_payload_bytes=self.cfg.large_payload_bytes)
+        self.channels = _CH_AUTH
+        self.authenticated = False
+        self.closed = False
+        self.peer_id: str | None = None
+        self.role = role
+        self.finished: asyncio.Future = loop.create_future()   # True: authenticated
+        self._timer = None
+        self._scratch = None
+        self._paused = False
+        self._ctrl: collections.deque = collections.deque()
+        self._bulk: collections.deque = collections.deque()
+        self.queued_bytes = 0
+        self.max_held_bytes = 0
+        self._uv = False
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        pn = transport.get_extra_info("peername")
+        self.peername = f"{pn[0]}:{pn[1]}" if isinstance(pn, tuple) else str(pn)
+        self._uv = type(transport).__module__.startswith("uvloop")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(self.cfg.write_high_water_bytes,
+                                          self.cfg.write_low_water_bytes)
+        if not self.owner._conn_opened(self):
+            return
+        self._timer = self.owner.loop.call_at(self.hs.deadline, self._on_timeout)
+        try:
+            for msg in self.hs.start():
+                self._write(codec.encode(msg, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
+        except NetError as e:  # (a bad local config: reported like a refused handshake)
+            self._reject(e)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.closed:
+            # Discard what still arrives; raising here would make asyncio log a traceback.
+            if self._scratch is None:
+                self._scratch = memoryview(bytearray(4096))
+            return self._scratch
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.closed:
+            return
+        try:
+            frames = self.decoder.buffer_updated(nbytes)
+            for fr in frames:
+                if self.closed:
+                    return
+                if self.authenticated:
+                    msg = codec.decode(fr.type, fr.payload, self.peer_id, self.owner.node_id,
+                                       channels=self.channels)
+                    self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
+                else:
+                    self._on_handshake_frame(fr)
+        except (ProtocolError, AuthError) as e:
+            self._reject(e)
+
+    def eof_received(self):
+        return False   # close our side too
+
+    def connection_lost(self, exc) -> None:
+        was_closed = self.closed
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._ctrl.clear()
+        self._bulk.clear()
+        self.queued_bytes = 0
+        if not self.finished.done():
+            self.finished.set_result(False)
+        if not self.authenticated and not was_closed and self.hs.error is None:
+            log.info("connection %s %s closed during the handshake%s", self._dir(), self.peername,
+                     f": {exc}" if exc else "")
+        self.owner._conn_lost(self)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._drain()
+
+    # -- handshake ---------------------------------------------------------------------------
+
+    def _on_handshake_frame(self, fr) -> None:
+        msg = codec.decode(fr.type, fr.payload, channels=_CH_AUTH)
+        for out in self.hs.receive(msg):
+            self._write(codec.encode(out, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
+        if self.hs.done:
+            self._authenticated()
+
+    def _authenticated(self) -> None:
+        self.authenticated = True
+        self.peer_id = self.hs.peer_id
+        self.role = self.hs.role
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.role == Role.PEER:
+            self.channels, types = _CH_RAFT, _PEER_TYPES
+        else:
+            self.channels, types = _CH_CLIENT, _CLIENT_REQ_TYPES
+        self.decoder.known_types = types
+        self.decoder.max_frame_bytes = self.cfg.max_frame_bytes
+        if not self.finished.done():
+            self.finished.set_result(True)
+        self.owner._conn_authenticated(self)
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        if self.closed or self.authenticated:
+            return
+        try:
+            self.hs.check_timeout(self.owner.loop.time())
+        except HandshakeTimeoutError as e:
+            self._reject(e)
+
+    def _reject(self, err: NetError) -> None:
+        """Log one line naming the peer and the reason, tell the peer (handshake failures)
+        and close."""
+        if self.closed:
+            return
+        who = f"{self.role.name.lower()} {self.peer_id!r} at {self.peername}" \
+            if self.peer_id else self.peername
+        log.warning("%s connection %s %s: %s: %s", "dropped" if self.authenticated else "refused",
+                    self._dir(), who, type(err).__name__, err)
+        self.owner._count_reject(err)
+        reject = getattr(self.hs, "reject", None)
+        if isinstance(err, AuthError) and reject is not None and not self.authenticated:
+            try:
+                self._write(codec.encode(reject, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
+            except NetError:
+                pass
+            self.close()
+        else:
+            self.abort()
+
+    def _dir(self) -> str:
+        return f"to {self.target!r} at" if self.outbound else "from"
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def held_bytes(self) -> int:
+        """Bytes held for this peer: our queue + the transport's write buffer."""
+        t = self.transport
+        return self.queued_bytes + (t.get_write_buffer_size() if t is not None else 0)
+
+    def send_parts(self, parts: list, control: bool) -> bool:
+        if self.closed:
+            return False
+        n = _nbytes(parts)
+        held = self.held_bytes()
+        limit = self.cfg.max_send_queue_bytes + (self.cfg.control_reserve_bytes if control else 0)
+        if held + n > limit:
+            return False
+        if not self._paused and not self._ctrl and not self._bulk:
+            self._write(parts, n)
+        else:
+            (self._ctrl if control else self._bulk).append((parts, n))
+            self.queued_bytes += n
+        held += n
+        if held > self.max_held_bytes:
+            self.max_held_bytes = held
+        return True
+
+    def _drain(self) -> None:
+        ctrl, bulk = self._ctrl, self._bulk
+        while not self._paused and not self.closed and (ctrl or bulk):
+            parts, n = (ctrl or bulk).popleft()
+            self.queued_bytes -= n
+            self._write(parts, n)
+
+    def _write(self, parts: list, n: int = -1) -> None:
+        t = self.transport
+        if len(parts) == 1:
+            t.write(parts[0])
+            return
+        if n < 0:
+            n = _nbytes(parts)
+        if n < _JOIN_BELOW_BYTES:
+            t.write(b"".join(parts))
+        elif self._uv:
+            t.writelines(parts)       # uvloop: vectored send, no join
+        else:
+            # asyncio (3.11) joins writelines' buffers: write each part instead, so a large
+            # memoryview goes to send() as it is (asyncio copies only what the socket refused)
+            for p in parts:
+                t.write(p)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+
+    # -- client sessions (server side) -----------------------------------------------------
+
+    @property
+    def client_id(self) -> str | None:
+        return self.peer_id if self.role == Role.CLIENT else None
+
+    def reply(self, request_id: int, message) -> bool:
+        """Send a response on a client connection; False if it was dropped (closed, or the
+        client is not reading and its budget is full)."""
+        try:
+            parts = codec.encode(message, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
+        except NetError:
+            log.exception("cannot encode a reply to client %r", self.peer_id)
+            return False
+        return self.send_parts(parts, control=False)
+
+
+class _Peer:
+    __slots__ = ("id", "address", "conn", "task", "wake", "changed", "stats")
+
+    def __init__(self, peer_id: str, address):
+        self.id = peer_id
+        self.address = address
+        self.conn: _Conn | None = None
+        self.task: asyncio.Task | None = None
+        self.wake = asyncio.Event()     # set: the dialler should look again (its own)
+        self.changed = asyncio.Event()  # set and replaced on every connect/disconnect
+        self.stats = dict(sent=0, sent_bytes=0, received=0, received_bytes=0,
+                          dropped_no_connection=0, dropped_backpressure=0, dropped_encode=0,
+                          connects=0, disconnects=0, duplicates_closed=0, max_held_bytes=0)
+
+
+class PeerTransport:
+    """TCP transport between the replicas of one Raft group (see the module docstring)."""
+
+    def __init__(self, node_id: str, auth: AuthConfig, on_message: Callable, *,
+                 listen: tuple | None = ("127.0.0.1", 0), peers: dict | None = None,
+                 config: TransportConfig | None = None,
+                 ssl_server: _ssl.SSLContext | None = None,
+                 ssl_client: _ssl.SSLContext | None = None,
+                 on_client_request: Callable | None = None, rng: random.Random | None = None):
+        self.node_id = check_node_id(node_id, "node id", ConfigError)
+        if auth.node_id != node_id:
+            raise ConfigError(f"auth config is for node {auth.node_id!r}, transport for "
+                              f"{node_id!r}")
+        self.auth = auth
+        self.config = (config or TransportConfig()).validate()
+        self.on_message = on_message
+        self.on_client_request = on_client_request
+        if on_client_request is None:
+            auth.accept_clients = False
+        self.listen = listen
+        self.ssl_server = ssl_server
+        self.ssl_client = ssl_client
+        self.rng = rng or random.Random()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.address: tuple | None = None
+        self._server = None
+        self._peers: dict[str, _Peer] = {}
+        self._init_peers = dict(peers or {})
+        self._unauth: set = set()
+        self._clients: set = set()
+        self._all: set = set()
+        self._started = False
+        self._closed = False
+        self._rejects: collections.Counter = collections.Counter()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._started:
+            raise NetError("transport already started")
+        self._started = True
+        self.loop = asyncio.get_running_loop()
+        if self.listen is not None:
+            host, port = self.listen
+            self._server = await self.loop.create_server(
+                lambda: _Conn(self, outbound=False, target=None), host, port,
+                ssl=self.ssl_server, reuse_address=True)
+            self.address = self._server.sockets[0].getsockname()[:2]
+        for pid, addr in self._init_peers.items():
+            self.add_peer(pid, addr)
+        log.info("node %r transport listening on %s", self.node_id, self.address)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tasks = []
+        for p in self._peers.values():
+            if p.task is not None:
+                p.task.cancel()
+                tasks.append(p.task)
+        if self._server is not None:
+            self._server.close()
+        for c in list(self._all):
+            c.close()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        # connection_lost callbacks run on the next loop iterations: give them a bounded
+        # number of turns so close() returns with every connection accounted for
+        for _ in range(100):
+            if not self._all:
+                break
+            await asyncio.sleep(0.001)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- membership --------------------------------------------------------------------------
+
+    def add_peer(self, peer_id: str, address: tuple | None) -> None:
+        """Add (or re-address) a peer; we dial it while it is a member."""
+        check_node_id(peer_id, "peer id", ConfigError)
+        if peer_id == self.node_id:
+            raise ConfigError("a node is not its own peer")
+        self.auth.peers.add(peer_id)
+        p = self._peers.get(peer_id)
+        if p is None:
+            p = self._peers[peer_id] = _Peer(peer_id, address)
+        else:
+            p.address = address
+        if self.loop is not None and not self._closed:
+            if p.task is None and address is not None:
+                p.task = self.loop.create_task(self._dial_loop(p))
+            p.wake.set()
+
+    def remove_peer(self, peer_id: str) -> None:
+        self.auth.peers.discard(peer_id)
+        p = self._peers.pop(peer_id, None)
+        if p is None:
+            return
+        if p.task is not None:
+            p.task.cancel()
+        if p.conn is not None:
+            p.conn.close()
+
+    def peers(self) -> list:
+        return sorted(self._peers)
+
+    def is_connected(self, peer_id: str) -> bool:
+        p = self._peers.get(peer_id)
+        return p is not None and p.conn is not None and not p.conn.closed
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, peer_id: str, message) -> bool:
+        """Queue `message` for `peer_id`. Never blocks; False when the message was dropped
+        (unknown peer, no connection, or the peer's byte budget is full)."""
+        if self._closed:
+            raise TransportClosedError("transport is closed")
+        p = self._peers.get(peer_id)
+        if p is None:
+            return False
+        st = p.stats
+        c = p.conn
+        if c is None or c.closed:
+            st["dropped_no_connection"] += 1
+            return False
+        try:
+            parts = codec.encode(message, max_frame_bytes=self.config.max_frame_bytes)
+        except NetError as e:
+            st["dropped_encode"] += 1
+            log.error("cannot send %s to %r: %s", type(message).__name__, peer_id, e)
+            return False
+        n = _nbytes(parts)
+        if not c.send_parts(parts, control=type(message) is not Append):
+            st["dropped_backpressure"] += 1
+            return False
+        st["sent"] += 1
+        st["sent_bytes"] += n
+        return True
+
+    def pause_reading(self, peer_id: str) -> bool:
+        p = self._peers.get(peer_id)
+        if p is None or p.conn is None or p.conn.transport is None:
+            return False
+        p.conn.transport.pause_reading()
+        return True
+
+    def resume_reading(self, peer_id: str) -> bool:
+        p = self._peers.get(peer_id)
+        if p is None or p.conn is None or p.conn.transport is None:
+            return False
+        p.conn.transport.resume_reading()
+        return True
+
+    # -- stats -------------------------------------------------------------------------------
+
+    def held_bytes(self, peer_id: str) -> int:
+        """Bytes held for `peer_id` right now (our queue + the socket transport's buffer)."""
+        p = self._peers.get(peer_id)
+        return p.conn.held_bytes() if p is not None and p.conn is not None else 0
+
+    def stats(self) -> dict:
+        peers = {}
+        for pid, p in self._peers.items():
+            s = dict(p.stats)
+            c = p.conn
+            s["connected"] = c is not None and not c.closed
+            s["held_bytes"] = c.held_bytes() if c is not None else 0
+            s["queued_bytes"] = c.queued_bytes if c is not None else 0
+            if c is not None:
+                s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
+            peers[pid] = s
+        return {"node_id": self.node_id, "address": self.address, "peers": peers,
+                "unauthenticated": len(self._unauth), "clients": len(self._clients),
+                "rejected": dict(self._rejects)}
+
+    async def wait_connected(self, peer_id: str, timeout: float) -> None:
+        """Wait (at most `timeout` s) until an authenticated connection to peer_id exists."""
+        deadline = self.loop.time() + timeout
+        while not self.is_connected(peer_id):
+            p = self._peers.get(peer_id)
+            left = deadline - self.loop.time()
+            if left <= 0 or p is None:
+                raise TimeoutError(f"{self.node_id!r}: no connection to {peer_id!r} "
+                                   f"after {timeout} s")
+            try:
+                await asyncio.wait_for(p.changed.wait(), left)
+            except TimeoutError:
+                pass
+
+    # -- connection bookkeeping (called by _Conn) --------------------------------------------
+
+    def _conn_opened(self, c: _Conn) -> bool:
+        if self._closed:
+            c.abort()
+            return False
+        self._all.add(c)
+        if not c.outbound:
+            if len(self._unauth) >= self.config.max_unauthenticated:
+                log.warning("refused connection from %s: too many unauthenticated connections "
+                            "(max_unauthenticated=%d)", c.peername,
+                            self.config.max_unauthenticated)
+                self._rejects["too many unauthenticated"] += 1
+                c.abort()
+                return False
+            self._unauth.add(c)
+        return True
+
+    def _count_reject(self, err: Exception) -> None:
+        self._rejects[getattr(err, "reason", None) or type(err).__name__] += 1
+
+    def _conn_authenticated(self, c: _Conn) -> None:
+        self._unauth.discard(c)
+        if c.role == Role.CLIENT:
+            self._clients.add(c)
+            log.info("client %r connected from %s", c.peer_id, c.peername)
+            return
+        p = self._peers.get(c.peer_id)
+        if p is None:  # removed during the handshake
+            c.close()
+            return
+        old = p.conn
+        if old is not None and not old.closed:
+            # Both sides dialled. The same rule on both sides keeps the same connection: the
+            # one initiated by the lower node id; between two of the same direction, the newer.
+            low_is_me = self.node_id < c.peer_id
+
+            def initiated_by_low(x: _Conn) -> bool:
+                return x.outbound == low_is_me
+            if initiated_by_low(old) and not initiated_by_low(c):
+                keep, drop = old, c
+            else:
+                keep, drop = c, old
+            log.debug("%r: duplicate connection with %r: keeping the one %s", self.node_id,
+                      c.peer_id, "we dialled" if keep.outbound else "it dialled")
+            p.stats["duplicates_closed"] += 1
+            p.conn = keep
+            drop.close()
+        else:
+            p.conn = c
+            p.stats["connects"] += 1
+            log.info("%r connected to peer %r (%s %s)", self.node_id, c.peer_id,
+                     "dialled" if c.outbound else "accepted", c.peername)
+        self._changed(p)
+
+    def _conn_lost(self, c: _Conn) -> None:
+        self._all.discard(c)
+        self._unauth.discard(c)
+        self._clients.discard(c)
+        if c.role != Role.PEER or c.peer_id is None:
+            return
+        p = self._peers.get(c.peer_id)
+        if p is not None and p.conn is c:
+            p.stats["max_held_bytes"] = max(p.stats["max_held_bytes"], c.max_held_bytes)
+            p.conn = None
+            p.stats["disconnects"] += 1
+            if not self._closed:
+                log.info("%r lost its connection to peer %r", self.node_id, c.peer_id)
+            self._changed(p)
+
+    @staticmethod
+    def _changed(p: _Peer) -> None:
+        p.wake.set()
+        p.changed.set()
+        p.changed = asyncio.Event()
+
+    def _deliver(self, c: _Conn, frame, msg, nbytes: int) -> None:
+        if c.role == Role.CLIENT:
+            try:
+                self.on_client_request(c, frame.request_id, msg)
+            except Exception:
+                log.exception("on_client_request failed for client %r", c.peer_id)
+            return
+        p = self._peers.get(c.peer_id)
+        if p is None or p.conn is not c:
+            return   # a duplicate being closed, or a removed peer: not the peer's channel
+        st = p.stats
+        st["received"] += 1
+        st["received_bytes"] += nbytes
+        try:
+            self.on_message(c.peer_id, msg)
+        except Exception:
+            log.exception("on_message failed for a message from %r", c.peer_id)
+
+    # -- dialling ----------------------------------------------------------------------------
+
+    async def _dial_loop(self, p: _Peer) -> None:
+        cfg = self.config
+        delay = cfg.reconnect_initial_ms / 1000
+        while not self._closed:
+            if p.conn is not None and not p.conn.closed:
+                p.wake.clear()
+                await p.wake.wait()
+                delay = cfg.reconnect_initial_ms / 1000
+                continue
+            if p.address is None:
+                p.wake.clear()
+                await p.wake.wait()
+                continue
+            host, port = p.address
+            ok = False
+            try:
+                _, conn = await asyncio.wait_for(
+                    self.loop.create_connection(
+                        lambda: _Conn(self, outbound=True, target=p.id), host, port,
+                        ssl=self.ssl_client,
+                        server_hostname=(host if self.ssl_client is not None else None)),
+                    cfg.connect_timeout_ms / 1000)
+                ok = await conn.finished
+            except (OSError, TimeoutError, _ssl.SSLError) as e:
+                log.debug("%r: dialling %r at %s:%s failed: %s", self.node_id, p.id, host, port, e)
+            if ok:
+                continue
+            # Exponential backoff with "equal jitter": half the delay fixed, half random, so
+            # two nodes that lost each other at the same moment do not redial in lockstep.
+            pause = delay / 2 + self.rng.random() * delay / 2
+            delay = min(delay * 2, cfg.reconnect_max_ms / 1000)
+            p.wake.clear()
+            try:
+                await asyncio.wait_for(p.wake.wait(), pause)
+            except TimeoutError:
+                pass
+
+
+class ClientChannel:
+    """The client side of one authenticated connection: request/response by request id."""
+
+    def __init__(self, conn: _Conn):
+        self._conn = conn
+        self._next_id = 1
+        self._waiting: dict[int, asyncio.Future] = {}
+
+    @property
+    def server_id(self) -> str | None:
+        return self._conn.peer_id
+
+    async def request(self, message, timeout: float):
+        """Send a request and wait (at most `timeout` s) for its response message."""
+        if self._conn.closed:
+            raise TransportClosedError("client connection is closed")
+        rid = self._next_id
+        self._next_id += 1
+        fut = self._conn.owner.loop.create_future()
+        self._waiting[rid] = fut
+        try:
+            parts = codec.encode(message, rid, max_frame_bytes=self._conn.cfg.max_frame_bytes)
+            if not self._conn.send_parts(parts, control=False):
+                raise TransportClosedError("client connection closed or its send budget is full")
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._waiting.pop(rid, None)
+
+    def _on_response(self, request_id: int, msg) -> None:
+        fut = self._waiting.get(request_id)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    def _on_lost(self) -> None:
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(TransportClosedError("connection lost"))
+
+    async def close(self) -> None:
+        self._conn.close()
+        await asyncio.sleep(0)
+
+
+class _ClientOwner:
+    """What a client connection needs of an owner (no peers, no server)."""
+
+    def __init__(self, auth: AuthConfig, config: TransportConfig, loop):
+        self.auth = auth
+        self.config = config
+        self.loop = loop
+        self.node_id = auth.node_id
+        self.channel: ClientChannel | None = None
+        self.rejects: collections.Counter = collections.Counter()
+
+    def _conn_opened(self, c) -> bool:
+        return True
+
+    def _conn_authenticated(self, c) -> None:
+        pass
+
+    def _conn_lost(self, c) -> None:
+        if self.channel is not None:
+            self.channel._on_lost()
+
+    def _count_reject(self, err) -> None:
+        self.rejects[type(err).__name__] += 1
+
+    def _deliver(self, c, frame, msg, nbytes) -> None:
+        if self.channel is not None:
+            self.channel._on_response(frame.request_id, msg)
+
+
+async def connect_client(host: str, port: int, auth: AuthConfig, *, server_id: str | None = None,
+                         timeout: float = 5.0, config: TransportConfig | None = None,
+                         ssl: _ssl.SSLContext | None = None) -> ClientChannel:
+    """Open an authenticated client connection (role CLIENT, `auth.node_id` is the client id,
+    `auth.secret` the client secret). Raises the handshake's AuthError, OSError or
+    TimeoutError."""
+    loop = asyncio.get_running_loop()
+    owner = _ClientOwner(auth, (config or TransportConfig()).validate(), loop)
+    _, conn = await asyncio.wait_for(
+        loop.create_connection(lambda: _Conn(owner, True, server_id, Role.CLIENT), host, port,
+                               ssl=ssl, server_hostname=(host if ssl is not None else None)),
+        timeout)
+    ok = await asyncio.wait_for(conn.finished, timeout)
+    if not ok:
+        raise conn.hs.error or TransportClosedError("connection closed during the handshake")
+    owner.channel = ClientChannel(conn)
+    return owner.channel
