@@ -5,3 +5,6 @@ from .config import NodeConfig, load_node_config
 from .driver import Node
 
 __all__ = ["Node", "NodeConfig", "load_node_config"]
+from .replica import Replica, RoleChange, open_replica  # noqa: E402
+
+__all__ += ["Replica", "RoleChange", "open_replica"]
