@@ -139,7 +139,7 @@ class ClientService:
             await node.wait_for_data(max(0.0, deadline - time.monotonic()))
         records, total = [], 0
         for msg in msgs:
-            raw = msg.raw
+            raw = msg.raw()
             if records and total + raw.nbytes > req.max_bytes:
                 break
             records.append(raw)
