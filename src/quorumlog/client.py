@@ -26,7 +26,7 @@ import threading
 from typing import NamedTuple
 
 from .errors import QuorumlogError
-from .format import decode_record
+from ._clientframe import decode_fetched
 from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
@@ -48,7 +48,7 @@ class FetchResult(NamedTuple):
     next_offset: int
     min_offset: int
     max_offset: int
-    messages: list           # quorumlog.format.Record, one per message
+    messages: list           # FetchedMessage (quorumlog._clientframe), one per message
 
 
 def _addr(a) -> tuple[str, int]:
@@ -159,9 +159,14 @@ class AsyncClient:
             except _RETRYABLE as e:
                 if isinstance(e, NotLeaderError):
                     addr = getattr(e, "leader_address", None)
-                    if addr:
+                    if addr and _addr(addr) != self._leader_addr:
+                        # a redirect to a leader we were not talking to: go there at once
                         self._leader_addr = _addr(addr)
                         self.stats["redirects"] += 1
+                        self.stats["retries"] += 1
+                        if loop.time() > deadline:
+                            raise
+                        continue
                     else:
                         self._leader_addr = self._next_address()
                 else:
@@ -227,7 +232,7 @@ class AsyncClient:
         resp = await self._with_retries(req, to_leader=False,
                                         timeout=self.request_timeout + wait_ms / 1000)
         return FetchResult(resp.next_offset, resp.min_offset, resp.max_offset,
-                           [decode_record(r) for r in resp.records])
+                           decode_fetched(resp.records))
 
     async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         r = await self._with_retries(m.OffsetsRequest(topic, queue_id), to_leader=False)

@@ -459,6 +459,9 @@ class Node:
             if e is not None:
                 self.stats["duplicates"] += 1
                 self.producers.duplicates += 1
+                log.info("node %s: batch (producer %d, sequence %d) is entries %d..%d "
+                         "already: not appended again", self.id, producer_id, sequence,
+                         e.first_index, e.last_index)
                 return await self._duplicate_result(e)
             if props is None:
                 kw["properties"] = {PROP_PID: str(producer_id), PROP_SEQ: str(sequence)}
