@@ -70,7 +70,7 @@ from .config import NodeConfig, parse_address, read_secret
 from .dedupe import PROP_PID, PROP_SEQ, RESERVED_PROPERTIES, Entry, ProducerTable
 from .flusher import Flusher
 from .hardstate import HardStateFile
-from .storebridge import bridge_for
+from .storebridge import MetaSeam
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,10 @@ class Node:
         self._stopped = False
         self._failed: BaseException | None = None
         self.ready_to_serve = False
+        self.pending_puts = 0        # messages proposed here and not completed yet
+        self.pending_bytes = 0
         self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
-                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0}
+                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0}
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -148,7 +150,7 @@ class Node:
             self.store_cfg = load_config(None, {})
         self.store = MessageStore(self.path, self.store_cfg, replicated=True)
         try:
-            self.seam = bridge_for(self.store)
+            self.seam = MetaSeam(self.store)
             cl = self.store.commitlog
             rlog = self.seam.raft_log()
             hs = self.hsfile.load()
@@ -224,12 +226,20 @@ class Node:
     # ---------------------------------------------------------------------------- inputs
     async def _tick_loop(self) -> None:
         interval = self.cfg.tick_ms / 1000
+        last = _now_ms()
         while True:
             await asyncio.sleep(interval)
             if self._failed is not None:
                 return
+            now = _now_ms()
+            if now - last > 250:
+                # the loop did not run for that long (a blocked call, or an overloaded
+                # machine): heartbeats stopped too, followers may have started an election
+                self.stats["loop_stalls"] += 1
+                log.info("node %s: event loop stalled for %d ms", self.id, now - last)
+            last = now
             try:
-                self.core.tick(_now_ms())
+                self.core.tick(now)
                 self._drain()
             except Exception as e:
                 self._fail(e)
@@ -385,15 +395,17 @@ class Node:
         core = self.core
         seam = self.seam
         cfg = self.cfg
-        if getattr(seam, "pending_count", 0) + req.count > cfg.max_pending_puts:
+        if self.pending_puts + req.count > cfg.max_pending_puts:
             raise BackpressureError(
-                f"node {self.id}: {seam.pending_count} messages awaiting commit + {req.count} "
+                f"node {self.id}: {self.pending_puts} messages awaiting commit + {req.count} "
                 f"> max_pending_puts={cfg.max_pending_puts}")
-        if getattr(seam, "pending_bytes", 0) + req.nbytes > cfg.max_pending_bytes:
+        if self.pending_bytes + req.nbytes > cfg.max_pending_bytes:
             raise BackpressureError(
-                f"node {self.id}: {seam.pending_bytes} bytes awaiting commit + {req.nbytes} > "
+                f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
         core.propose(req, req.count, req.nbytes)
+        self.pending_puts += req.count
+        self.pending_bytes += req.nbytes
         self.stats["proposals"] += 1
         self._schedule_drain()
 
@@ -401,6 +413,9 @@ class Node:
         """A topic this replica has never seen: replicate its creation (META) first."""
         if self.seam.has_topic(topic):
             return
+        if not self.store_cfg.auto_create_topics:
+            from ..errors import TopicNotFoundError
+            raise TopicNotFoundError(topic)
         self._propose(self.seam.prepare_meta(
             meta.encode_topic(topic, self.store_cfg.default_topic_queues)))
 
@@ -414,25 +429,30 @@ class Node:
         req = self.seam.prepare_meta(meta.encode_topic(name, queues))
         return await self._submit(req)
 
-    def _check_topic(self, name) -> None:
-        from ..errors import InvalidTopicError
-        if not isinstance(name, str):
-            raise InvalidTopicError(f"topic must be a str, got {type(name).__name__}")
-        b = name.encode("utf-8", "replace")
-        if not 1 <= len(b) <= 255 or "/" in name or "\0" in name or name in (".", ".."):
-            raise InvalidTopicError(f"topic {name!r}: 1..255 UTF-8 bytes, no '/' or NUL, "
-                                    "not '.' or '..'")
+    @staticmethod
+    def _check_topic(name) -> None:
+        from ..store.topics import check_user_topic
+        check_user_topic(name)
 
-    async def _submit(self, req):
+    def _completion(self, req) -> asyncio.Future:
+        """A future completed by req.on_done (called on the loop: apply_committed,
+        abandon_pending and truncations all run there)."""
         fut = self.loop.create_future()
+        count, nbytes = req.count, req.nbytes
 
-        def done(value, fut=fut):
+        def done(value):
+            self.pending_puts -= count
+            self.pending_bytes -= nbytes
             if not fut.done():
                 if isinstance(value, BaseException):
                     fut.set_exception(value)
                 else:
                     fut.set_result(value)
         req.on_done = done
+        return fut
+
+    async def _submit(self, req):
+        fut = self._completion(req)
         self._propose(req)
         return await fut
 
@@ -471,17 +491,9 @@ class Node:
             else:
                 kw["properties"] = dict(props, **{PROP_PID: str(producer_id),
                                                   PROP_SEQ: str(sequence)})
-        req = self.seam.prepare_put(topic, bodies, **kw)
         self._ensure_topic(topic)
-        fut = self.loop.create_future()
-
-        def done(value, fut=fut):
-            if not fut.done():
-                if isinstance(value, BaseException):
-                    fut.set_exception(value)
-                else:
-                    fut.set_result(value)
-        req.on_done = done
+        req = self.seam.prepare_put(topic, bodies, **kw)
+        fut = self._completion(req)
         self._propose(req)
         self.stats["messages_put"] += req.count
         if producer_id:
@@ -490,7 +502,9 @@ class Node:
         return await asyncio.shield(fut)
 
     async def put(self, topic, body, **kw):
-        return await self.put_batch(topic, [body], **kw)
+        """One message -> its PutResult, once committed and dispatched."""
+        r = await self.put_batch(topic, [body], **kw)
+        return r[0]
 
     async def _duplicate_result(self, e: Entry):
         if e.future is not None:
@@ -582,7 +596,7 @@ class Node:
               "persisted_index": core.persisted_index, "last_index": cl.last_index,
               "end_position": cl.end_position, "voters": list(core.voters),
               "ready_to_serve": self.ready_to_serve,
-              "pending_puts": getattr(self.seam, "pending_count", 0),
+              "pending_puts": self.pending_puts, "pending_bytes": self.pending_bytes,
               "failed": repr(self._failed) if self._failed else None, **self.stats}
         if core.role == Role.LEADER:
             st["followers"] = {p: {"match": pr.match, "lag": cl.last_index - pr.match,
