@@ -33,12 +33,14 @@ from .errors import (AuthConfigError, AuthError, AuthRejectedError, BadProofErro
                      HandshakeTimeoutError, UnknownNodeError, WrongClusterError)
 from .messages import AuthMode, RejectReason, Role
 
-__all__ = ["AuthConfig", "Handshake", "MIN_SECRET_BYTES"]
+__all__ = ["AuthConfig", "Handshake", "MIN_SECRET_BYTES", "transcript", "proof", "DIR_INITIATOR",
+           "DIR_RESPONDER"]
 
 MIN_SECRET_BYTES = 16
 _LABEL = b"quorumlog-auth-v1\x00"
-_DIR_INITIATOR = b"initiator->responder\x00"
-_DIR_RESPONDER = b"responder->initiator\x00"
+# direction labels: a proof is good for one direction only (no reflection)
+DIR_INITIATOR = b"initiator->responder\x00"
+DIR_RESPONDER = b"responder->initiator\x00"
 
 
 def _secret_bytes(secret, what: str) -> bytes | None:
@@ -238,12 +240,12 @@ class Handshake:
         return [m.AuthChallenge(c.cluster_id, c.node_id, self.nonce)]
 
     def _on_proof(self, p: m.AuthProof) -> list:
-        if not self._verify(p.proof, _DIR_INITIATOR):
+        if not self._verify(p.proof, DIR_INITIATOR):
             self._fail(BadProofError(f"bad proof from {self.peer_id!r} "
                                      f"(wrong secret, or a replayed/reflected proof)"),
                        RejectReason.BAD_PROOF, "bad proof")
         self._state = _DONE
-        return [m.AuthOk(self._make(_DIR_RESPONDER))]
+        return [m.AuthOk(self._make(DIR_RESPONDER))]
 
     # -- initiator ---------------------------------------------------------------------------
 
@@ -262,10 +264,10 @@ class Handshake:
         self._tr = transcript(c.cluster_id, self.role, c.mode, c.node_id, ch.responder_id,
                               self.nonce, ch.nonce)
         self._state = _WAIT_OK
-        return [m.AuthProof(self._make(_DIR_INITIATOR))]
+        return [m.AuthProof(self._make(DIR_INITIATOR))]
 
     def _on_ok(self, ok: m.AuthOk) -> list:
-        if not self._verify(ok.proof, _DIR_RESPONDER):
+        if not self._verify(ok.proof, DIR_RESPONDER):
             self._fail(BadProofError(f"bad proof from {self.peer_id!r} "
                                      f"(wrong secret, or a replayed/reflected proof)"),
                        RejectReason.BAD_PROOF, "bad proof")

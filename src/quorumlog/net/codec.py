@@ -492,10 +492,8 @@ _raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
 
 def _build_append(v, src, dst):
     payload = v["payload"]
-    return Append(v["term"], src, dst, v["prev_index"], v["prev_term"], v["first_index"],
-                  v["last_index"], v["entry_term"], payload,
-                  0 if payload is None else payload.nbytes, v["commit_index"],
-                  tuple((i, tuple(vs)) for i, vs in v["configs"]), v["epoch"])
+    v["configs"] = tuple((i, tuple(vs)) for i, vs in v["configs"])
+    return Append(src=src, dst=dst, nbytes=0 if payload is None else payload.nbytes, **v)
 
 
 def _check_append(a: Append) -> None:
@@ -580,3 +578,57 @@ register(0x4F, m.ErrorResponse, [("code", Enum(m.ErrorCode, "H")), ("term", TERM
                                  ("message", Text(m.MAX_ERROR_TEXT_BYTES)),
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS)],
          channel=CLIENT)
+
+
+# --- documentation ---------------------------------------------------------------------------
+
+def _kind_doc(k) -> str:
+    if isinstance(k, Fixed):
+        size = struct.calcsize("<" + k.fmt)
+        signed = k.fmt.islower() and k.fmt not in "?"
+        base = f"{'i' if signed else 'u'}{size * 8}"
+        if isinstance(k.conv, type) and k.conv is not bool:
+            return f"{base} {k.conv.__name__}"
+        if k.conv is bool:
+            return "u8 bool (0/1)"
+        if (k.lo, k.hi) == _FULL_RANGE.get(k.fmt):
+            return base
+        return f"{base} >= {k.lo}" if k.hi == MAX_I64 else f"{base} {k.lo}..{k.hi}"
+    if isinstance(k, Text):
+        what = "node id" if k.node_id else "utf-8"
+        opt = ", 0 = none" if k.optional else ""
+        return f"{what}: u{k.len_fmt.size * 8} len ({k.min_len}..{k.max_bytes}{opt}) + bytes"
+    if isinstance(k, Blob):
+        if k.exact is not None:
+            return f"u{k.len_fmt.size * 8} len (= {k.exact}) + bytes"
+        if k.allowed is not None:
+            return f"u{k.len_fmt.size * 8} len ({' or '.join(map(str, sorted(k.allowed)))}) + bytes"
+        return f"u{k.len_fmt.size * 8} len + bytes"
+    if isinstance(k, Tail):
+        return "the rest of the payload (none: a probe)"
+    if isinstance(k, List):
+        return f"u32 count (<= {k.max_count}) x [{_kind_doc(k.item)}]"
+    if isinstance(k, Tuple):
+        return "(" + ", ".join(_kind_doc(x) for x in k.kinds) + ")"
+    return type(k).__name__
+
+
+_FULL_RANGE = {"B": (0, 0xFF), "H": (0, 0xFFFF), "I": (0, 0xFFFFFFFF), "Q": (0, (1 << 64) - 1),
+               "q": (-(1 << 63), MAX_I64), "i": (-(1 << 31), (1 << 31) - 1)}
+
+
+def describe_tables() -> str:
+    """The message tables of docs/net.md, generated from the registry (a test keeps the
+    document equal to this). Print with:
+    python -c "from quorumlog.net.codec import describe_tables as d; print(d())" """
+    lines = []
+    for code in sorted(_BY_CODE):
+        s = _BY_CODE[code]
+        lines.append(f"#### `{code:#04x}` {s.cls.__name__} ({s.channel})")
+        lines.append("")
+        lines.append("| field | encoding |")
+        lines.append("|---|---|")
+        for name, kind in s.fixed + s.var:
+            lines.append(f"| `{name}` | {_kind_doc(kind)} |")
+        lines.append("")
+    return "\n".join(lines)

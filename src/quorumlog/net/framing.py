@@ -72,11 +72,11 @@ def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0) 
     return prefix + _CRC.pack(zlib.crc32(prefix))
 
 
-def _check_limit(length: int, max_frame_bytes: int) -> None:
+def _check_limit(length: int, max_frame_bytes: int, limit_name: str = "max_frame_bytes") -> None:
     if length + HEADER_SIZE > max_frame_bytes:
         raise FrameTooLargeError(
             f"frame of {length + HEADER_SIZE} bytes (payload {length}) is over "
-            f"max_frame_bytes={max_frame_bytes}", length + HEADER_SIZE, max_frame_bytes)
+            f"{limit_name}={max_frame_bytes}", length + HEADER_SIZE, max_frame_bytes)
 
 
 def frame_parts(ftype: int, payload, request_id: int = 0, flags: int = 0, *,
@@ -97,7 +97,8 @@ def encode_frame(ftype: int, payload=b"", request_id: int = 0, flags: int = 0, *
 
 
 def parse_header(buf, offset: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 known_types=None) -> tuple[int, int, int, int]:
+                 known_types=None, limit_name: str = "max_frame_bytes"
+                 ) -> tuple[int, int, int, int]:
     """Validate the 24 header bytes at buf[offset:] and return (type, flags, request_id,
     payload_length). Raises FrameError / FrameTooLargeError; never allocates."""
     magic, version, ftype, flags, reserved, request_id, length, crc = \
@@ -115,7 +116,7 @@ def parse_header(buf, offset: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRA
         raise FrameError(f"frame reserved field is {reserved:#x}, must be 0")
     if known_types is not None and ftype not in known_types:
         raise FrameError(f"frame type {ftype:#04x} not allowed here")
-    _check_limit(length, max_frame_bytes)
+    _check_limit(length, max_frame_bytes, limit_name)
     return ftype, flags, request_id, length
 
 
@@ -130,11 +131,12 @@ class FrameDecoder:
     raises FrameError; the decoder then stays failed (every later call raises the same
     error) because the stream has lost its framing.
 
-    `max_frame_bytes` and `known_types` may be changed between calls (the transport allows
-    only handshake frames, with a small limit, until the peer has authenticated).
+    `max_frame_bytes`, `known_types` and `limit_name` (the setting a FrameTooLargeError
+    names) may be changed between calls: the transport allows only handshake frames, with
+    a small limit, until the peer has authenticated.
     """
 
-    __slots__ = ("max_frame_bytes", "known_types", "large_payload_bytes", "_buf", "_mv",
+    __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
                  "frames", "bytes")
@@ -150,6 +152,7 @@ class FrameDecoder:
         recv_buffer_bytes = max(recv_buffer_bytes, large_payload_bytes + HEADER_SIZE)
         self.max_frame_bytes = max_frame_bytes
         self.known_types = known_types
+        self.limit_name = "max_frame_bytes"
         self.large_payload_bytes = large_payload_bytes
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
@@ -186,7 +189,9 @@ class FrameDecoder:
             # Compact: move the partial frame to the front. It is smaller than the buffer
             # (a header is 24 bytes; a small frame fits whole by construction).
             n = end - start
-            self._buf[0:n] = self._mv[start:end]
+            # via a bytes copy: source and destination may overlap, and a bytearray slice
+            # assignment from a view of itself is a plain memcpy
+            self._buf[0:n] = bytes(self._mv[start:end])
             self._start, self._end = start, end = 0, n
         if self._after_big and start == end:
             # The last frame was large: the next one probably is too. Read only its header,
@@ -238,7 +243,7 @@ class FrameDecoder:
             while end - start >= HEADER_SIZE:
                 ftype, flags, rid, length = parse_header(
                     buf, start, max_frame_bytes=self.max_frame_bytes,
-                    known_types=self.known_types)
+                    known_types=self.known_types, limit_name=self.limit_name)
                 body = start + HEADER_SIZE
                 self._after_big = large = length >= self.large_payload_bytes
                 if large:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from .. import errors as qe
-from ..raft import errors as re_
+from ..raft import errors as raft_errors
 from . import errors as ne
 
 MAX_NODE_ID_BYTES = 64          # node ids and client ids, UTF-8
@@ -217,7 +217,7 @@ class UnsupportedRequestError(ne.NetError):
     """The server does not serve this request type."""
 
 
-class LeaderRedirectError(re_.NotLeaderError):
+class LeaderRedirectError(raft_errors.NotLeaderError):
     """A server answered NOT_LEADER: `leader_id` is the leader it knows of (or None), and
     `leader_address` the leader's client address ("host:port", or None)."""
 
@@ -232,8 +232,8 @@ class LeaderRedirectError(re_.NotLeaderError):
 ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.UNKNOWN: qe.QuorumlogError,
     ErrorCode.NOT_LEADER: LeaderRedirectError,
-    ErrorCode.LEADER_TRANSFERRING: re_.LeaderTransferringError,
-    ErrorCode.BACKPRESSURE: re_.BackpressureError,
+    ErrorCode.LEADER_TRANSFERRING: raft_errors.LeaderTransferringError,
+    ErrorCode.BACKPRESSURE: raft_errors.BackpressureError,
     ErrorCode.INVALID_ARGUMENT: qe.InvalidArgumentError,
     ErrorCode.MESSAGE_TOO_LARGE: qe.MessageTooLargeError,
     ErrorCode.BATCH_TOO_LARGE: qe.BatchTooLargeError,
@@ -244,14 +244,14 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.DISK_FULL: qe.DiskFullError,
     ErrorCode.LOG_CLOSED: qe.LogClosedError,
     ErrorCode.INVALID_DELAY_LEVEL: qe.InvalidDelayLevelError,
-    ErrorCode.PROPOSAL_LIMIT: re_.ProposalLimitError,
-    ErrorCode.MEMBERSHIP_CHANGE: re_.MembershipChangeError,
-    ErrorCode.TRANSFER: re_.TransferError,
+    ErrorCode.PROPOSAL_LIMIT: raft_errors.ProposalLimitError,
+    ErrorCode.MEMBERSHIP_CHANGE: raft_errors.MembershipChangeError,
+    ErrorCode.TRANSFER: raft_errors.TransferError,
     ErrorCode.UNSUPPORTED: UnsupportedRequestError,
     ErrorCode.TIMEOUT: RequestTimeoutError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}
-_CODE_OF_CLASS[re_.NotLeaderError] = ErrorCode.NOT_LEADER
+_CODE_OF_CLASS[raft_errors.NotLeaderError] = ErrorCode.NOT_LEADER
 
 
 @dataclass(slots=True)

@@ -66,12 +66,16 @@ class TransportConfig:
     reconnect_initial_ms: int = 50
     reconnect_max_ms: int = 2000
     large_payload_bytes: int = 64 << 10    # payloads this big get a buffer of their own
+    # A new connection from a peer replaces the one we hold if that one has received nothing
+    # for this long: the peer dials only when it has no connection, so ours is half-open
+    # (the peer restarted or its host died without a FIN). Below it, the lower-id rule.
+    replace_silent_after_ms: int = 1000
 
     def validate(self) -> "TransportConfig":
         for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
                      "max_unauthenticated", "max_send_queue_bytes", "write_high_water_bytes",
                      "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
-                     "large_payload_bytes"):
+                     "large_payload_bytes", "replace_silent_after_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TransportConfig.{name} must be > 0")
         if self.handshake_max_frame_bytes < HEADER_SIZE + 256:
@@ -115,6 +119,7 @@ class _Conn(asyncio.BufferedProtocol):
             if outbound else Handshake.responder(owner.auth, deadline=deadline)
         self.decoder = FrameDecoder(self.cfg.handshake_max_frame_bytes, known_types=_AUTH_TYPES,
                                     large_payload_bytes=self.cfg.large_payload_bytes)
+        self.decoder.limit_name = "handshake_max_frame_bytes"
         self.channels = _CH_AUTH
         self.authenticated = False
         self.closed = False
@@ -128,6 +133,7 @@ class _Conn(asyncio.BufferedProtocol):
         self._bulk: collections.deque = collections.deque()
         self.queued_bytes = 0
         self.max_held_bytes = 0
+        self.last_heard = 0.0          # loop time of the last bytes received (after auth)
         self._uv = False
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -166,6 +172,8 @@ class _Conn(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closed:
             return
+        if self.authenticated:
+            self.last_heard = self.owner.loop.time()
         try:
             frames = self.decoder.buffer_updated(nbytes)
             for fr in frames:
@@ -216,6 +224,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _authenticated(self) -> None:
         self.authenticated = True
+        self.last_heard = self.owner.loop.time()
         self.peer_id = self.hs.peer_id
         self.role = self.hs.role
         if self._timer is not None:
@@ -227,6 +236,7 @@ class _Conn(asyncio.BufferedProtocol):
             self.channels, types = _CH_CLIENT, _CLIENT_REQ_TYPES
         self.decoder.known_types = types
         self.decoder.max_frame_bytes = self.cfg.max_frame_bytes
+        self.decoder.limit_name = "max_frame_bytes"
         if not self.finished.done():
             self.finished.set_result(True)
         self.owner._conn_authenticated(self)
@@ -353,7 +363,8 @@ class _Peer:
         self.changed = asyncio.Event()  # set and replaced on every connect/disconnect
         self.stats = dict(sent=0, sent_bytes=0, received=0, received_bytes=0,
                           dropped_no_connection=0, dropped_backpressure=0, dropped_encode=0,
-                          connects=0, disconnects=0, duplicates_closed=0, max_held_bytes=0)
+                          connects=0, disconnects=0, dial_failures=0, duplicates_closed=0,
+                          max_held_bytes=0)
 
 
 class PeerTransport:
@@ -527,13 +538,17 @@ class PeerTransport:
             s = dict(p.stats)
             c = p.conn
             s["connected"] = c is not None and not c.closed
+            s["dialled"] = c is not None and c.outbound       # which side's dial was kept
+            s["tls"] = c is not None and c.transport is not None and \
+                c.transport.get_extra_info("ssl_object") is not None
             s["held_bytes"] = c.held_bytes() if c is not None else 0
             s["queued_bytes"] = c.queued_bytes if c is not None else 0
             if c is not None:
                 s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
             peers[pid] = s
         return {"node_id": self.node_id, "address": self.address, "peers": peers,
-                "unauthenticated": len(self._unauth), "clients": len(self._clients),
+                "connections": len(self._all), "unauthenticated": len(self._unauth),
+                "clients": len(self._clients),
                 "rejected": dict(self._rejects)}
 
     async def wait_connected(self, peer_id: str, timeout: float) -> None:
@@ -583,18 +598,23 @@ class PeerTransport:
             return
         old = p.conn
         if old is not None and not old.closed:
-            # Both sides dialled. The same rule on both sides keeps the same connection: the
-            # one initiated by the lower node id; between two of the same direction, the newer.
+            # Two connections with one peer. Both dialled at once: the same rule on both
+            # sides keeps the same connection, the one initiated by the lower node id. But a
+            # peer dials only when it has no connection: if ours has been silent, it is
+            # half-open (the peer restarted) and the new one wins. Same direction: the newer.
             low_is_me = self.node_id < c.peer_id
+            silent = self.loop.time() - old.last_heard > \
+                self.config.replace_silent_after_ms / 1000
 
             def initiated_by_low(x: _Conn) -> bool:
                 return x.outbound == low_is_me
-            if initiated_by_low(old) and not initiated_by_low(c):
+            if initiated_by_low(old) and not initiated_by_low(c) and not silent:
                 keep, drop = old, c
             else:
                 keep, drop = c, old
-            log.debug("%r: duplicate connection with %r: keeping the one %s", self.node_id,
-                      c.peer_id, "we dialled" if keep.outbound else "it dialled")
+            log.info("%r: two connections with %r: keeping the one %s%s", self.node_id,
+                     c.peer_id, "we dialled" if keep.outbound else "it dialled",
+                     " (the old one was silent)" if silent and keep is c else "")
             p.stats["duplicates_closed"] += 1
             p.conn = keep
             drop.close()
@@ -673,6 +693,7 @@ class PeerTransport:
                 log.debug("%r: dialling %r at %s:%s failed: %s", self.node_id, p.id, host, port, e)
             if ok:
                 continue
+            p.stats["dial_failures"] += 1
             # Exponential backoff with "equal jitter": half the delay fixed, half random, so
             # two nodes that lost each other at the same moment do not redial in lockstep.
             pause = delay / 2 + self.rng.random() * delay / 2

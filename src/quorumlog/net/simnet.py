@@ -1,0 +1,284 @@
+"""A simulated network with PeerTransport's interface, for tests (in-process, asyncio).
+
+    net = SimNetwork(seed=7, delay_ms=(1, 5), drop_rate=0.01, duplicate_rate=0.01)
+    a = SimTransport("a", net, on_message); await a.start(); a.add_peer("b", None)
+    a.send("b", msg) -> bool;  net.partition({"a"}, {"b", "c"});  net.heal()
+
+Messages are delivered by loop.call_later after a random delay drawn from the network's
+seeded random.Random (so a run's faults are reproducible given the same scheduling); drops,
+duplicates and partitions are decided when a message is sent and checked again when it is
+delivered (a partition that starts while a message is in flight loses it). Each link is FIFO
+like a TCP connection unless `reorder=True`. With `wire=True` every message goes through the
+real codec (encode, join, decode), so a test over the simulated network also proves that
+what the node sends can be put on the wire.
+
+Unlike the real transport, a link has no byte budget; `max_inflight` bounds the number of
+undelivered messages per link (past it `send` drops and counts, like backpressure).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+from typing import Callable
+
+from ..errors import ConfigError
+from . import codec
+from .errors import TransportClosedError
+from .framing import FrameDecoder
+from .messages import check_node_id
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SimNetwork", "SimTransport"]
+
+
+class _Link:
+    __slots__ = ("src", "dst", "drop_rate", "duplicate_rate", "delay_ms", "inflight", "last_due",
+                 "fifo")
+
+    def __init__(self, src, dst, drop_rate, duplicate_rate, delay_ms):
+        self.src, self.dst = src, dst
+        self.drop_rate = drop_rate
+        self.duplicate_rate = duplicate_rate
+        self.delay_ms = delay_ms
+        self.inflight = 0
+        self.last_due = 0.0
+        # (due, item) in send order: one timer for the head at a time, because the loop's
+        # timer heap does not keep equal deadlines in order
+        self.fifo: collections.deque = collections.deque()
+
+
+def _check_rate(name, v):
+    if not 0.0 <= v <= 1.0:
+        raise ConfigError(f"{name}={v} outside 0..1")
+    return float(v)
+
+
+def _check_delay(delay_ms):
+    lo, hi = delay_ms
+    if not 0 <= lo <= hi:
+        raise ConfigError(f"delay_ms={delay_ms}: need 0 <= min <= max")
+    return (lo, hi)
+
+
+class SimNetwork:
+    """The shared medium of a set of SimTransports."""
+
+    def __init__(self, *, seed: int = 0, drop_rate: float = 0.0, duplicate_rate: float = 0.0,
+                 delay_ms: tuple = (0, 0), reorder: bool = False, wire: bool = False,
+                 max_inflight: int = 100_000):
+        self.rng = random.Random(seed)
+        self.drop_rate = _check_rate("drop_rate", drop_rate)
+        self.duplicate_rate = _check_rate("duplicate_rate", duplicate_rate)
+        self.delay_ms = _check_delay(delay_ms)
+        self.reorder = reorder
+        self.wire = wire
+        self.max_inflight = max_inflight
+        self.nodes: dict[str, SimTransport] = {}
+        self._links: dict[tuple, _Link] = {}
+        self._groups: list[set] | None = None
+        self.delivered = 0
+        self.dropped = 0
+        self.duplicated = 0
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def link(self, src: str, dst: str) -> _Link:
+        ln = self._links.get((src, dst))
+        if ln is None:
+            ln = self._links[(src, dst)] = _Link(src, dst, self.drop_rate, self.duplicate_rate,
+                                                 self.delay_ms)
+        return ln
+
+    def set_link(self, src: str, dst: str, *, drop_rate=None, duplicate_rate=None,
+                 delay_ms=None, both_ways: bool = True) -> None:
+        """Override the faults of one direction (or both) of a link."""
+        pairs = [(src, dst), (dst, src)] if both_ways else [(src, dst)]
+        for a, b in pairs:
+            ln = self.link(a, b)
+            if drop_rate is not None:
+                ln.drop_rate = _check_rate("drop_rate", drop_rate)
+            if duplicate_rate is not None:
+                ln.duplicate_rate = _check_rate("duplicate_rate", duplicate_rate)
+            if delay_ms is not None:
+                ln.delay_ms = _check_delay(delay_ms)
+
+    def partition(self, *groups) -> None:
+        """Only nodes in the same group can talk; a node in no group talks to nobody."""
+        self._groups = [set(g) for g in groups]
+        for t in self.nodes.values():
+            t._notify()
+
+    def isolate(self, node_id: str) -> None:
+        others = set(self.nodes) - {node_id}
+        self.partition({node_id}, others)
+
+    def heal(self) -> None:
+        self._groups = None
+        for t in self.nodes.values():
+            t._notify()
+
+    def can_talk(self, a: str, b: str) -> bool:
+        if self._groups is None:
+            return True
+        return any(a in g and b in g for g in self._groups)
+
+    # -- delivery ----------------------------------------------------------------------------
+
+    def _submit(self, src: "SimTransport", dst_id: str, message) -> bool:
+        dst = self.nodes.get(dst_id)
+        st = src._stats[dst_id]
+        if dst is None or not dst._running or not self.can_talk(src.node_id, dst_id):
+            st["dropped_no_connection"] += 1
+            return False
+        ln = self.link(src.node_id, dst_id)
+        if ln.inflight >= self.max_inflight:
+            st["dropped_backpressure"] += 1
+            return False
+        if self.wire:
+            # through the real encoder and frame decoder, as on a socket
+            (item,) = FrameDecoder().feed(b"".join(bytes(p) for p in codec.encode(message)))
+        else:
+            item = message
+        st["sent"] += 1
+        rng = self.rng
+        if ln.drop_rate and rng.random() < ln.drop_rate:
+            self.dropped += 1    # lost in the network: the sender cannot tell
+            return True
+        copies = 2 if ln.duplicate_rate and rng.random() < ln.duplicate_rate else 1
+        if copies == 2:
+            self.duplicated += 1
+        loop = src._loop
+        for _ in range(copies):
+            lo, hi = ln.delay_ms
+            delay = (lo + rng.random() * (hi - lo)) / 1000 if hi else 0.0
+            due = loop.time() + delay
+            ln.inflight += 1
+            if self.reorder:
+                loop.call_at(due, self._deliver, ln, item)
+                continue
+            due = max(due, ln.last_due)       # FIFO per link, like one TCP connection
+            ln.last_due = due
+            ln.fifo.append((due, item))
+            if len(ln.fifo) == 1:
+                loop.call_at(due, self._pump, ln, loop)
+        return True
+
+    def _pump(self, ln: _Link, loop) -> None:
+        fifo = ln.fifo
+        self._deliver(ln, fifo.popleft()[1])             # the head this timer was set for
+        horizon = loop.time() + 1e-3
+        while fifo and fifo[0][0] <= horizon:
+            self._deliver(ln, fifo.popleft()[1])
+        if fifo:
+            loop.call_at(fifo[0][0], self._pump, ln, loop)
+
+    def _deliver(self, ln: _Link, item) -> None:
+        ln.inflight -= 1
+        src_id, dst_id = ln.src, ln.dst
+        dst = self.nodes.get(dst_id)
+        if dst is None or not dst._running or not self.can_talk(src_id, dst_id) \
+                or src_id not in dst._peers:
+            self.dropped += 1
+            return
+        if self.wire:
+            msg = codec.decode_frame(item, src_id, dst_id, channels=(codec.RAFT,))
+        else:
+            msg = item
+        self.delivered += 1
+        dst._receive(src_id, msg)
+
+
+class SimTransport:
+    """PeerTransport's interface over a SimNetwork (see the module docstring)."""
+
+    def __init__(self, node_id: str, network: SimNetwork, on_message: Callable, *,
+                 peers: dict | None = None):
+        self.node_id = check_node_id(node_id, "node id", ConfigError)
+        if node_id in network.nodes:
+            raise ConfigError(f"node {node_id!r} is already on this network")
+        self.network = network
+        self.on_message = on_message
+        self.address = ("sim", node_id)
+        self._peers: set = set()
+        self._init_peers = dict(peers or {})
+        self._stats: dict = collections.defaultdict(lambda: dict(
+            sent=0, received=0, dropped_no_connection=0, dropped_backpressure=0))
+        self._running = False
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed = asyncio.Event()
+        network.nodes[node_id] = self
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._running = True
+        for pid, addr in self._init_peers.items():
+            self.add_peer(pid, addr)
+        for t in self.network.nodes.values():
+            t._notify()
+
+    async def close(self) -> None:
+        self._running = False
+        self._closed = True
+        self.network.nodes.pop(self.node_id, None)
+        for t in self.network.nodes.values():
+            t._notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add_peer(self, peer_id: str, address=None) -> None:
+        check_node_id(peer_id, "peer id", ConfigError)
+        if peer_id == self.node_id:
+            raise ConfigError("a node is not its own peer")
+        self._peers.add(peer_id)
+        self._notify()
+
+    def remove_peer(self, peer_id: str) -> None:
+        self._peers.discard(peer_id)
+
+    def peers(self) -> list:
+        return sorted(self._peers)
+
+    def is_connected(self, peer_id: str) -> bool:
+        dst = self.network.nodes.get(peer_id)
+        return (self._running and peer_id in self._peers and dst is not None and dst._running
+                and self.node_id in dst._peers and self.network.can_talk(self.node_id, peer_id))
+
+    async def wait_connected(self, peer_id: str, timeout: float) -> None:
+        deadline = self._loop.time() + timeout
+        while not self.is_connected(peer_id):
+            left = deadline - self._loop.time()
+            if left <= 0:
+                raise TimeoutError(f"{self.node_id!r}: no link to {peer_id!r} after {timeout} s")
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except TimeoutError:
+                pass
+
+    def send(self, peer_id: str, message) -> bool:
+        if self._closed:
+            raise TransportClosedError("transport is closed")
+        if peer_id not in self._peers:
+            return False
+        return self.network._submit(self, peer_id, message)
+
+    def stats(self) -> dict:
+        return {"node_id": self.node_id, "address": self.address,
+                "peers": {p: dict(self._stats[p], connected=self.is_connected(p))
+                          for p in sorted(self._peers)}}
+
+    def _receive(self, src_id: str, msg) -> None:
+        self._stats[src_id]["received"] += 1
+        try:
+            self.on_message(src_id, msg)
+        except Exception:
+            log.exception("on_message failed for a message from %r", src_id)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()

@@ -1,0 +1,174 @@
+"""Frame header, decoder and encoder: the golden vector of docs/net.md, round trips fed in
+every chunking, each header check, limits checked before allocation, zero-copy payloads."""
+import binascii
+import struct
+
+import pytest
+
+from quorumlog.errors import QuorumlogError
+from quorumlog.net import framing
+from quorumlog.net.errors import FrameError, FrameTooLargeError, ProtocolError
+from quorumlog.net.framing import HEADER_SIZE, FrameDecoder, encode_frame, encode_header
+
+# docs/net.md "Golden vector": type 0x12, request id 0x0102030405060708, payload b"hello"
+GOLDEN = bytes.fromhex("51 4e 01 12 00 00 00 00 08 07 06 05 04 03 02 01 05 00 00 00"
+                       " 86 d4 ac d0 68 65 6c 6c 6f")
+
+
+def test_golden_vector_encode():
+    assert encode_frame(0x12, b"hello", request_id=0x0102030405060708) == GOLDEN
+
+
+def test_golden_vector_checksum_is_crc32_of_first_20_bytes():
+    assert struct.unpack_from("<I", GOLDEN, 20)[0] == binascii.crc32(GOLDEN[:20])
+
+
+def test_golden_vector_decode():
+    (fr,) = FrameDecoder().feed(GOLDEN)
+    assert (fr.type, fr.flags, fr.request_id, bytes(fr.payload)) == \
+        (0x12, 0, 0x0102030405060708, b"hello")
+
+
+def test_errors_are_quorumlog_errors():
+    assert issubclass(FrameTooLargeError, FrameError)
+    assert issubclass(FrameError, ProtocolError)
+    assert issubclass(ProtocolError, QuorumlogError)
+
+
+def _frames(n=20, big_every=5, big=200_000):
+    out = []
+    for i in range(n):
+        size = big if big_every and i % big_every == big_every - 1 else (i * 37) % 3000
+        out.append((0x10 + i % 7, i, bytes((i + j) % 251 for j in range(size))))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 24, 25, 4096, 65536, 1 << 30])
+def test_round_trip_in_any_chunking(chunk):
+    frames = _frames()
+    stream = b"".join(encode_frame(t, p, request_id=r) for t, r, p in frames)
+    d = FrameDecoder(large_payload_bytes=65536, recv_buffer_bytes=70000)
+    got = []
+    for i in range(0, len(stream), chunk):
+        got.extend(d.feed(stream[i:i + chunk]))
+    assert [(f.type, f.request_id, bytes(f.payload)) for f in got] == frames
+    assert d.buffered_bytes == 0 and d.frames == len(frames) and d.bytes == len(stream)
+
+
+def test_buffered_protocol_path_receives_large_payload_in_place():
+    """get_buffer/buffer_updated as asyncio drives them: the body of a large frame is written
+    into a buffer of its own, which becomes the payload (no copy afterwards)."""
+    payload = bytes(range(256)) * 1024            # 256 KiB
+    stream = encode_frame(0x14, payload) + encode_frame(0x12, b"small")
+    d = FrameDecoder(large_payload_bytes=65536)
+    pos, got, views = 0, [], []
+    while pos < len(stream):
+        buf = d.get_buffer(-1)
+        views.append(buf)
+        n = min(len(buf), len(stream) - pos, 100_000)
+        buf[:n] = stream[pos:pos + n]
+        pos += n
+        got.extend(d.buffer_updated(n))
+    assert [bytes(f.payload) for f in got] == [payload, b"small"]
+    big = got[0].payload
+    assert isinstance(big, memoryview) and isinstance(big.obj, bytearray)
+    assert len(big.obj) == len(payload)           # sized by the validated header, exactly
+    # the kernel-facing views handed out after the header were slices of that same buffer
+    assert any(v.obj is big.obj for v in views)
+
+
+def test_after_a_large_frame_the_next_read_is_header_sized():
+    d = FrameDecoder(large_payload_bytes=1000)
+    d.feed(encode_frame(0x14, b"x" * 5000))
+    assert len(d.get_buffer(-1)) == HEADER_SIZE
+    d.feed(encode_frame(0x12, b"y"))               # a small one: back to the whole buffer
+    assert len(d.get_buffer(-1)) > HEADER_SIZE
+
+
+def _header(**kw):
+    f = dict(magic=framing.MAGIC, version=1, ftype=0x10, flags=0, reserved=0, rid=0, length=0)
+    f.update(kw)
+    prefix = struct.pack("<HBBHHQI", f["magic"], f["version"], f["ftype"], f["flags"],
+                         f["reserved"], f["rid"], f["length"])
+    crc = kw.get("crc", binascii.crc32(prefix))
+    return prefix + struct.pack("<I", crc)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(magic=0x4C51), "bad frame magic"),
+    (dict(version=2), "unsupported frame version 2"),
+    (dict(flags=1), "unknown frame flags"),
+    (dict(reserved=3), "reserved field"),
+    (dict(crc=0), "checksum mismatch"),
+])
+def test_bad_header_fields(kw, match):
+    d = FrameDecoder()
+    with pytest.raises(FrameError, match=match):
+        d.feed(_header(**kw))
+
+
+def test_garbage_is_refused_within_one_header():
+    d = FrameDecoder()
+    assert d.feed(b"GET / HTTP/1.1\r\nHost: x") == []       # 23 bytes: not yet a header
+    with pytest.raises(FrameError, match="magic"):
+        d.feed(b"\r\n")
+
+
+def test_unknown_type_refused_at_the_header():
+    d = FrameDecoder(known_types=frozenset({1, 2}))
+    with pytest.raises(FrameError, match="type 0x10 not allowed"):
+        d.feed(_header(ftype=0x10, length=10))
+
+
+def test_oversized_length_refused_before_the_body_and_names_the_limit():
+    d = FrameDecoder(max_frame_bytes=4096)
+    with pytest.raises(FrameTooLargeError, match="max_frame_bytes=4096") as ei:
+        d.feed(_header(length=0xFFFFFFFF))          # header only: no body ever sent
+    assert ei.value.limit == 4096 and ei.value.length == 0xFFFFFFFF + HEADER_SIZE
+    assert d.buffered_bytes == 0
+
+
+def test_frame_exactly_at_the_limit_is_accepted():
+    limit = 1000
+    d = FrameDecoder(max_frame_bytes=limit, large_payload_bytes=100)
+    (fr,) = d.feed(encode_frame(0x10, b"z" * (limit - HEADER_SIZE), max_frame_bytes=limit))
+    assert len(fr.payload) == limit - HEADER_SIZE
+    with pytest.raises(FrameTooLargeError):
+        d.feed(encode_frame(0x10, b"z" * (limit - HEADER_SIZE + 1)))
+
+
+def test_decoder_stays_failed():
+    d = FrameDecoder()
+    with pytest.raises(FrameError):
+        d.feed(b"\x00" * HEADER_SIZE)
+    with pytest.raises(FrameError):
+        d.feed(GOLDEN)                              # the stream has lost its framing
+    with pytest.raises(FrameError):
+        d.get_buffer(-1)
+    assert d.failed
+
+
+def test_frames_before_a_bad_header_in_the_same_read_are_not_lost_silently():
+    d = FrameDecoder()
+    with pytest.raises(FrameError):
+        d.feed(GOLDEN + b"\xff" * HEADER_SIZE)
+    assert d.frames == 1                             # the good frame was decoded first
+
+
+def test_encoder_refuses_what_the_decoder_would():
+    with pytest.raises(FrameTooLargeError, match="max_frame_bytes=100"):
+        encode_frame(0x10, b"x" * 77, max_frame_bytes=100)
+    with pytest.raises(FrameError):
+        encode_header(256, 0)
+    with pytest.raises(FrameError):
+        encode_header(1, 0, flags=1)
+    with pytest.raises(FrameError):
+        encode_header(1, 0, request_id=-1)
+
+
+def test_frame_parts_do_not_copy_the_payload():
+    big = memoryview(bytearray(b"q" * 100_000))
+    head, body = framing.frame_parts(0x14, big, request_id=9)
+    assert body is big and len(head) == HEADER_SIZE
+    (fr,) = FrameDecoder().feed(head + bytes(body))
+    assert fr.request_id == 9 and bytes(fr.payload) == bytes(big)

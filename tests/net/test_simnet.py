@@ -1,0 +1,194 @@
+"""The simulated network: delivery, drop, delay, duplicate, partition, the real codec on
+request; and one set of scenarios run over both the simulated and the real TCP transport
+(the node is tested over either)."""
+import asyncio
+
+import pytest
+
+from quorumlog.errors import ConfigError
+from quorumlog.net.errors import TransportClosedError
+from quorumlog.net.simnet import SimNetwork, SimTransport
+from quorumlog.raft.messages import Append, Heartbeat
+
+from net_support import Node, close_all, run, same, start_mesh, wait_until
+
+
+class SimNode:
+    def __init__(self, node_id, net):
+        self.id = node_id
+        self.inbox = []
+        self.t = SimTransport(node_id, net, lambda p, x: self.inbox.append((p, x)))
+
+    def from_peer(self, peer):
+        return [x for p, x in self.inbox if p == peer]
+
+
+def hb(src, dst, seq):
+    return Heartbeat(1, src, dst, 0, seq)
+
+
+# --- the same scenarios over both transports -----------------------------------------------
+
+@pytest.fixture(params=["sim", "tcp"])
+def make_nodes(request):
+    def make(ids):
+        if request.param == "sim":
+            net = SimNetwork(seed=1, delay_ms=(0, 2))
+            return [SimNode(i, net) for i in ids]
+        return [Node(i, ids) for i in ids]
+    return make
+
+
+def test_both_transports_deliver_in_order_and_report_the_same_shape(make_nodes):
+    async def body():
+        nodes = make_nodes("xyz")
+        try:
+            await start_mesh(nodes)
+            for n in nodes:
+                for o in nodes:
+                    if o is not n:
+                        for s in range(100):
+                            assert n.t.send(o.id, hb(n.id, o.id, s))
+            await wait_until(lambda: all(len(n.inbox) == 200 for n in nodes), 10, "delivery")
+            for n in nodes:
+                for o in nodes:
+                    if o is not n:
+                        got = n.from_peer(o.id)
+                        assert [x.seq for x in got] == list(range(100))
+                        assert all((x.src, x.dst) == (o.id, n.id) for x in got)
+                st = n.t.stats()
+                assert set(st["peers"]) == {o.id for o in nodes if o is not n}
+                for s in st["peers"].values():
+                    assert s["connected"] and s["sent"] == 100 and s["received"] == 100
+        finally:
+            await close_all(nodes)
+    run(None, body)
+
+
+def test_both_transports_drop_when_the_peer_is_gone(make_nodes):
+    async def body():
+        a, b = make_nodes("ab")
+        try:
+            await start_mesh([a, b])
+            assert not a.t.send("nobody", hb("a", "nobody", 1))       # not a peer
+            await b.t.close()
+            await wait_until(lambda: not a.t.is_connected("b"), 5, "a to see b gone")
+            assert not a.t.send("b", hb("a", "b", 2))
+            assert a.t.stats()["peers"]["b"]["dropped_no_connection"] >= 1
+            with pytest.raises(TransportClosedError):
+                b.t.send("a", hb("b", "a", 3))
+        finally:
+            await close_all([a, b])
+    run(None, body)
+
+
+# --- simulated faults -----------------------------------------------------------------------
+
+def test_drop_rate_loses_about_that_share_silently():
+    async def body():
+        net = SimNetwork(seed=3, drop_rate=0.3)
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        for s in range(1000):
+            assert a.t.send("b", hb("a", "b", s))         # the sender cannot tell
+        await wait_until(lambda: net.delivered + net.dropped == 1000, 5, "all settled")
+        assert 230 < net.dropped < 370
+        seqs = [x.seq for x in b.from_peer("a")]
+        assert seqs == sorted(seqs) and len(seqs) == net.delivered
+    run(None, body)
+
+
+def test_duplicates_and_delay():
+    async def body():
+        net = SimNetwork(seed=4, duplicate_rate=0.5, delay_ms=(20, 40))
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for s in range(200):
+            a.t.send("b", hb("a", "b", s))
+        assert b.inbox == []                               # nothing before the delay
+        await wait_until(lambda: len(b.inbox) == 200 + net.duplicated, 5, "all delivered")
+        assert loop.time() - t0 >= 0.02
+        assert 60 < net.duplicated < 140
+        seqs = [x.seq for x in b.from_peer("a")]
+        assert sorted(set(seqs)) == list(range(200)) and seqs == sorted(seqs)   # FIFO link
+    run(None, body)
+
+
+def test_reorder():
+    async def body():
+        net = SimNetwork(seed=5, delay_ms=(0, 50), reorder=True)
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        for s in range(200):
+            a.t.send("b", hb("a", "b", s))
+        await wait_until(lambda: len(b.inbox) == 200, 5, "all delivered")
+        seqs = [x.seq for x in b.from_peer("a")]
+        assert sorted(seqs) == list(range(200)) and seqs != list(range(200))
+    run(None, body)
+
+
+def test_partition_and_heal():
+    async def body():
+        net = SimNetwork(seed=6, delay_ms=(5, 5))
+        a, b, c = (SimNode(i, net) for i in "abc")
+        await start_mesh([a, b, c])
+        a.t.send("c", hb("a", "c", 0))                    # in flight when the cut happens
+        net.partition({"a", "b"}, {"c"})
+        assert a.t.is_connected("b") and not a.t.is_connected("c")
+        assert not a.t.send("c", hb("a", "c", 1))
+        assert a.t.send("b", hb("a", "b", 2))
+        await wait_until(lambda: b.from_peer("a"), 5, "a->b")
+        await wait_until(lambda: net.dropped == 1, 5, "the in-flight message lost")
+        assert c.inbox == []
+        net.heal()
+        await c.t.wait_connected("a", 1)
+        assert a.t.send("c", hb("a", "c", 3))
+        await wait_until(lambda: c.from_peer("a"), 5, "a->c after heal")
+        net.isolate("b")
+        assert not b.t.is_connected("a") and a.t.is_connected("c")
+    run(None, body)
+
+
+def test_per_link_settings_and_validation():
+    async def body():
+        net = SimNetwork(seed=7)
+        a, b, c = (SimNode(i, net) for i in "abc")
+        await start_mesh([a, b, c])
+        net.set_link("a", "b", drop_rate=1.0)
+        for s in range(20):
+            a.t.send("b", hb("a", "b", s))
+            a.t.send("c", hb("a", "c", s))
+        await wait_until(lambda: len(c.inbox) == 20, 5, "a->c")
+        assert b.inbox == [] and net.dropped == 20
+    run(None, body)
+    with pytest.raises(ConfigError):
+        SimNetwork(drop_rate=1.5)
+    with pytest.raises(ConfigError):
+        SimNetwork(delay_ms=(5, 1))
+
+
+def test_wire_mode_goes_through_the_real_codec():
+    async def body():
+        net = SimNetwork(seed=8, wire=True)
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        msg = Append(2, "a", "b", 0, 0, 1, 3, 2, b"r" * 100_000, 100_000, 0, ((2, ("a", "b")),), 1)
+        a.t.send("b", msg)
+        await wait_until(lambda: b.inbox, 5, "delivery")
+        got = b.from_peer("a")[0]
+        assert got is not msg and same(got, msg) and isinstance(got.payload, memoryview)
+    run(None, body)
+
+
+def test_max_inflight_is_backpressure():
+    async def body():
+        net = SimNetwork(seed=9, delay_ms=(50, 50), max_inflight=10)
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        ok = [a.t.send("b", hb("a", "b", s)) for s in range(15)]
+        assert ok == [True] * 10 + [False] * 5
+        assert a.t.stats()["peers"]["b"]["dropped_backpressure"] == 5
+        await wait_until(lambda: len(b.inbox) == 10, 5, "delivery")
+    run(None, body)
