@@ -39,10 +39,14 @@ def test_three_replicas_elect_one_leader_and_replicate_100k_messages(make_cluste
     secret = c.secret()
     with c.client() as admin:
         leader = c.wait_leader(client=admin)
-        statuses = c.statuses(admin)
-        # one leader, the others follow it, all in its term
-        assert {s.leader_id for s in statuses.values()} == {leader}
-        assert len({s.term for s in statuses.values()}) == 1
+
+        def agreed():
+            # one leader, the others follow it (a follower learns of it from its first
+            # heartbeat), all in its term
+            st = c.statuses(admin)
+            return ({s.leader_id for s in st.values()} == {leader}
+                    and len({s.term for s in st.values()}) == 1)
+        wait_until(agreed, 10, "every member following the leader")
         assert sorted(admin.members()) == c.ids
 
     per_producer = asyncio.run(_producers(c.client_addresses(), secret))
