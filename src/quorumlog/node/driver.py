@@ -76,6 +76,45 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Node", "config_history"]
 
+_COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
+_COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
+_COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
+_COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+
+
+class _Queued:
+    __slots__ = ("topic", "queue_id", "tags", "bodies", "props", "fut", "entry", "lo", "hi")
+
+    def __init__(self, topic, queue_id, tags, bodies, props, fut):
+        self.topic, self.queue_id, self.tags = topic, queue_id, tags
+        self.bodies, self.props, self.fut = bodies, props, fut
+        self.entry = None
+        self.lo = self.hi = 0
+
+
+def _split_result(f: asyncio.Future, items) -> None:
+    """Hand each coalesced put its slice of the batch's result (or the batch's error)."""
+    if f.cancelled():
+        return
+    e = f.exception()
+    if e is not None:
+        for it in items:
+            if not it.fut.done():
+                it.fut.set_exception(e)
+        return
+    r = f.result()
+    if len(items) == 1:
+        if not items[0].fut.done():
+            items[0].fut.set_result(r)
+        return
+    from ..store import BatchResult
+    for it in items:
+        if not it.fut.done():
+            lo, hi = it.lo, it.hi
+            it.fut.set_result(BatchResult(r.first_index + lo, r.positions[lo:hi], r.topic,
+                                          r.queue_ids[lo:hi], r.queue_offsets[lo:hi],
+                                          r.store_timestamp))
+
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
@@ -126,6 +165,8 @@ class Node:
         self.producers = ProducerTable()
         self._listeners: list = []
         self._drain_pending = False
+        self._queued: list = []
+        self._queued_pending = False
         self._ticker: asyncio.Task | None = None
         self._commit_target = 0
         self._applied = 0
@@ -136,7 +177,8 @@ class Node:
         self.pending_puts = 0        # messages proposed here and not completed yet
         self.pending_bytes = 0
         self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
-                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0}
+                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
+                      "coalesced_proposals": 0}
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -200,8 +242,13 @@ class Node:
                 await self._ticker
             except (asyncio.CancelledError, Exception):
                 pass
+        stopping = LogClosedError(f"node {self.id} is stopping")
+        for it in self._queued:
+            if not it.fut.done():
+                it.fut.set_exception(stopping)
+        self._queued = []
         if self.seam is not None:
-            self.seam.abandon_pending(LogClosedError(f"node {self.id} is stopping"))
+            self.seam.abandon_pending(stopping)
         if self.transport is not None:
             await self.transport.close()
         if self.flusher is not None:
@@ -491,6 +538,10 @@ class Node:
             else:
                 kw["properties"] = dict(props, **{PROP_PID: str(producer_id),
                                                   PROP_SEQ: str(sequence)})
+        if self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE and isinstance(bodies, list) \
+                and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES \
+                and not isinstance(kw.get("properties"), list):
+            return await self._queue_put(topic, bodies, kw, producer_id, sequence)
         self._ensure_topic(topic)
         req = self.seam.prepare_put(topic, bodies, **kw)
         fut = self._completion(req)
@@ -500,6 +551,86 @@ class Node:
             self.producers.record(producer_id, sequence,
                                   Entry(req.first_index, req.last_index, fut))
         return await asyncio.shield(fut)
+
+    # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
+    async def _queue_put(self, topic, bodies, kw, producer_id, sequence):
+        """Many small concurrent puts (64 producers of single messages) would each be a
+        proposal, an Append per follower, an acknowledgement and a store append. Puts that
+        arrive in the same loop iteration with the same topic, queue and tags are proposed
+        as one batch at the end of the iteration; each gets its slice of the result."""
+        fut = self.loop.create_future()
+        item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
+                       fut)
+        self._queued.append(item)
+        if producer_id:
+            item.entry = Entry(0, 0, fut)
+            self.producers.record(producer_id, sequence, item.entry)
+        if not self._queued_pending:
+            self._queued_pending = True
+            self.loop.call_soon(self._propose_queued)
+        return await asyncio.shield(fut)
+
+    def _propose_queued(self) -> None:
+        self._queued_pending = False
+        queued, self._queued = self._queued, []
+        groups: dict = {}
+        for it in queued:
+            groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)
+        for (topic, qid, tags), items in groups.items():
+            part, n, nbytes = [], 0, 0
+            for it in items:
+                k = len(it.bodies)
+                if part and (n + k > _COALESCE_MAX_MESSAGES or nbytes > _COALESCE_MAX_BYTES):
+                    self._propose_group(topic, qid, tags, part)
+                    part, n, nbytes = [], 0, 0
+                part.append(it)
+                n += k
+                nbytes += sum(len(b) for b in it.bodies)
+            self._propose_group(topic, qid, tags, part)
+
+    def _propose_group(self, topic, qid, tags, items) -> None:
+        if len(items) == 1:
+            bodies, props = items[0].bodies, items[0].props
+        else:
+            bodies = [b for it in items for b in it.bodies]
+            if any(it.props for it in items):
+                props = [it.props for it in items for _ in it.bodies]
+            else:
+                props = None
+        kw = {}
+        if qid is not None:
+            kw["queue_id"] = qid
+        if tags is not None:
+            kw["tags"] = tags
+        if props is not None:
+            kw["properties"] = props
+        try:
+            self._check_writable()
+            self._ensure_topic(topic)
+            req = self.seam.prepare_put(topic, bodies, **kw)
+            done = self._completion(req)
+            self._propose(req)
+        except Exception as e:
+            if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
+                                                     BackpressureError)):
+                for it in items:       # one bad put must not fail the others: one by one
+                    self._propose_group(topic, qid, tags, [it])
+                return
+            for it in items:
+                if not it.fut.done():
+                    it.fut.set_exception(e)
+            return
+        self.stats["messages_put"] += req.count
+        self.stats["coalesced_proposals"] += len(items) > 1
+        first = req.first_index
+        a = 0
+        for it in items:
+            b = a + len(it.bodies)
+            it.lo, it.hi = a, b
+            if it.entry is not None:
+                it.entry.first_index, it.entry.last_index = first + a, first + b - 1
+            a = b
+        done.add_done_callback(lambda f, items=items: _split_result(f, items))
 
     async def put(self, topic, body, **kw):
         """One message -> its PutResult, once committed and dispatched."""
