@@ -87,7 +87,8 @@ class AsyncClient:
     def __init__(self, addresses, *, client_id: str | None = None, secret=None,
                  cluster_id: str = "quorumlog", insecure: bool = False,
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
-                 producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24):
+                 producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
+                 connect_timeout: float = 1.0):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -100,8 +101,13 @@ class AsyncClient:
         self.producer_id = producer_id if producer_id is not None else \
             random.getrandbits(63) or 1
         self._seq = 0
+        # a member that accepts TCP but does not answer (stopped, overloaded) must not hold
+        # a request for long: give up on it after connect_timeout and try the next one
+        self.connect_timeout = min(connect_timeout, request_timeout)
         self._tconfig = TransportConfig(max_frame_bytes=max_frame_bytes,
-                                        max_send_queue_bytes=max(64 << 20, max_frame_bytes))
+                                        max_send_queue_bytes=max(64 << 20, max_frame_bytes),
+                                        handshake_timeout_ms=int(self.connect_timeout * 1000),
+                                        connect_timeout_ms=int(self.connect_timeout * 1000))
         self._channel = None
         self._channel_addr = None
         self._leader_addr = None
@@ -126,7 +132,7 @@ class AsyncClient:
             for host, port in order:
                 try:
                     ch = await connect_client(host, port, self.auth,
-                                              timeout=self.request_timeout,
+                                              timeout=self.connect_timeout,
                                               config=self._tconfig)
                 except (OSError, TimeoutError, NetError) as e:
                     last = e
