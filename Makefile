@@ -37,6 +37,10 @@ microbench: $(STAMP)
 soak: $(STAMP)
 	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
 
+# the leader kill -9 test with 20 kills instead of 3 (a few minutes)
+cluster-soak: $(STAMP)
+	QUORUMLOG_CLUSTER_KILLS=20 $(VPY) -m pytest tests/cluster/test_cluster_failover.py -q -p no:cacheprovider -s
+
 clean:
 	rm -rf build $(VENV) src/*.egg-info
 	find csrc -name '*.c' ! -name 'crc32c.c' -delete; find src -name '*.so' -delete

@@ -85,3 +85,28 @@ def test_coalesced_puts_dedupe_meta_and_redirects(tmp_path, flush):
             for n in nodes:
                 await n.stop()
     asyncio.run(run())
+
+
+def test_backpressure_and_transfer_refuse_puts_with_their_errors(tmp_path):
+    from quorumlog.raft.errors import BackpressureError, LeaderTransferringError
+
+    async def run():
+        nodes, leader, _ = await _group(tmp_path)
+        try:
+            await leader.put("t", b"warm")
+            # more messages awaiting commit than max_pending_puts allows
+            leader.cfg = type(leader.cfg)(**{**leader.cfg.__dict__, "max_pending_puts": 8})
+            with pytest.raises(BackpressureError, match="max_pending_puts=8"):
+                await leader.put_batch("t", [b"x"] * 9, queue_id=0)
+            assert leader.pending_puts == 0
+            r = await leader.put_batch("t", [b"y"] * 8, queue_id=0)   # within the limit
+            assert len(r) == 8
+            # during a leadership transfer the leader refuses puts
+            target = next(n for n in nodes if n is not leader)
+            leader.transfer_leadership(target.id)
+            with pytest.raises(LeaderTransferringError):
+                await leader.put("t", b"z")
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())

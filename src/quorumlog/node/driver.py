@@ -451,8 +451,9 @@ class Node:
                 f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
         core.propose(req, req.count, req.nbytes)
-        self.pending_puts += req.count
-        self.pending_bytes += req.nbytes
+        if req.on_done is not None:     # (counted until _completion's callback runs)
+            self.pending_puts += req.count
+            self.pending_bytes += req.nbytes
         self.stats["proposals"] += 1
         self._schedule_drain()
 
