@@ -4,27 +4,18 @@ the original and stored once, followers hold the topic (META) and redirect write
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
+from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 from quorumlog.node import Node, load_node_config
 from quorumlog.raft.messages import Role
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    try:
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
 async def _group(tmp_path, flush="async"):
     ids = ["n1", "n2", "n3"]
-    peers = {i: f"127.0.0.1:{_free_port()}" for i in ids}
+    peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{9000 + k}" for k, i in enumerate(ids)}   # names only
     nodes = []
     for i in ids:

@@ -4,29 +4,21 @@ reads from every replica, a clean close."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 
 import pytest
+
+from quorumlog.localcluster import free_port
 
 import quorumlog
 from quorumlog.errors import LogClosedError
 from quorumlog.net.messages import LeaderRedirectError
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    try:
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
 def test_open_replica_threads_asyncio_callbacks_and_close(tmp_path):
     ids = ["n1", "n2", "n3"]
-    peers = {i: f"127.0.0.1:{_free_port()}" for i in ids}
+    peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     changes = {i: [] for i in ids}
     lock = threading.Lock()
     reps = []
