@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from quorumlog.localcluster import free_port
-
 import quorumlog
 from quorumlog.errors import LogClosedError
+from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 
 
