@@ -27,7 +27,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     i = min(commit_index, core.persisted_index) (a follower learns the commit index from its
     leader and may hold it before its own flush finished); a later on_persisted applies the
     rest.
- 5. events: RoleChanged / ReadyToServe / ConfigChanged / TransferAborted / BehindRetention go
+ 5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
+    BehindRetention go
     to the listeners (the embedding API runs them on a thread of its own). Leaving LEADER
     fails every request still waiting for a commit (NotLeaderError: it may or may not commit
     under the next leader; an idempotent producer retries safely).
@@ -60,10 +61,10 @@ from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
 from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
 from ..net.transport import PeerTransport, TransportConfig
-from ..raft.core import (BehindRetention, ConfigChanged, RaftConfig, RaftCore, ReadyToServe,
-                         RoleChanged, TransferAborted)
+from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, RaftConfig, RaftCore,
+                         ReadyToServe, RoleChanged, TransferAborted)
 from ..raft.errors import BackpressureError, NotLeaderError
-from ..raft.log import decode_voters
+from ..raft.log import decode_config
 from ..raft.messages import Role
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
@@ -121,7 +122,7 @@ def _now_ms() -> int:
 
 
 def config_history(commitlog, initial_voters) -> list:
-    """[(0, initial voters), (index, voters), ...] from the log's CONFIG records."""
+    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records."""
     from ..commitlog import CONFIG
     hist = [(0, tuple(sorted(initial_voters)))]
     cl = commitlog
@@ -135,7 +136,7 @@ def config_history(commitlog, initial_voters) -> list:
         cfgs = info[info["type"] == CONFIG]
         for p, idx, off, n in zip(cfgs["position"].tolist(), cfgs["index"].tolist(),
                                   cfgs["body_offset"].tolist(), cfgs["body_len"].tolist()):
-            hist.append((idx, decode_voters(bytes(cl.record_at(p)[off:off + n]))))
+            hist.append((idx, *decode_config(bytes(cl.record_at(p)[off:off + n]))))
         pos = nxt
     return hist
 
@@ -197,9 +198,12 @@ class Node:
             rlog = self.seam.raft_log()
             hs = self.hsfile.load()
             hist = config_history(cl, cfg.peers.keys())
+            # a replica that ran before may have acknowledged a leader whose lease still
+            # runs: the core then grants no vote for one leak period (docs/raft.md, leases)
+            restarted = hs.term > 0 or cl.last_index > 0
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
-                                 commit_index=cl.committed_index)
+                                 commit_index=cl.committed_index, restarted=restarted)
             self._applied = self._commit_target = cl.committed_index
             log.info("node %s: opened %s: log %d..%d (term %d), committed %d, hard state "
                      "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
@@ -402,6 +406,10 @@ class Node:
             elif isinstance(ev, ReadyToServe):
                 log.info("node %s: ready to serve as leader of term %d", self.id, ev.term)
                 self.ready_to_serve = True
+            elif isinstance(ev, LeaseExpired):
+                log.info("node %s: leader lease of term %d expired: not serving", self.id,
+                         ev.term)
+                self.ready_to_serve = False
             elif isinstance(ev, ConfigChanged):
                 log.info("node %s: voters are now %s (CONFIG entry %d)", self.id, ev.voters,
                          ev.index)

@@ -27,7 +27,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from ..errors import LogClosedError
-from ..raft.core import ReadyToServe, RoleChanged
+from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config
 from .driver import Node
 
@@ -37,7 +37,7 @@ __all__ = ["open_replica", "Replica", "RoleChange"]
 
 
 class RoleChange(NamedTuple):
-    role: str              # "LEADER" | "FOLLOWER" | "CANDIDATE" | "READY_TO_SERVE"
+    role: str    # "LEADER" | "FOLLOWER" | "CANDIDATE" | "READY_TO_SERVE" | "LEASE_EXPIRED"
     term: int
     leader_id: str | None
 
@@ -119,6 +119,10 @@ class Replica:
         elif isinstance(ev, ReadyToServe):
             self._ready.set()
             ch = RoleChange("READY_TO_SERVE", ev.term, self.node.id)
+        elif isinstance(ev, LeaseExpired):
+            # still LEADER, but its lease ran out: stop acting as master until READY_TO_SERVE
+            self._ready.clear()
+            ch = RoleChange("LEASE_EXPIRED", ev.term, self.node.id)
         else:
             return
         for fn in list(self._callbacks):

@@ -30,7 +30,23 @@ def encode_voters(voters) -> bytes:
 
 
 def decode_voters(data: bytes) -> tuple[str, ...]:
-    return tuple(x for x in bytes(data).decode().split(",") if x)
+    return tuple(x for x in bytes(data).decode().split(";")[0].split(",") if x)
+
+
+def encode_config(voters, learners=()) -> bytes:
+    """CONFIG entry body with learners: the voters as encode_voters, then (only if there are
+    learners) ';' and the sorted learner ids, comma separated. A learner is a member being
+    added: it is in the configuration (so any leader, also a new one, keeps catching it up and
+    promotes it) but never counts towards a quorum."""
+    body = encode_voters(voters)
+    return body + b";" + ",".join(sorted(learners)).encode() if learners else body
+
+
+def decode_config(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(voters, learners) of a CONFIG entry body (encode_config or encode_voters)."""
+    text = bytes(data).decode()
+    voters, _, learners = text.partition(";")
+    return (tuple(x for x in voters.split(",") if x), tuple(x for x in learners.split(",") if x))
 
 
 @runtime_checkable
@@ -72,3 +88,13 @@ class RaftLog(Protocol):
 
     def flush(self) -> int:
         """Make everything appended so far durable; return the durable last index."""
+
+    # -- producer ids (exactly-once retries; docs/raft.md "The producer table") -------------
+    def append_producer_batch(self, term: int, batch: Any, pid: int, seq: int) -> int:
+        """append_as_leader(term, batch), storing (pid, seq) with the batch: it travels in
+        read()'s payload, so followers hold it too and producers() finds it on any replica.
+        The record format does not change (the native log: reserved record properties)."""
+
+    def producers(self, lo: int, hi: int) -> list:
+        """[(first_index, last_index, pid, seq)] of the batches stored with a producer whose
+        last entry is in [lo, hi], in log order (a new leader rebuilds its table from it)."""

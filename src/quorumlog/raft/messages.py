@@ -73,9 +73,18 @@ class DispatchState(IntEnum):
 SUCCESS = Code.SUCCESS  # hot-path alias
 
 
+# Lanes: a driver may carry CONTROL messages (votes, heartbeats, their answers, transfer) on
+# a connection of their own, so a retransmission stall behind megabytes of DATA (appends and
+# their answers) does not hold up the heartbeats that keep a leader alive. One connection for
+# both works too; docs/benchmarks.md measures both.
+CONTROL = 0
+DATA = 1
+
+
 class Message:
     __slots__ = ("term", "src", "dst")
     type_name = "MSG"
+    lane = CONTROL
 
     def __init__(self, term: int, src: str, dst: str):
         self.term = term
@@ -94,31 +103,38 @@ class Message:
 
 
 class VoteRequest(Message):
-    __slots__ = ("ledger_end_index", "ledger_end_term", "transfer")
+    """A vote request. With `pre` set it is a pre-vote: `term` is the term the sender would
+    run in, and the receiver answers as it would vote without changing any state."""
+
+    __slots__ = ("ledger_end_index", "ledger_end_term", "transfer", "pre")
     type_name = "VOTE"
 
-    def __init__(self, term, src, dst, ledger_end_index, ledger_end_term, transfer=False):
+    def __init__(self, term, src, dst, ledger_end_index, ledger_end_term, transfer=False,
+                 pre=False):
         Message.__init__(self, term, src, dst)
         self.ledger_end_index = ledger_end_index
         self.ledger_end_term = ledger_end_term
         # set only by a transferee taking leadership: bypasses the live-leader rejection
         self.transfer = transfer
+        self.pre = pre
 
     def fields(self):
-        return f"end={self.ledger_end_index}/t{self.ledger_end_term}" + (" transfer" if self.transfer else "")
+        return (f"end={self.ledger_end_index}/t{self.ledger_end_term}"
+                + (" transfer" if self.transfer else "") + (" pre" if self.pre else ""))
 
 
 class VoteResponse(Message):
-    __slots__ = ("req_term", "result")
+    __slots__ = ("req_term", "result", "pre")
     type_name = "VOTE_RESP"
 
-    def __init__(self, term, src, dst, req_term, result):
+    def __init__(self, term, src, dst, req_term, result, pre=False):
         Message.__init__(self, term, src, dst)
         self.req_term = req_term
         self.result = result
+        self.pre = pre
 
     def fields(self):
-        return f"req_t{self.req_term} {self.result.name}"
+        return f"{'pre ' if self.pre else ''}req_t{self.req_term} {self.result.name}"
 
 
 class Heartbeat(Message):
@@ -153,6 +169,7 @@ class Append(Message):
     __slots__ = ("prev_index", "prev_term", "first_index", "last_index", "entry_term",
                  "payload", "nbytes", "commit_index", "configs", "epoch")
     type_name = "APPEND"
+    lane = DATA
 
     def __init__(self, term, src, dst, prev_index, prev_term, first_index, last_index,
                  entry_term, payload, nbytes, commit_index, configs, epoch):
@@ -167,13 +184,14 @@ class Append(Message):
         self.payload = payload            # opaque to the core (log.read's result)
         self.nbytes = nbytes
         self.commit_index = commit_index
-        self.configs = configs            # ((index, voters), ...) CONFIG entries in this batch
+        self.configs = configs            # ((index, voters, learners), ...) CONFIG entries here
         self.epoch = epoch                # dispatcher epoch, echoed so stale rejections are ignored
 
     def fields(self):
         if self.last_index < self.first_index:
             return f"probe prev={self.prev_index}/t{self.prev_term} commit={self.commit_index}"
-        cfg = f" configs={list(self.configs)}" if self.configs else ""
+        cfg = (" configs=" + str([(i, v, ln) if ln else (i, v) for i, v, ln in self.configs])
+               if self.configs else "")
         return (f"prev={self.prev_index}/t{self.prev_term} [{self.first_index}..{self.last_index}]"
                 f"/t{self.entry_term} commit={self.commit_index}{cfg}")
 
@@ -181,6 +199,7 @@ class Append(Message):
 class AppendResponse(Message):
     __slots__ = ("code", "match_index", "req_prev", "req_last", "hint_index", "hint_term", "epoch")
     type_name = "APPEND_RESP"
+    lane = DATA
 
     def __init__(self, term, src, dst, code, match_index, req_prev, req_last, hint_index,
                  hint_term, epoch):

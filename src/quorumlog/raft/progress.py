@@ -22,7 +22,7 @@ from .messages import DispatchState
 class Progress:
     __slots__ = ("peer", "state", "match", "next", "inflight", "epoch", "probe_prev",
                  "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at",
-                 "gaps_below_match", "gap_probe_epoch")
+                 "acked_seq", "lease_ack_ms", "gaps_below_match", "gap_probe_epoch")
 
     def __init__(self, peer: str, next_index: int, now_ms: int, is_learner: bool = False):
         self.peer = peer
@@ -33,7 +33,9 @@ class Progress:
         self.epoch = 0                 # bumped on every reset; stale rejections are ignored
         self.probe_prev = next_index - 1
         self.probe_sent_ms = -(1 << 62)
-        self.last_resp_ms = now_ms
+        self.last_resp_ms = now_ms     # its last answer to us (check-quorum)
+        self.acked_seq = 0             # highest heartbeat round it answered SUCCESS (read_index)
+        self.lease_ack_ms = -(1 << 62)  # send time of that round (the leader's lease)
         self.is_learner = is_learner
         self.behind_retention = False  # next < log.first_index(): needs segment streaming
         # removed from the voters by the CONFIG entry at this index: still replicated to (as
