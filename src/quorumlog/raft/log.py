@@ -1,8 +1,10 @@
 """The log-storage seam of the Raft core: what RaftCore needs from a replicated log.
 
-Two implementations: `memlog.MemLog` (in memory, for simulation and unit tests) and the native
-mmap'd CommitLog (Cython), through the thin adapter `nativelog.NativeRaftLog`. One
-conformance suite (tests/raft/test_raft_log_conformance.py) runs against every implementation.
+Implementations: `memlog.MemLog` (in memory, for simulation and unit tests),
+`nativelog.NativeRaftLog` (the native mmap'd CommitLog through a thin adapter), and its
+subclass `quorumlog.store.StoreRaftLog`, the log of a replicated MessageStore
+(MessageStore.raft_log()). One conformance suite (tests/raft/test_raft_log_conformance.py) runs
+against every implementation (the store's through tests/store/test_store_raft_seam.py).
 
 Indexes start at 1; index 0 is the empty log's sentinel with term 0. Every entry has a term and
 a kind (DATA, NOOP or CONFIG). Terms never decrease along the log.
@@ -73,7 +75,14 @@ class RaftLog(Protocol):
     def append_as_leader(self, term: int, batch: Any) -> int:
         """Append a batch of client messages, each becoming one DATA entry of `term`; the log
         assigns indexes (and positions). Returns the new last index. A term below
-        last_term(): InvalidArgumentError."""
+        last_term(): InvalidArgumentError.
+
+        This is the leader's only way in for data: RaftCore.propose(batch, count, nbytes)
+        calls it, so the core learns of every entry. What `batch` is belongs to the log: a
+        list of bytes for MemLog, (topic, bodies[, kwargs]) for a standalone NativeRaftLog, a
+        PutRequest from MessageStore.prepare_put for a store's log (whose append is the
+        store's one append path: queue offsets are assigned there, and the request is
+        answered by MessageStore.apply_committed once committed)."""
 
     def append_control(self, term: int, kind: EntryKind, data: bytes) -> int:
         """Append one NOOP or CONFIG entry of `term`. Returns the new last index."""
