@@ -184,6 +184,11 @@ class Node:
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         from ..store import MessageStore
+        from .config import wire_carries_pre_vote
+        if self.raft_cfg.pre_vote and not wire_carries_pre_vote():
+            from ..errors import ConfigError
+            raise ConfigError("RaftConfig.pre_vote needs a wire codec that carries the pre-vote "
+                              "flag (quorumlog.net.codec does not yet): pass pre_vote=False")
         self.loop = asyncio.get_running_loop()
         self._applied_changed = asyncio.Event()
         cfg = self.cfg
