@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench microbench install clean soak
+.PHONY: test bench microbench install clean soak cluster-soak
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ microbench: $(STAMP)
 
 soak: $(STAMP)
 	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
+
+# the leader kill -9 test with 20 kills instead of 3 (a few minutes)
+cluster-soak: $(STAMP)
+	QUORUMLOG_CLUSTER_KILLS=20 $(VPY) -m pytest tests/cluster/test_cluster_failover.py -q -p no:cacheprovider -s
 
 clean:
 	rm -rf build $(VENV) src/*.egg-info

@@ -37,9 +37,9 @@ from .log import EntryKind
 
 class NativeRaftLog:
     def __init__(self, commitlog):
-        from ..commitlog import CONFIG, NOOP  # the extension is only needed if this is used
+        from ..commitlog import CONFIG, META, NOOP  # the extension is needed only if used
         self.cl = commitlog
-        self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG}
+        self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
 
     def first_index(self) -> int:
         f = self.cl.first_index
