@@ -93,14 +93,6 @@ HEADER_FIELDS = (
 )
 HEADER_STRUCT = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 assert HEADER_STRUCT.size == HEADER_SIZE
-# The same header as numpy structured-dtype fields (np.dtype(HEADER_FIELDS)), for readers
-# that decode many headers at once.
-HEADER_FIELDS = [("crc", "<u4"), ("total_size", "<u4"), ("magic", "<u2"), ("version", "u1"),
-                 ("type", "u1"), ("flags", "<u4"), ("raft_index", "<u8"), ("raft_term", "<u8"),
-                 ("position", "<u8"), ("queue_offset", "<u8"), ("born_ts", "<i8"),
-                 ("store_ts", "<i8"), ("tag_hash", "<i8"), ("queue_id", "<u4"),
-                 ("topic_len", "<u2"), ("tags_len", "<u2"), ("keys_len", "<u4"),
-                 ("props_len", "<u4"), ("body_len", "<u4"), ("reserved", "<u4")]
 
 
 def _offsets(fields) -> dict[str, int]:

@@ -31,16 +31,16 @@ import numpy as np
 
 from ._consumequeue import CQ_DTYPE as CQ_ENTRY
 from .errors import CorruptLogError, NotAStoreError
-from .format import (CHECKPOINT_SIZE, HEADER_FIELDS, HEADER_SIZE, HEADER_STRUCT, INDEX_ENTRY_SIZE, MAGIC,
+from .format import (CHECKPOINT_SIZE, HEADER_SIZE, HEADER_STRUCT, INDEX_ENTRY_SIZE, MAGIC,
                      TYPE_BLANK, TYPE_MESSAGE, TYPE_META, TYPE_NAMES, check_topic_name,
-                     decode_checkpoint, segment_name)
+                     decode_checkpoint, header_dtype, index_entry_dtype,
+                     segment_name)
 
 __all__ = ["describe", "verify", "Report", "find_store", "raft_state"]
 
-INDEX_ENTRY = np.dtype([("position", "<u8"), ("term", "<u8"), ("size", "<u4"), ("type", "u1"),
-                        ("pad", "V3")])
+INDEX_ENTRY = index_entry_dtype()
 _HDR = HEADER_STRUCT
-HEADER_DTYPE = np.dtype(HEADER_FIELDS)
+HEADER_DTYPE = header_dtype()
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 _MAX_JSON_BYTES = 64 << 20     # a metadata file larger than this is not ours
 _MAX_LISTED_PROBLEMS = 100     # verify keeps the first problems of each kind
