@@ -4,7 +4,6 @@ distinct exit codes (0 ok, 1 damage, 2 usage / not a store / cannot read) and no
 what `info` shows (topics, offsets, segments, disk, a replica's term, --json), and `verify`
 checking every file the store owns (consume queues, topics.json, offsets files, raft-state)."""
 import builtins
-import hashlib
 import json
 import os
 import struct
@@ -30,20 +29,6 @@ def _store(path, n=200):
     return s
 
 
-def _tree(path):
-    """Every file and directory under `path` with its size, mtime and content hash."""
-    out = {}
-    for root, dirs, files in os.walk(path):
-        for d in dirs:
-            out[os.path.join(root, d)] = "dir"
-        for f in files:
-            p = os.path.join(root, f)
-            st = os.stat(p)
-            with open(p, "rb") as fh:
-                out[p] = (st.st_size, st.st_mtime_ns, hashlib.sha1(fh.read()).hexdigest())
-    return out
-
-
 def _run(args, capsys):
     rc = cli.main(args)
     cap = capsys.readouterr()
@@ -67,11 +52,11 @@ def test_a_mistyped_path_is_not_a_store_and_nothing_is_created(tmp_path, capsys)
         assert rc == 2 and "not a directory" in err
 
 
-def test_info_and_verify_change_nothing_and_inspect_a_live_store(tmp_path, capsys):
+def test_info_and_verify_change_nothing_and_inspect_a_live_store(tmp_path, capsys, dir_tree):
     path = str(tmp_path / "s")
     s = _store(path)
     s.flush()
-    before = _tree(path)
+    before = dir_tree(path, mtimes=False)     # the owner's threads may touch mtimes
     rc, out, err = _run(["info", path], capsys)          # LOCK held by the open store
     assert rc == 0, err
     assert "open_by_a_process: True" in out
@@ -79,7 +64,7 @@ def test_info_and_verify_change_nothing_and_inspect_a_live_store(tmp_path, capsy
     rc, out, err = _run(["verify", path], capsys)
     assert rc == 0, err
     assert out.startswith("ok: records 1..201 verified")
-    assert _tree(path) == before                       # not a byte, not an mtime
+    assert dir_tree(path, mtimes=False) == before    # not a byte
     s.put("orders", b"more", queue_id=0)               # the owner still writes
     s.close()
     rc, out, err = _run(["info", path], capsys)

@@ -350,6 +350,8 @@ class Dispatcher:
     def checkpoint(self) -> None:
         """msync the consume-queue files, then tell the log how far they are durable. Dispatch
         calls it every dispatch_checkpoint_interval_ms (the next time is set here)."""
+        if getattr(self.log, "read_only", False):
+            return      # a read-only store dispatches into memory only
         for t in self.topics.all():
             for cq in t.queues:
                 cq.flush()

@@ -12,8 +12,10 @@ deliver_due() on the leader. Request callbacks (on_done) run without the lock.
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -21,9 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from .. import _consumequeue as _cq
 from .._consumequeue import Message
 from ..config import StoreConfig, load_config
-from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
-                      InvalidArgumentError, InvalidTypeError, LogClosedError,
-                      OffsetOutOfRangeError, QuorumlogError)
+from ..errors import (DiskFullError, DrivenStoreError,
+                      IndexOutOfRangeError, InvalidArgumentError, InvalidTypeError,
+                      LogClosedError, NotAStoreError, OffsetOutOfRangeError, QuorumlogError,
+                      ReadOnlyError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from .raftlog import StoreRaftLog
@@ -82,7 +85,8 @@ class MessageStore:
     """See quorumlog/store/__init__.py. Create with quorumlog.open()."""
 
     def __init__(self, path, config: StoreConfig, *, replicated: bool = False,
-                 clock_ms=None, monotonic=None, disk_usage=None, commitlog_factory=None):
+                 clock_ms=None, monotonic=None, disk_usage=None, commitlog_factory=None,
+                 read_only: bool = False):
         from ..commitlog import CommitLog  # the native log; imported late for a clear error
 
         self._path = os.fspath(path)
@@ -96,19 +100,22 @@ class MessageStore:
         self._raft_log: StoreRaftLog | None = None
         self._timer = None
         self._stop_event = threading.Event()
-        os.makedirs(self._path, exist_ok=True)
+        self._read_only = bool(read_only)
+        if not self._read_only:
+            os.makedirs(self._path, exist_ok=True)
         factory = commitlog_factory or CommitLog
+        extra = {"read_only": True} if self._read_only else {}
         self._log = lg = factory(
             self._path, segment_size_bytes=config.segment_size_bytes,
             index_file_entries=config.index_file_entries, flush=config.flush,
             flush_interval_ms=config.flush_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
-            max_message_bytes=config.max_message_bytes)
+            max_message_bytes=config.max_message_bytes, **extra)
         try:
             self._term = max(lg.last_term, 1)
             self._sync_flush = lg.flush_mode == "sync"
             self._closed = False
-            self._topics = TopicRegistry(self._path, config)
+            self._topics = TopicRegistry(self._path, config, self._read_only)
             rebuild = self._topics.load()
             # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
             # fail as a consume-queue file that cannot be preallocated does.
@@ -131,7 +138,7 @@ class MessageStore:
             self._closed = True
             lg.close()
             raise
-        if config.background:
+        if config.background and not self._read_only:
             self._start_timer()
 
     # ------------------------------------------------------------------ properties
@@ -142,6 +149,12 @@ class MessageStore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with read_only=True: reads only; no lock, nothing written to the directory
+        (dispatch of records the owner has not dispatched yet happens in memory)."""
+        return self._read_only
 
     @property
     def commitlog(self):
@@ -188,13 +201,18 @@ class MessageStore:
         if self._closed:
             raise LogClosedError(f"store {self._path} is closed")
 
+    def _check_writable(self):
+        self._check_open()
+        if self._read_only:
+            raise ReadOnlyError(f"store {self._path} was opened read-only")
+
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, queues: int = 8) -> None:
         """Create `name` with `queues` queues (RocketMQ's default is 8). Creating an existing
         topic with the same queue count is a no-op; more queues extend it; fewer is an error."""
         check_user_topic(name)
         with self._lock:
-            self._check_open()
+            self._check_writable()
             self._topics.create(name, queues, False, self._clock_ms(), self._dispatcher.position)
 
     def topics(self) -> dict[str, int]:
@@ -267,8 +285,7 @@ class MessageStore:
         sync mode after the flush covering the batch, waited for *outside* the lock so that
         one flush covers every producer waiting meanwhile (group commit)."""
         with self._lock:
-            if self._closed:
-                raise LogClosedError(f"store {self._path} is closed")
+            self._check_writable()
             if self._raft_log is not None:
                 raise DrivenStoreError(
                     f"store {self._path} is written through its Raft core: propose "
@@ -297,7 +314,7 @@ class MessageStore:
         `on_done(result_or_exception)` is called once the request completes (see
         apply_committed / abandon_pending)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             return self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
                                         properties=properties, delay_level=delay_level,
                                         sharding_key=sharding_key,
@@ -309,7 +326,7 @@ class MessageStore:
         on every call). From the first call on, the log is written only through the core:
         put / put_batch raise DrivenStoreError, deliver_due needs `propose`."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if not self._replicated:
                 raise InvalidArgumentError("raft_log(): the store was opened with "
                                            "replicated=False (a single replica commits its "
@@ -359,7 +376,7 @@ class MessageStore:
         if type(index) is not int or index < 0:
             raise InvalidArgumentError(f"index must be an int >= 0, got {index!r}")
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if index > self._log.last_index:
                 raise IndexOutOfRangeError(f"apply_committed({index}): the log ends at "
                                            f"{self._log.last_index}")
@@ -390,7 +407,7 @@ class MessageStore:
     def flush(self) -> int:
         """Make everything put so far durable (log and consume queues) -> flushed position."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             pos = self._log.flush()
             self._dispatcher.checkpoint()
             return pos
@@ -504,7 +521,7 @@ class MessageStore:
         `propose(request)` must append through the core, e.g.
         `propose=lambda r: core.propose(r, r.count, r.nbytes)` (leader only)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if self._raft_log is None:
                 if propose is not None:
                     raise InvalidArgumentError("deliver_due: propose is for a store written "
@@ -521,7 +538,7 @@ class MessageStore:
     def run_retention(self, now_ms: int | None = None) -> int:
         """Apply the retention rules now -> number of commit-log segments deleted."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             return self.retention.run(self._clock_ms() if now_ms is None else now_ms)
 
     def _segments_deleted(self, count: int) -> None:
@@ -606,9 +623,10 @@ class MessageStore:
             if self._closed:
                 return
             try:
-                self._dispatcher.dispatch()
-                self._dispatcher.checkpoint()
-                self.schedule.save()
+                if not self._read_only:
+                    self._dispatcher.dispatch()
+                    self._dispatcher.checkpoint()
+                    self.schedule.save()
             finally:
                 self._closed = True
                 self._reader.close()
@@ -629,14 +647,105 @@ class MessageStore:
             self._log._crash()      # the native log's own kill -9 test hook
 
 
-def open(path, *, config_file=None, replicated: bool = False, clock_ms=None, monotonic=None,
-         disk_usage=None, environ=None, **settings) -> MessageStore:  # noqa: A001
-    """Open (creating if needed) the message store in directory `path`.
+# What a store directory may hold (format.md "Directory layout", the store layer's files and
+# a replica's). A directory holding anything else is not a store and is never made into one.
+STORE_ENTRIES = frozenset({
+    "LOCK", "abort", "checkpoint", "checkpoint.tmp", "commitlog", "index", "consumequeue",
+    "topics.json", "topics.json.tmp", "delay_offsets.json", "delay_offsets.json.tmp",
+    "consumer_offsets.json", "consumer_offsets.json.tmp", "keyindex", "raft-state",
+    "raft-state.tmp"})
 
-    Settings (see quorumlog.config.StoreConfig) come from `settings`, else QUORUMLOG_*
-    environment variables, else the TOML `config_file`, else defaults. `clock_ms` (wall clock in
-    ms), `monotonic` (seconds) and `disk_usage(path) -> used fraction` are injectable for tests;
+
+def _stored_geometry(path: str) -> dict:
+    """segment_size_bytes / index_file_entries recorded in an existing store's checkpoint
+    (the defaults of a reopen: an explicit different segment size is still an error)."""
+    from ..format import decode_checkpoint
+    f = os.path.join(path, "checkpoint")
+    try:
+        with builtins.open(f, "rb") as fh:
+            data = fh.read(4096)
+    except FileNotFoundError:
+        return {}
+    cp = decode_checkpoint(data, f)      # CorruptLogError names the file
+    return {"segment_size_bytes": cp.segment_size_bytes,
+            "index_file_entries": cp.index_file_entries}
+
+
+def _classify(path: str, create_if_missing: bool, read_only: bool) -> str:
+    """'store' (open it), 'new' (create a store in an empty or missing directory), or
+    NotAStoreError: a regular file, a missing or empty directory when creating is not asked
+    for, a directory holding files that are not a store's."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotAStoreError(f"not a quorumlog store: {path} (not a directory)")
+    entries = set(os.listdir(path)) if os.path.isdir(path) else None
+    if entries:
+        foreign = sorted(entries - STORE_ENTRIES)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise NotAStoreError(f"not a quorumlog store: {path} holds other files ({shown}); "
+                                 "refusing to turn it into a store")
+        if read_only and "checkpoint" not in entries and "commitlog" not in entries:
+            raise NotAStoreError(f"not a quorumlog store: {path} (no checkpoint, no commitlog/)")
+        return "store"
+    what = "no such directory" if entries is None else "empty directory"
+    if read_only:
+        raise NotAStoreError(f"not a quorumlog store: {path} ({what}; read_only=True opens "
+                             "an existing store only)")
+    if not create_if_missing:
+        raise NotAStoreError(f"not a quorumlog store: {path} ({what}; pass "
+                             "create_if_missing=True to create one)")
+    return "new"
+
+
+def _undo_open(path: str, before: set | None) -> None:
+    """A failed open leaves the directory as it found it: what it created goes again (the
+    whole directory when it did not exist, else the entries that were not there)."""
+    try:
+        if before is None:
+            shutil.rmtree(path)
+            return
+        for name in set(os.listdir(path)) - before:
+            p = os.path.join(path, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+    except OSError as exc:
+        log.warning("store %s: could not remove what a failed open created: %s", path, exc)
+
+
+def open(path, *, create_if_missing: bool = True, read_only: bool = False, config_file=None,
+         replicated: bool = False, clock_ms=None, monotonic=None, disk_usage=None,
+         environ=None, **settings) -> MessageStore:  # noqa: A001
+    """Open the message store in directory `path` (as plyvel / lmdb open a database).
+
+    - An existing store opens with the segment size and raft-index geometry it was created
+      with (recorded in its checkpoint); only an explicit different segment_size_bytes is a
+      ConfigError.
+    - A missing or empty directory becomes a new store when `create_if_missing` (default);
+      otherwise NotAStoreError. A regular file, or a directory holding files that are not a
+      store's, is refused with NotAStoreError and left alone.
+    - `read_only=True`: no lock, nothing written (not even the abort marker); works on a store
+      another process has open and on read-only media. Writes raise ReadOnlyError.
+    - A failed open (a damaged checkpoint, a full disk, ...) removes what it created.
+
+    Settings (see quorumlog.config.StoreConfig, and its `profile`, e.g. profile="small") come
+    from `settings`, else QUORUMLOG_* environment variables, else the TOML `config_file`,
+    else the profile's or built-in defaults. `clock_ms` (wall clock in ms), `monotonic`
+    (seconds) and `disk_usage(path) -> used fraction` are injectable for tests;
     `replicated=True` leaves committing to a Raft driver (see quorumlog/store/__init__.py)."""
-    cfg = load_config(config_file, environ, **settings)
-    return MessageStore(path, cfg, replicated=replicated, clock_ms=clock_ms,
-                        monotonic=monotonic, disk_usage=disk_usage)
+    p = os.fspath(path)
+    if not isinstance(p, str):
+        p = os.fsdecode(p)
+    kind = _classify(p, create_if_missing, read_only)
+    cfg = load_config(config_file, environ,
+                      defaults=_stored_geometry(p) if kind == "store" else None, **settings)
+    existed = os.path.isdir(p)
+    before = set(os.listdir(p)) if existed else None
+    try:
+        return MessageStore(p, cfg, replicated=replicated, clock_ms=clock_ms,
+                            monotonic=monotonic, disk_usage=disk_usage, read_only=read_only)
+    except BaseException:
+        if not read_only:
+            _undo_open(p, before)
+        raise
