@@ -49,6 +49,8 @@ class StoreConfig:
     max_batch_messages: int = 65536
     max_batch_bytes: int = 64 << 20
     max_get_messages: int = 65536
+    max_get_wait_ms: int = 30_000       # longest long-poll get(wait_ms=...)
+    max_get_waiters: int = 1024         # concurrent long-poll get() calls
     # retention (seed 004: fileReservedTime 72 h, deleteWhen "04", disk ratios 75/85/90 %)
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
@@ -57,6 +59,7 @@ class StoreConfig:
     disk_reject_ratio: float = 0.90
     max_segment_deletes_per_run: int = 10
     disk_check_interval_ms: int = 1000
+    disk_check_bytes: int = 64 << 20        # also re-measure after this many bytes appended
     retention_interval_ms: int = 10_000
     # delay levels
     delay_levels: str = DEFAULT_DELAY_LEVELS
@@ -88,8 +91,11 @@ _INT_LIMITS = {
     "max_batch_messages": (1, 1 << 24),
     "max_batch_bytes": (1, 1 << 34),
     "max_get_messages": (1, 1 << 24),
+    "max_get_wait_ms": (0, 3_600_000),
+    "max_get_waiters": (1, 1 << 20),
     "max_segment_deletes_per_run": (1, 1 << 20),
     "disk_check_interval_ms": (0, 3_600_000),
+    "disk_check_bytes": (0, 1 << 40),
     "retention_interval_ms": (1, 86_400_000),
     "schedule_interval_ms": (1, 3_600_000),
     "dispatch_checkpoint_interval_ms": (0, 3_600_000),

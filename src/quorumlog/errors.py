@@ -113,6 +113,10 @@ class OffsetOutOfRangeError(QuorumlogError, IndexError):
         self.max_offset = max_offset
 
 
+class TooManyWaitersError(QuorumlogError):
+    """A long-poll get() beyond max_get_waiters concurrent waiters; retry later or poll."""
+
+
 class DrivenStoreError(QuorumlogError):
     """A write around the Raft core: the store's log is written through its core
     (MessageStore.raft_log() was taken), so put / put_batch are refused; propose a

@@ -147,6 +147,9 @@ class Dispatcher:
         self.tag_hashes = tag_hashes
         self.slow_path = slow_path or self.place_slow
         self.position = 0           # dispatched up to here (a record boundary)
+        # called (under the store lock) whenever dispatch moved the position: readers
+        # waiting in a long-poll get() are woken
+        self.on_advance: Callable[[], None] | None = None
         self.index = 0              # raft index of the last dispatched record (0: unknown)
         self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
 
@@ -192,6 +195,16 @@ class Dispatcher:
         """Dispatch every committed record not dispatched yet (scan path)."""
         lg = self.log
         limit = lg.committed_position
+        start = self.position
+        try:
+            self._dispatch_to(lg, limit)
+        finally:
+            if self.position != start and self.on_advance is not None:
+                self.on_advance()
+        if checkpoint or self._monotonic() >= self._checkpoint_due:
+            self.checkpoint()
+
+    def _dispatch_to(self, lg, limit: int) -> None:
         while self.position < limit:
             info, nxt = lg.scan(self.position, limit, MAX_SCAN_RECORDS)
             if nxt == self.position:
@@ -206,8 +219,6 @@ class Dispatcher:
                     return
                 self.index = int(info["index"][-1])
             self.position = nxt
-        if checkpoint or self._monotonic() >= self._checkpoint_due:
-            self.checkpoint()
 
     def commit(self, index: int, own: Iterable) -> None:
         """Commit the log up to raft index `index` and dispatch up to the new commit limit.
@@ -218,6 +229,14 @@ class Dispatcher:
         lg.commit(index)
         committed = lg.committed_position
         seg = self.segment_size
+        start = self.position
+        try:
+            self._commit_own(own, committed, seg)
+        finally:
+            if self.position != start and self.on_advance is not None:
+                self.on_advance()
+
+    def _commit_own(self, own: Iterable, committed: int, seg: int) -> None:
         for req in own:
             pos, end = req.position, req.end_position
             if self.position != pos or end > committed or pos // seg != (end - 1) // seg:

@@ -20,13 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from .. import _consumequeue as _cq
 from .._consumequeue import Message
 from ..config import StoreConfig, load_config
-from ..errors import (DiskFullError, DrivenStoreError,
-                      IndexOutOfRangeError, InvalidArgumentError, InvalidTypeError,
-                      LogClosedError, NotAStoreError, OffsetOutOfRangeError, QuorumlogError,
-                      ReadOnlyError)
+from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
+                      InvalidArgumentError, InvalidTypeError, LogClosedError, NotAStoreError,
+                      OffsetOutOfRangeError, QuorumlogError, ReadOnlyError,
+                      TooManyWaitersError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from .raftlog import StoreRaftLog
@@ -34,7 +36,7 @@ from .reads import SegmentReader, tag_filter
 from .retention import Retention, default_disk_usage
 from .schedule import ScheduleService
 from .topics import TopicRegistry, check_user_topic
-from .writes import BatchResult, PutRequest, PutResult, Writer, complete
+from .writes import BatchResult, PutRequest, PutResult, Writer, check_queue_id, complete
 
 _new_tuple = tuple.__new__
 
@@ -95,6 +97,10 @@ class MessageStore:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._monotonic = monotonic or time.monotonic
         self._lock = threading.RLock()
+        # long-poll get(): readers wait here for dispatch to move (notified by the dispatcher
+        # under the lock, only while someone waits)
+        self._arrived = threading.Condition(self._lock)
+        self._waiters = 0
         self._closed = True
         self._gets = self._messages_got = self._cq_files_deleted = 0   # for stats()
         self._raft_log: StoreRaftLog | None = None
@@ -122,6 +128,7 @@ class MessageStore:
             self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic,
                                           self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
+            self._dispatcher.on_advance = self._wake_readers
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
             self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
@@ -242,7 +249,7 @@ class MessageStore:
         if req.positions is None:
             # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a hot path)
             return _new_tuple(PutResult, (req.first_index, req.position, req.target.name,
-                                          req.queue, req.first_offset, req.store_timestamp))
+                                          req.queue, req.first_offset, req.store_timestamp_ms))
         return req.result[0]
 
     def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
@@ -271,13 +278,33 @@ class MessageStore:
                   born_timestamps_ms=None) -> BatchResult:
         """Append many messages of one topic in one native call. `tags`, `keys`, `properties`
         and `sharding_key` are one value for all messages or a list with one per message; with
-        neither `queue_id` nor `sharding_key`, consecutive messages go round-robin."""
+        neither `queue_id` nor `sharding_key`, consecutive messages go round-robin.
+
+        `bodies` is any iterable of bytes-like objects (a list, a tuple, a generator; at most
+        max_batch_messages). An empty batch is a no-op: nothing is written (not even an
+        auto-created topic) and the result has no entries."""
+        bodies = self._writer.batch_bodies(bodies)
+        if not bodies:
+            return self._empty_batch(topic, queue_id)
         req = self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
                                    properties=properties, delay_level=delay_level,
                                    sharding_key=sharding_key,
                                    born_timestamps_ms=born_timestamps_ms)
         self._submit(req)
         return req.result
+
+    def _empty_batch(self, topic, queue_id) -> BatchResult:
+        """put_batch of nothing: the arguments are checked as for any put, nothing is
+        written; first_index is the index the next record would get."""
+        with self._lock:
+            self._check_writable()
+            t = self._topics.check_writable(topic)
+            if queue_id is not None:
+                check_queue_id(queue_id, len(t.queues) if t is not None
+                               else self.config.default_topic_queues, topic)
+            empty = np.zeros(0, dtype=np.int64)
+            return BatchResult(self._log.last_index + 1, empty, topic, empty, empty.copy(),
+                               self._clock_ms())
 
     def _submit(self, req: PutRequest) -> None:
         """Append `req` with the store's term (put, put_batch, deliveries of a store without a
@@ -413,24 +440,60 @@ class MessageStore:
             return pos
 
     # ------------------------------------------------------------------ reads
+    def _wake_readers(self) -> None:
+        if self._waiters:
+            self._arrived.notify_all()
+
     def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
-            tags=None) -> list[Message]:
+            tags=None, wait_ms: int = 0) -> list[Message]:
         """Up to `max_messages` messages of (topic, queue) from queue offset `offset`.
 
         [] when offset == max_offset (caught up); OffsetOutOfRangeError outside
         [min_offset, max_offset]. With `tags` (a str or a collection of str), only messages
         with one of those tags are returned; the scan goes on past non-matching entries until
-        max_messages match or the queue ends."""
+        max_messages match or the queue ends.
+
+        Long poll: with `wait_ms` > 0 (at most max_get_wait_ms), a get that finds nothing
+        waits up to that long for messages to be dispatched into the queue and returns as
+        soon as there are some ([] on timeout). At most max_get_waiters gets wait at once
+        (TooManyWaitersError beyond); close() wakes them with LogClosedError."""
+        if wait_ms:
+            if type(wait_ms) is not int:
+                raise InvalidTypeError(f"wait_ms must be an int, got {wait_ms!r}")
+            if not 0 <= wait_ms <= self.config.max_get_wait_ms:
+                raise InvalidArgumentError(f"wait_ms must be in [0, "
+                                           f"{self.config.max_get_wait_ms}]")
+        out = self._get(topic, queue_id, offset, max_messages, tags)
+        if out or not wait_ms:
+            return out
+        deadline = time.monotonic() + wait_ms / 1000.0      # a real wait: the real clock
+        with self._lock:
+            if self._waiters >= self.config.max_get_waiters:
+                raise TooManyWaitersError(f"{self._waiters} gets already wait (max_get_waiters)")
+            self._waiters += 1
+            try:
+                while not out:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._arrived.wait(remaining)
+                    out = self._get(topic, queue_id, offset, max_messages, tags)
+            finally:
+                self._waiters -= 1
+        return out
+
+    def _get(self, topic, queue_id, offset, max_messages, tags) -> list[Message]:
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"store {self._path} is closed")
             cq = self._topics.queue(topic, queue_id)
-            if (type(max_messages) is not int or not
-                    1 <= max_messages <= self.config.max_get_messages):
+            if type(max_messages) is not int:
+                raise InvalidTypeError(f"max_messages must be an int, got {max_messages!r}")
+            if not 1 <= max_messages <= self.config.max_get_messages:
                 raise InvalidArgumentError(f"max_messages must be in [1, "
                                            f"{self.config.max_get_messages}]")
             if type(offset) is not int:
-                raise InvalidArgumentError(f"offset must be an int, got {offset!r}")
+                raise InvalidTypeError(f"offset must be an int, got {offset!r}")
             dispatcher = self._dispatcher
             if dispatcher.position < self._log.committed_position:
                 dispatcher.dispatch()
@@ -450,10 +513,11 @@ class MessageStore:
         with self._lock:
             self._check_open()
             cq = self._topics.queue(topic, queue_id)
-            if type(start) is not int or start < 0:
-                raise InvalidArgumentError(f"start must be an int >= 0, got {start!r}")
-            if stop is not None and (type(stop) is not int or stop < 0):
-                raise InvalidArgumentError(f"stop must be an int >= 0 or None, got {stop!r}")
+            if type(start) is not int or (stop is not None and type(stop) is not int):
+                raise InvalidTypeError(f"start and stop must be ints, got {start!r}, {stop!r}")
+            if start < 0 or (stop is not None and stop < 0):
+                raise InvalidArgumentError(f"start and stop must be >= 0, got {start!r}, "
+                                           f"{stop!r}")
             self._dispatcher.dispatch()
             if stop is None:
                 stop = cq.next_offset
@@ -498,7 +562,7 @@ class MessageStore:
         """The first offset whose store timestamp is >= timestamp_ms; max_offset when every
         message is older. Store timestamps never decrease along the log."""
         if type(timestamp_ms) is not int:
-            raise InvalidArgumentError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
+            raise InvalidTypeError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
         with self._lock:
             return self._reader.offset_for_timestamp(
                 self._dispatched_queue(topic, queue_id), timestamp_ms)
@@ -554,8 +618,10 @@ class MessageStore:
 
     # ------------------------------------------------------------------ stats & lifecycle
     def stats(self) -> dict:
+        """Counters since this open, and the current state (disk use measured now)."""
         with self._lock:
             self._check_open()
+            self.retention.check_disk()
             lg = self._log
             topics = self._topics.all()
             d, w, r = self._dispatcher, self._writer, self.retention
@@ -629,6 +695,7 @@ class MessageStore:
                     self.schedule.save()
             finally:
                 self._closed = True
+                self._arrived.notify_all()       # long-poll gets raise LogClosedError
                 self._reader.close()
                 self._log.close()
                 pending = self._writer.pending.take_all()

@@ -17,8 +17,9 @@ import numpy as np
 
 from .._consumequeue import ConsumeQueue, fnv1a64
 from ..config import StoreConfig
-from ..errors import (InvalidArgumentError, InvalidQueueError, InvalidTopicError, QuorumlogError,
-                      TopicNotFoundError)
+from ..errors import (InvalidArgumentError, InvalidQueueError, InvalidTopicError,
+                      InvalidTypeError, QueueTypeError, QuorumlogError, TopicNotFoundError,
+                      TopicTypeError)
 from ..format import check_topic_name
 from .files import atomic_write
 from .schedule import SCHEDULE_TOPIC
@@ -162,8 +163,9 @@ class TopicRegistry:
     def create(self, name: str, nqueues, system: bool, created_ms: int,
                dispatched_position: int) -> Topic:
         """create_topic: new, or extended to `nqueues`; never shrunk."""
-        if (not isinstance(nqueues, int) or isinstance(nqueues, bool)
-                or not 1 <= nqueues <= self.config.max_queues_per_topic):
+        if not isinstance(nqueues, int) or isinstance(nqueues, bool):
+            raise InvalidTypeError(f"queues must be an int, got {type(nqueues).__name__}")
+        if not 1 <= nqueues <= self.config.max_queues_per_topic:
             raise InvalidArgumentError(
                 f"queues must be an int in [1, {self.config.max_queues_per_topic}], "
                 f"got {nqueues!r}")
@@ -210,9 +212,12 @@ class TopicRegistry:
         t = self.by_name.get(name)
         if t is None:
             if not isinstance(name, str):
-                raise InvalidTopicError(f"topic must be a str, got {type(name).__name__}")
+                raise TopicTypeError(f"topic must be a str, got {type(name).__name__}")
             raise TopicNotFoundError(name)
-        if type(queue_id) is not int or not 0 <= queue_id < len(t.queues):
+        if type(queue_id) is not int:
+            raise QueueTypeError(f"queue_id must be an int, got {type(queue_id).__name__} "
+                                 f"{queue_id!r}")
+        if not 0 <= queue_id < len(t.queues):
             raise InvalidQueueError(f"queue_id {queue_id!r} outside [0, {len(t.queues)}) "
                                     f"for topic {name!r}")
         return t.queues[queue_id]
