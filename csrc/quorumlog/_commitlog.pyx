@@ -158,6 +158,8 @@ cdef class CommitLog:
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
+    cdef list _flush_hist          # flush latency: counts per FLUSH_LATENCY_BUCKETS_NS + Inf
+    cdef int64_t _flush_ns_total
 
     cdef PyThread_type_lock _wlock
     cdef object _flush_lock      # threading.Lock: one flush at a time
@@ -223,6 +225,7 @@ cdef class CommitLog:
         self._prepared = None
         self._prep_request = -1
         self._cur_idxf = -1
+        self._flush_hist = [0] * (len(FLUSH_LATENCY_BUCKETS_NS) + 1)
         self.read_only = bool(read_only)
         if self.read_only:
             # Read-only: the directory must hold a log already; nothing is created.
@@ -302,6 +305,9 @@ cdef class CommitLog:
             "end_position": self._end, "flushed_position": self._flushed_pos,
             "flushed_index": self._flushed_index,
             "last_index": self._next_index - 1,
+            # per bucket of FLUSH_LATENCY_BUCKETS_NS (upper bounds in ns), the last one +Inf
+            "flush_latency_counts": list(self._flush_hist),
+            "flush_latency_ns_total": self._flush_ns_total,
         }
 
     def __repr__(self):
