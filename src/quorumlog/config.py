@@ -51,6 +51,7 @@ class StoreConfig:
     max_get_messages: int = 65536
     max_get_wait_ms: int = 30_000       # longest long-poll get(wait_ms=...)
     max_get_waiters: int = 1024         # concurrent long-poll get() calls
+    max_consumer_offsets: int = 1_000_000   # (group, topic, queue) entries stored
     # retention (seed 004: fileReservedTime 72 h, deleteWhen "04", disk ratios 75/85/90 %)
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
@@ -93,6 +94,7 @@ _INT_LIMITS = {
     "max_get_messages": (1, 1 << 24),
     "max_get_wait_ms": (0, 3_600_000),
     "max_get_waiters": (1, 1 << 20),
+    "max_consumer_offsets": (1, 1 << 26),
     "max_segment_deletes_per_run": (1, 1 << 20),
     "disk_check_interval_ms": (0, 3_600_000),
     "disk_check_bytes": (0, 1 << 40),

@@ -25,7 +25,7 @@ import numpy as np
 from .. import _consumequeue as _cq
 from ..config import StoreConfig
 from ..errors import DiskFullError, InvalidTopicError
-from ..format import TYPE_MESSAGE, check_topic_name
+from ..format import TYPE_MESSAGE, TYPE_META, check_topic_name
 from .schedule import SCHEDULE_TOPIC
 from .topics import TOPICS_FILE, Topic, TopicRegistry
 
@@ -150,6 +150,10 @@ class Dispatcher:
         # called (under the store lock) whenever dispatch moved the position: readers
         # waiting in a long-poll get() are woken
         self.on_advance: Callable[[], None] | None = None
+        # META records dispatched (RECORD_INFO rows, called when a scanned chunk holds one)
+        # and the derived state saved with each checkpoint (consumer offsets)
+        self.meta_sink: Callable | None = None
+        self.before_checkpoint: Callable[[int], None] | None = None
         self.index = 0              # raft index of the last dispatched record (0: unknown)
         self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
 
@@ -218,6 +222,8 @@ class Dispatcher:
                     self._stalled(exc)
                     return
                 self.index = int(info["index"][-1])
+                if self.meta_sink is not None and (info["type"] == TYPE_META).any():
+                    self.meta_sink(info)
             self.position = nxt
 
     def commit(self, index: int, own: Iterable) -> None:
@@ -374,6 +380,8 @@ class Dispatcher:
         for t in self.topics.all():
             for cq in t.queues:
                 cq.flush()
+        if self.before_checkpoint is not None:
+            self.before_checkpoint(self.position)
         if self.position != self.log.dispatched_position:
             self.log.set_dispatched_position(self.position)
         self._checkpoint_due = (self._monotonic()

@@ -31,6 +31,8 @@ from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
                       TooManyWaitersError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
+from ..format import TYPE_META as META
+from .offsets import ConsumerOffsets, encode_commit
 from .raftlog import StoreRaftLog
 from .reads import SegmentReader, tag_filter
 from .retention import Retention, default_disk_usage
@@ -129,6 +131,14 @@ class MessageStore:
                                           self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             self._dispatcher.on_advance = self._wake_readers
+            self._offsets = ConsumerOffsets(self._path, config.max_consumer_offsets,
+                                            self._read_only)
+            self._offsets.load()
+            # META records below where dispatch restarts but past the offsets file
+            self._offsets.catch_up(lg, max(min(lg.dispatched_position, lg.end_position),
+                                           lg.min_position))
+            self._dispatcher.meta_sink = lambda info: self._offsets.apply_records(lg, info)
+            self._dispatcher.before_checkpoint = self._offsets.save
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
             self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
@@ -439,6 +449,72 @@ class MessageStore:
             self._dispatcher.checkpoint()
             return pos
 
+    # ------------------------------------------------------------------ consumer offsets
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *,
+                      propose=None) -> None:
+        """Store that consumer group `group` has consumed (topic, queue_id) up to `offset`
+        (the next offset it will read), as RocketMQ's consumerOffset. See commit_offsets."""
+        self.commit_offsets(group, [(topic, queue_id, offset)], propose=propose)
+
+    def commit_offsets(self, group: str, offsets, *, propose=None) -> None:
+        """Store several offsets of `group` at once: `offsets` is a mapping {(topic, queue):
+        offset} or an iterable of (topic, queue, offset); one log record (at most 64
+        offsets). The commit is a META record appended through the store's one append path
+        and applied when it is committed and dispatched, so it is as durable as a message
+        put in the store's flush mode, and replicates with the log.
+
+        Single replica: applied (committed_offset shows it) when this returns. A store
+        written through its Raft core: `propose(payload)` must propose the META payload
+        through the core (the node wraps it in its META request); without it
+        DrivenStoreError. Replicated without a core: appended with `store.term`, applied
+        once whoever commits dispatches it."""
+        items = offsets.items() if isinstance(offsets, Mapping) else offsets
+        rows = [(t, q, o) for (t, q), o in items] if isinstance(offsets, Mapping) \
+            else list(items)
+        payload = encode_commit(group, rows)
+        with self._lock:
+            self._check_writable()
+            if self._raft_log is not None:
+                if propose is None:
+                    raise DrivenStoreError(
+                        f"store {self._path} is written through its Raft core: pass "
+                        "propose= to commit offsets as a META record through the core")
+                submit = propose
+            elif propose is not None:
+                raise InvalidArgumentError("commit_offsets: propose is for a store written "
+                                           "through its Raft core (raft_log())")
+            else:
+                submit = None
+                index = self._writer.append_control(self._term, META, payload)
+                if self._replicated:
+                    return
+                if not self._sync_flush:
+                    self._dispatcher.commit(index, ())
+                    return
+                end = self._log.end_position
+        if submit is not None:
+            submit(payload)
+            return
+        if not self._log.wait_flushed(end):
+            raise QuorumlogError(f"store {self._path}: flush up to {end} did not complete")
+        with self._lock:
+            self._check_open()
+            self._dispatcher.commit(index, ())
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset `group` last committed for (topic, queue_id); None when it never did."""
+        with self._lock:
+            self._check_open()
+            self._dispatcher.dispatch()
+            return self._offsets.get(group, topic, queue_id)
+
+    def consumer_offsets(self, group: str | None = None) -> dict:
+        """{group: {topic: {queue: offset}}}, or {topic: {queue: offset}} of one group."""
+        with self._lock:
+            self._check_open()
+            self._dispatcher.dispatch()
+            return self._offsets.as_dict(group)
+
     # ------------------------------------------------------------------ reads
     def _wake_readers(self) -> None:
         if self._waiters:
@@ -640,6 +716,9 @@ class MessageStore:
                        flushed_position=lg.flushed_position, disk_full=r.disk_full,
                        disk_used_ratio=r.disk_ratio,
                        pending_requests=len(self._writer.pending),
+                       consumer_offsets=len(self._offsets.table),
+                       offset_commits_applied=self._offsets.applied,
+                       offset_commits_rejected=self._offsets.rejected,
                        delayed_pending=self.schedule.pending(), log=lg.stats())
             return out
 
