@@ -31,6 +31,5 @@ def test_readme_quickstart_runs_verbatim(tmp_path):
     py, sh = outputs
     assert py.splitlines()[0].startswith("0 b'payload' ")
     assert "10 more at offsets" in py
-    assert "orders: 4 queues, 11 messages" in sh and sh.rstrip().endswith(
-        "topics 1)") and "ok: records 1..11 verified" in sh
+    assert "orders: 4 queues, 11 messages" in sh and "ok: records 1..11 verified" in sh
     assert (tmp_path / "broker1" / "checkpoint").exists()

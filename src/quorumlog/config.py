@@ -52,6 +52,11 @@ class StoreConfig:
     max_get_wait_ms: int = 30_000       # longest long-poll get(wait_ms=...)
     max_get_waiters: int = 1024         # concurrent long-poll get() calls
     max_consumer_offsets: int = 1_000_000   # (group, topic, queue) entries stored
+    # message-key index (find_by_key): buckets and entries per file, hits per lookup
+    key_index: bool = True
+    key_index_slots: int = 1 << 16
+    key_index_file_entries: int = 1 << 18
+    max_key_hits: int = 64
     # retention (seed 004: fileReservedTime 72 h, deleteWhen "04", disk ratios 75/85/90 %)
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
@@ -77,7 +82,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
     "small": dict(segment_size_bytes=4 << 20, index_file_entries=1 << 16,
                   consume_queue_file_entries=4096, max_message_bytes=1 << 20,
-                  default_topic_queues=4),
+                  default_topic_queues=4, key_index_slots=4096,
+                  key_index_file_entries=16384),
 }
 
 _INT_LIMITS = {
@@ -95,6 +101,9 @@ _INT_LIMITS = {
     "max_get_wait_ms": (0, 3_600_000),
     "max_get_waiters": (1, 1 << 20),
     "max_consumer_offsets": (1, 1 << 26),
+    "key_index_slots": (16, 1 << 26),
+    "key_index_file_entries": (16, 1 << 28),
+    "max_key_hits": (1, 4096),
     "max_segment_deletes_per_run": (1, 1 << 20),
     "disk_check_interval_ms": (0, 3_600_000),
     "disk_check_bytes": (0, 1 << 40),

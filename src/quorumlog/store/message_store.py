@@ -32,6 +32,8 @@ from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from ..format import TYPE_META as META
+from ..format import check_topic_name
+from .keyindex import KeyIndex
 from .offsets import ConsumerOffsets, encode_commit
 from .raftlog import StoreRaftLog
 from .reads import SegmentReader, tag_filter
@@ -138,10 +140,17 @@ class MessageStore:
             self._offsets.catch_up(lg, max(min(lg.dispatched_position, lg.end_position),
                                            lg.min_position))
             self._dispatcher.meta_sink = lambda info: self._offsets.apply_records(lg, info)
-            self._dispatcher.before_checkpoint = self._offsets.save
+            self._dispatcher.before_checkpoint = self._before_checkpoint
+            self._keys = None
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
             self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
+            if config.key_index:
+                self._keys = KeyIndex(self._path, lg, self._reader.segment_for,
+                                      slots=config.key_index_slots,
+                                      capacity=config.key_index_file_entries,
+                                      read_only=self._read_only)
+                self._keys.load()
             self._writer = Writer(lg, self._topics, self._dispatcher, counter, config,
                                   self._clock_ms, replicated=self._replicated)
             services = Services(config, self._path, lg, self._replicated, self._topics,
@@ -515,6 +524,43 @@ class MessageStore:
             self._dispatcher.dispatch()
             return self._offsets.as_dict(group)
 
+    # ------------------------------------------------------------------ key index
+    def find_by_key(self, topic: str, key: str, max_hits: int | None = None, *,
+                    begin_ms=None, end_ms=None) -> list[Message]:
+        """Messages of `topic` whose keys include `key` (RocketMQ's queryMessage by key),
+        newest first, at most `max_hits` (<= max_key_hits; default 32 or max_key_hits when
+        that is smaller), optionally only those with
+        begin_ms <= store_timestamp_ms < end_ms. Committed messages only; served by the key
+        index (keyindex/, derived from the log and rebuilt from it)."""
+        check_topic_name(topic)
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"key must be a str, got {type(key).__name__}")
+        if not 1 <= len(key.encode()) <= 65535:
+            raise InvalidArgumentError("key must be 1..65535 bytes of UTF-8")
+        if max_hits is None:
+            max_hits = min(32, self.config.max_key_hits)
+        if type(max_hits) is not int:
+            raise InvalidTypeError(f"max_hits must be an int, got {max_hits!r}")
+        if not 1 <= max_hits <= self.config.max_key_hits:
+            raise InvalidArgumentError(f"max_hits must be in [1, {self.config.max_key_hits}]")
+        for name, v in (("begin_ms", begin_ms), ("end_ms", end_ms)):
+            if v is not None and type(v) is not int:
+                raise InvalidTypeError(f"{name} must be an int or None, got {v!r}")
+        with self._lock:
+            self._check_open()
+            if self._keys is None:
+                raise InvalidArgumentError("find_by_key: the store was opened with "
+                                           "key_index=False")
+            self._dispatcher.dispatch()
+            self._keys.catch_up(self._dispatcher.position)
+            return self._keys.find(topic, key, max_hits, begin_ms, end_ms)
+
+    def _before_checkpoint(self, position: int) -> None:
+        """Derived state saved with each consume-queue checkpoint."""
+        self._offsets.save(position)
+        if self._keys is not None:
+            self._keys.checkpoint()
+
     # ------------------------------------------------------------------ reads
     def _wake_readers(self) -> None:
         if self._waiters:
@@ -685,6 +731,8 @@ class MessageStore:
         """Consume-queue files, min offsets and read mappings follow the log's new min
         position."""
         min_position = self._log.min_position
+        if self._keys is not None:
+            self._keys.drop_deleted(min_position)
         self._reader.segments_deleted(min_position)
         self._cq_files_deleted += self._dispatcher.segments_deleted(min_position)
 
@@ -746,6 +794,9 @@ class MessageStore:
                         self.retention.run(self._clock_ms())
                         next_ret = now + cfg.retention_interval_ms / 1000.0
                     if now >= next_cp:
+                        if self._keys is not None:    # behind dispatch, off the put path
+                            self._dispatcher.dispatch()
+                            self._keys.catch_up(self._dispatcher.position)
                         self._dispatcher.dispatch(checkpoint=True)
                         next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
             except DiskFullError as exc:
@@ -775,6 +826,8 @@ class MessageStore:
             finally:
                 self._closed = True
                 self._arrived.notify_all()       # long-poll gets raise LogClosedError
+                if self._keys is not None:
+                    self._keys.close()
                 self._reader.close()
                 self._log.close()
                 pending = self._writer.pending.take_all()
