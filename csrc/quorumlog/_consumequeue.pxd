@@ -52,3 +52,4 @@ cdef class ConsumeQueue:
     cdef public dict files
     cdef public list starts
     cdef public object min_offset_cache
+    cdef public bint read_only

@@ -33,6 +33,12 @@ cdef inline int _check_open(CommitLog self) except -1:
     return 0
 
 
+cdef inline int _check_writable(CommitLog self) except -1:
+    if self.read_only:
+        raise ReadOnlyError(f"commit log {self.path} was opened read-only")
+    return 0
+
+
 cdef inline void _acquire(CommitLog self) noexcept:
     if not PyThread_acquire_lock(self._wlock, NOWAIT_LOCK):
         with nogil:
@@ -84,6 +90,10 @@ cdef stop_threads(CommitLog self):
 
 cdef close_log(CommitLog self):
     if self._closed:
+        return
+    if self.read_only:
+        self._closed = True
+        drop_mappings(self)
         return
     stop_threads(self)
     _acquire(self)

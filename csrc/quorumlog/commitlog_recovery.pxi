@@ -19,16 +19,17 @@ cdef recover(CommitLog self):
     cdef Scan r
     abort_path = os.path.join(self.path, "abort")
     self.unclean_open = os.path.exists(abort_path)
-    with open(abort_path, "wb"):
-        pass
+    if not self.read_only:
+        with open(abort_path, "wb"):
+            pass
     cp = read_checkpoint(self)
     starts = _segment_starts(self, cp)
     self._first_seg = starts[0] // self.segment_size_bytes
     for s in starts:
         # a short file past the durable point (cut by a crash of a file tool) is
         # re-extended; its missing bytes read as zero, i.e. a torn tail
-        _install_recovered(self, map_file(os.path.join(self._segdir, numbered_name(s)),
-                                          self.segment_size_bytes, s, True, False, "segment"))
+        _install_recovered(self, map_existing(self, os.path.join(self._segdir, numbered_name(s)),
+                                              self.segment_size_bytes, s, True, "segment"))
     _map_index_files(self)
     memset(&r, 0, sizeof(Scan))
     _scan_start(self, cp, &r)
@@ -48,13 +49,16 @@ cdef _install_recovered(CommitLog self, Mapping m):
     self._views.append(memoryview(m))
 
 
-cdef list list_numbered(str d):
-    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed."""
+cdef list list_numbered(str d, bint remove_tmp=True):
+    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed
+    (unless `remove_tmp` is false: a read-only log)."""
     out = []
+    if not remove_tmp and not os.path.isdir(d):
+        return out
     for name in os.listdir(d):
         if is_numbered_name(name):
             out.append(int(name))
-        elif name.endswith(".tmp"):
+        elif name.endswith(".tmp") and remove_tmp:
             os.unlink(os.path.join(d, name))
     out.sort()
     return out
@@ -77,7 +81,7 @@ cdef list _segment_starts(CommitLog self, cp):
     """Start positions of the segment files: aligned, contiguous, and holding every byte
     the checkpoint says is durable. No file: the checkpoint's min position."""
     cdef int64_t S = self.segment_size_bytes
-    starts = list_numbered(self._segdir)
+    starts = list_numbered(self._segdir, not self.read_only)
     _check_numbered(self._segdir, starts, S, 0, "segment file", "segment_size_bytes")
     if not starts:
         start = cp["min_position"] if cp else 0
@@ -116,13 +120,13 @@ cdef _check_durable_segments(CommitLog self, dict cp, list starts):
 
 cdef _map_index_files(CommitLog self):
     cdef int64_t N = self.index_file_entries
-    idx_starts = list_numbered(self._idxdir)
+    idx_starts = list_numbered(self._idxdir, not self.read_only)
     _check_numbered(self._idxdir, idx_starts, N, 1, "raft index file", "index_file_entries")
     if idx_starts:
         self._first_idxf = (idx_starts[0] - 1) // N
         for a in idx_starts:
-            self._idx.append(map_file(os.path.join(self._idxdir, numbered_name(a)),
-                                      N * IDX_ENTRY, a, False, False, "raft index file"))
+            self._idx.append(map_existing(self, os.path.join(self._idxdir, numbered_name(a)),
+                                          N * IDX_ENTRY, a, False, "raft index file"))
 
 
 cdef bint _intact_entry(CommitLog self, const IdxEntry *e, int64_t index) noexcept:
@@ -223,8 +227,19 @@ cdef _cut_tail(CommitLog self, const Scan *r):
     cdef int64_t S = self.segment_size_bytes, k = r.stop_pos // S, stop = r.stop_pos
     cdef Mapping m = _seg(self, k), mm
     if m is None:        # stop exactly at a segment start that has no file
-        m = map_file(_seg_path(self, k), S, k * S, True, True, "segment")
+        if self.read_only:
+            m = map_file_private(_seg_path(self, k), S, k * S, "segment")   # zeros
+        else:
+            m = map_file(_seg_path(self, k), S, k * S, True, True, "segment")
         _install_recovered(self, m)
+    if self.read_only:
+        # Nothing is cut on disk: the log just ends at `stop` (reads never pass the end).
+        while len(self._segs) > k - self._first_seg + 1:
+            self._segs.pop()
+            self._views.pop()
+        self._cur = <Mapping>self._segs[len(self._segs) - 1]
+        self._cur_start = self._cur.start
+        return
     tail_dirty = self.unclean_open or any(
         (<const unsigned char *>(m.addr + (stop - m.start)))[x] != 0
         for x in range(min(HDR, m.start + S - stop)))
@@ -272,7 +287,10 @@ cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
         if h.type == T_BLANK:
             pos = m.start + S
             continue
-        ep = _entry(self, h.raft_index, True)
+        ep = _entry(self, h.raft_index, not self.read_only)
+        if ep == NULL:       # read-only and the entry's file is missing: nothing to fix
+            pos += h.total_size
+            continue
         e = <const IdxEntry *>ep
         if (e.position != <uint64_t>pos or e.term != h.raft_term or e.size != h.total_size
                 or e.type != h.type or e.pad0 or e.pad1 or e.pad2):
@@ -286,7 +304,7 @@ cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
             break
         memset(ep, 0, IDX_ENTRY)
         i += 1
-    if self._next_index >= 1:
+    if self._next_index >= 1 and not self.read_only:
         _entry(self, self._next_index, True)
 
 
@@ -315,6 +333,10 @@ cdef _restore_durable_state(CommitLog self, cp, const Scan *r):
     self._flush_lock = threading.Lock()
     self._idx_synced = 0        # entries were rewritten above: the checkpoint syncs them
     self._flushed_pos = min(self._flushed_pos, r.stop_pos)
+    if self.read_only:
+        self._flushed_index = min(self._flushed_index, r.last_index)
+        _note_last_store(self)
+        return
     if self._flushed_pos < r.stop_pos or self._flushed_index < r.last_index:
         self._flushed_index = min(self._flushed_index, r.last_index)
         flush_log(self)

@@ -17,8 +17,9 @@ import numpy as np
 
 from .._consumequeue import ConsumeQueue, fnv1a64
 from ..config import StoreConfig
-from ..errors import (InvalidArgumentError, InvalidQueueError, InvalidTopicError, QuorumlogError,
-                      TopicNotFoundError)
+from ..errors import (InvalidArgumentError, InvalidQueueError, InvalidTopicError,
+                      InvalidTypeError, QueueTypeError, QuorumlogError, TopicNotFoundError,
+                      TopicTypeError)
 from ..format import check_topic_name
 from .files import atomic_write
 from .schedule import SCHEDULE_TOPIC
@@ -51,9 +52,12 @@ class TopicRegistry:
     """Topics by name and by hash, their queues, and topics.json. Not thread-safe: the store
     calls it under its lock."""
 
-    def __init__(self, root: str, config: StoreConfig):
+    def __init__(self, root: str, config: StoreConfig, read_only: bool = False):
         self.root = root
         self.config = config
+        # read_only: nothing created or saved; queues mapped copy-on-write (topics found in
+        # the log are registered in memory only)
+        self.read_only = read_only
         self.cq_root = os.path.join(root, "consumequeue")
         self.by_name: dict[str, Topic] = {}
         self.by_hash: dict[int, Topic] = {}
@@ -79,17 +83,23 @@ class TopicRegistry:
         except (ValueError, KeyError, TypeError) as exc:
             raise QuorumlogError(f"{meta_path} is damaged ({exc}); delete it to rebuild the "
                                  "topic list from the log") from None
-        os.makedirs(self.cq_root, exist_ok=True)
+        self._makedirs(self.cq_root)
         for name, info in topics.items():
             t = self._register(Topic(name, int(info["queues"]), bool(info.get("system", False)),
                                      int(info.get("created_ms", 0))))
             for cq in t.queues:
                 if not cq.load():
                     rebuild = True
-                    os.makedirs(cq.dir, exist_ok=True)
+                    self._makedirs(cq.dir)
         return rebuild
 
+    def _makedirs(self, d: str) -> None:
+        if not self.read_only:
+            os.makedirs(d, exist_ok=True)
+
     def save(self) -> None:
+        if self.read_only:
+            return
         meta = {"version": 1, "topics": {
             t.name: {"queues": len(t.queues), "system": t.system, "created_ms": t.created_ms}
             for t in self.by_name.values()}}
@@ -99,7 +109,7 @@ class TopicRegistry:
     # -- creating ----------------------------------------------------------------------------
     def _new_queue(self, t: Topic, q: int) -> ConsumeQueue:
         return ConsumeQueue(t.name, q, os.path.join(self.cq_root, t.name, str(q)),
-                            self.config.consume_queue_file_entries)
+                            self.config.consume_queue_file_entries, read_only=self.read_only)
 
     def _register(self, t: Topic) -> Topic:
         other = self.by_hash.get(t.hash)
@@ -121,7 +131,7 @@ class TopicRegistry:
             if cq.load():
                 cq.recover(dispatched_position)
                 t.counters[q] = cq.next_offset
-            os.makedirs(cq.dir, exist_ok=True)
+            self._makedirs(cq.dir)
         self._adopt_unregistered(t, 0)
         self.save()
         return t
@@ -131,7 +141,7 @@ class TopicRegistry:
         old = len(t.queues)
         for q in range(old, nqueues):
             cq = self._new_queue(t, q)
-            os.makedirs(cq.dir, exist_ok=True)
+            self._makedirs(cq.dir)
             cq.load()
             cq.recover(dispatched_position)
             t.queues.append(cq)
@@ -153,8 +163,9 @@ class TopicRegistry:
     def create(self, name: str, nqueues, system: bool, created_ms: int,
                dispatched_position: int) -> Topic:
         """create_topic: new, or extended to `nqueues`; never shrunk."""
-        if (not isinstance(nqueues, int) or isinstance(nqueues, bool)
-                or not 1 <= nqueues <= self.config.max_queues_per_topic):
+        if not isinstance(nqueues, int) or isinstance(nqueues, bool):
+            raise InvalidTypeError(f"queues must be an int, got {type(nqueues).__name__}")
+        if not 1 <= nqueues <= self.config.max_queues_per_topic:
             raise InvalidArgumentError(
                 f"queues must be an int in [1, {self.config.max_queues_per_topic}], "
                 f"got {nqueues!r}")
@@ -201,9 +212,12 @@ class TopicRegistry:
         t = self.by_name.get(name)
         if t is None:
             if not isinstance(name, str):
-                raise InvalidTopicError(f"topic must be a str, got {type(name).__name__}")
+                raise TopicTypeError(f"topic must be a str, got {type(name).__name__}")
             raise TopicNotFoundError(name)
-        if type(queue_id) is not int or not 0 <= queue_id < len(t.queues):
+        if type(queue_id) is not int:
+            raise QueueTypeError(f"queue_id must be an int, got {type(queue_id).__name__} "
+                                 f"{queue_id!r}")
+        if not 0 <= queue_id < len(t.queues):
             raise InvalidQueueError(f"queue_id {queue_id!r} outside [0, {len(t.queues)}) "
                                     f"for topic {name!r}")
         return t.queues[queue_id]
