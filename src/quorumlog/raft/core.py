@@ -55,11 +55,14 @@ Reads on the leader: read_index(ctx) -> ReadReady(ctx, index) once a heartbeat q
 the leadership (no clock assumption), or lease_read_index(now_ms) at once while the lease is
 valid; either way the driver serves the read when dispatch reaches the index.
 
-Deviation from DLedger, on purpose (docs/raft.md lists them): a follower commits
-min(leader_commit, highest index known to match *this* leader) -- not min(leader_commit, its
-end index), which could commit a stale tail; a leader that sees a bigger term in any response
-steps down at once; a member that heard from a live leader within max_heartbeat_leak x
-heartbeat_interval_ms rejects vote requests (seed 002) unless they come from a transferee.
+Deviations from DLedger, on purpose (docs/raft.md lists all, with the test or simulation seed
+that needed each): a follower commits min(leader_commit, highest index known to match *this*
+leader, its flushed index) -- not min(leader_commit, its end index), which could commit a stale
+or unflushed tail; a leader that sees a bigger term in any response steps down at once; a member
+that heard from a live leader within max_heartbeat_leak x heartbeat_interval_ms rejects vote
+requests (seed 002) unless they come from a transferee; votes go to candidates outside the
+latest configuration; pre-vote; check-quorum from every answer; a leader lease; learners in
+CONFIG entries; producer ids; installs of a follower past retention (InstallSegment).
 """
 from __future__ import annotations
 
@@ -1616,8 +1619,9 @@ class RaftCore:
                     raise RaftInvariantError(f"{m.src} matched {mi} > leader end {self.log.last_index()}")
                 pr.match = mi
                 inflight = pr.inflight
-                while inflight and inflight[0][0] <= mi:
-                    inflight.popleft()
+                if pr.state != INSTALL:  # (an install's window counts bytes, not indexes)
+                    while inflight and inflight[0][0] <= mi:
+                        inflight.popleft()
                 if not pr.is_learner and mi > self.commit_index:
                     self._maybe_commit()
                 if self.transferee == m.src:

@@ -55,7 +55,7 @@ class NativeRaftLog:
         if index == 0:
             return 0
         # (a dropped head's last term is not kept: term_at(first_index() - 1) raises when
-        # first_index() > 1; catching such a follower up is segment streaming's job)
+        # first_index() > 1; the leader then installs such a follower: core.py _start_install)
         return self.cl.term_at(index)
 
     def read(self, lo: int, hi: int, max_bytes: int):

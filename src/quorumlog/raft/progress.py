@@ -44,7 +44,7 @@ class Progress:
         self.image_sent = 0            # INSTALL: next byte offset to send
         self.image_acked = 0           # INSTALL: offset the follower has staged up to
         self.is_learner = is_learner
-        self.behind_retention = False  # next < log.first_index(): needs segment streaming
+        self.behind_retention = False  # next < log.first_index(): needs an install (reported once)
         # removed from the voters by the CONFIG entry at this index: still replicated to (as
         # a learner) until that entry commits, so the removed node learns it is out and stops
         # campaigning (a removed node that never hears of it keeps bumping terms)
