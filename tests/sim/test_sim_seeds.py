@@ -106,3 +106,26 @@ def test_leader_crash_fails_over_in_every_benign_run():
         assert r.failover_ms > 0, f"seed {seed}: no commit by a new leader"
         took.append(r.failover_ms)
     assert max(took) < 1500, sorted(took)[-5:]
+
+
+def test_mix_covers_the_new_fault_kinds():
+    # the 1,000 seeds above draw these (FaultProfile.random); a mix that stopped drawing one
+    # would silently stop testing it
+    import random
+    fs = [FaultProfile.random(random.Random(s)) for s in range(200)]
+    assert any(f.tcp and f.stall for f in fs) and any(not f.tcp for f in fs)
+    assert any(f.pause_rate for f in fs) and any(f.clock_skew == 0.05 for f in fs)
+    assert any(f.retention_rate for f in fs) and any(f.membership for f in fs)
+
+
+def test_groups_shrink_to_one_voter_and_grow_back():
+    shrunk = grown = 0
+    for seed in range(0, 200, 2):  # 3-voter seeds
+        r = Simulator(seed, 3, spare_nodes=1, trace=True,
+                      faults=FaultProfile(membership=True, crash_rate=0.5, partition_rate=1.0),
+                      ).run()
+        assert r.ok, r.violation
+        sizes = [line.count("'n") for line in r.trace if "ConfigChanged" in line and "learners=()" in line]
+        shrunk += any(s == 1 for s in sizes)
+        grown += any(a == 1 and b > 1 for a, b in zip(sizes, sizes[1:]))
+    assert shrunk and grown

@@ -33,8 +33,16 @@ THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
     at page-cache level) and then call on_persisted(flushed_index, ready.flush_gen) --
     flushed_index is what log.flush() returned. The gen lets the core discard a report that
     raced with a truncation of the tail.
- 4. commit_index: entries up to it are committed: dispatch them (consume queues), reply to
-    clients, then call on_dispatched(index) so the leader can become "ready to serve".
+ 4. commit_index: entries up to it are committed. With a MessageStore as the log
+    (`log = store.raft_log()`, data proposed as `core.propose(req, req.count, req.nbytes)` with
+    `req = store.prepare_put(...)`, whose append_as_leader is the store's one append path) this
+    is one call: `upto = store.apply_committed(commit_index)` commits the store's log,
+    dispatches the committed records into the consume queues, and only then completes the
+    requests proposed up to that index (their on_done / wait()); then call on_dispatched(upto)
+    so the leader can become "ready to serve". (With a bare log: dispatch, reply, then
+    on_dispatched(commit_index).) When an event takes this node out of LEADER, call
+    `store.abandon_pending(NotLeaderError(...))`: whether its uncommitted entries will commit
+    is unknown to it.
  5. events: role changes for the embedding broker (seed 001: a LEADER becomes master only on
     ReadyToServe: its log end == commit index and dispatch has caught up).
 
@@ -60,14 +68,14 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, IndexOutOfRangeError, InvalidArgumentError
+from ..errors import ConfigError, IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
                      NotLeaderError, NotSupportedByLogError, ProposalLimitError,
                      RaftInvariantError, TransferError)
 from .log import EntryKind, RaftLog, decode_voters, encode_config
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
-                       HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
-                       VoteRequest, VoteResponse, VoteResult)
+                       HeartbeatResponse, InstallSegment, InstallSegmentResponse, Message,
+                       ParseResult, Role, TakeLeadership, VoteRequest, VoteResponse, VoteResult)
 from .producers import ProducerTable
 from .progress import Progress
 
@@ -80,6 +88,7 @@ GAP_PROBE_AFTER = 3
 COMPARE = DispatchState.COMPARE
 TRUNCATE = DispatchState.TRUNCATE
 APPEND = DispatchState.APPEND
+INSTALL = DispatchState.INSTALL
 
 
 @dataclass
@@ -207,9 +216,19 @@ class TransferAborted(NamedTuple):
 
 
 class BehindRetention(NamedTuple):
-    """A follower needs entries the leader's log no longer holds: stream whole segments."""
+    """A follower needs entries the leader's log no longer holds: the leader streams its
+    retained log to it (InstallSegment), if its log can (else the follower stays behind)."""
     peer: str
     next_index: int
+
+
+class LogInstalled(NamedTuple):
+    """Follower: the log was replaced by the leader's retained log [first_index..last_index];
+    `meta` is the leader store's opaque state. The driver resets its store from the new log and
+    meta (consume queues are rebuilt from the log, as after a recovery)."""
+    first_index: int
+    last_index: int
+    meta: bytes
 
 
 class Ready:
@@ -299,6 +318,7 @@ class RaftCore:
         self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
         self._reads: list = []              # read_index: [ctx, round needed, read index]
         self._producers: ProducerTable | None = None  # leader: built on election
+        self._install: list | None = None   # follower: [image, next offset, configs] staging
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
         self._hb_seq = 0
@@ -338,6 +358,7 @@ class RaftCore:
             Heartbeat: self._on_heartbeat, HeartbeatResponse: self._on_heartbeat_response,
             Append: self._on_append, AppendResponse: self._on_append_response,
             TakeLeadership: self._on_take_leadership,
+            InstallSegment: self._on_install, InstallSegmentResponse: self._on_install_response,
         }
 
     # ======================================================================================
@@ -1229,6 +1250,12 @@ class RaftCore:
             if pr.state == COMPARE:
                 if now - pr.probe_sent_ms >= timeout:
                     self._send_probe(pr, pr.probe_prev)
+            elif pr.state == INSTALL:
+                if pr.inflight and now - pr.inflight[0][1] >= timeout:
+                    pr.inflight.clear()
+                    pr.epoch += 1
+                    pr.image_sent = pr.image_acked  # re-send from what the follower staged
+                self._send_install(pr)
             elif pr.inflight:
                 if now - pr.inflight[0][1] >= timeout:
                     pr.reset_to(APPEND if pr.match > 0 else TRUNCATE, pr.match + 1)
@@ -1355,13 +1382,180 @@ class RaftCore:
         if not pr.behind_retention:
             pr.behind_retention = True
             self._events.append(BehindRetention(pr.peer, pr.next))
+        self._start_install(pr)
+
+    # -- installing a follower from our retained log (leader) ----------------------------
+    def _start_install(self, pr: Progress) -> None:
+        """Stream our retained log to pr (the snapshot equivalent: the log is the state)."""
+        try:
+            if not hasattr(self.log, "install_image"):  # (a RaftLog without the capability)
+                raise NotSupportedByLogError("no install_image()")
+            image = self.log.install_image()
+        except NotSupportedByLogError:
+            return  # the follower stays behind; BehindRetention said so
+        pr.reset_to(INSTALL, pr.next)
+        pr.image = image
+        pr.image_sent = pr.image_acked = 0
+        self._send_install(pr)
+
+    def _send_install(self, pr: Progress) -> None:
+        """Fill pr's window with chunks of the image (at most max_batch_bytes each)."""
+        c = self.cfg
+        im = pr.image
+        while pr.image_sent < im.total_bytes and len(pr.inflight) < c.max_inflight_batches:
+            try:
+                chunk, n = self.log.read_image(im, pr.image_sent, c.max_batch_bytes)
+            except ReplicationError:
+                # retention moved our head since the image was taken: start over
+                pr.reset_to(COMPARE, pr.next)
+                pr.probe_sent_ms = self.now_ms
+                self._start_install(pr)
+                return
+            off = pr.image_sent
+            pr.image_sent = off + n
+            configs = self._install_configs(im) if off == 0 else ()
+            self._msgs.append(InstallSegment(
+                self.term, self.id, pr.peer, im, off, chunk, n, pr.image_sent >= im.total_bytes,
+                configs, self.commit_index, pr.epoch))
+            pr.inflight.append((pr.image_sent, self.now_ms))
+
+    def _install_configs(self, im) -> tuple:
+        """The configuration in effect before the image, then the CONFIG entries inside it."""
+        before = [cf for cf in self.configs if cf[0] < im.first_index]
+        return tuple(before[-1:]) + self._configs_in(im.first_index, im.last_index)
+
+    def _response_progress(self, m) -> Progress | None:
+        """The Progress an answer at our term as leader is about (None if it is not one; an
+        answer with a bigger term makes us step down)."""
+        if m.term > self.term:
+            self._step_down_to(m.term)
+            return None
+        if self.role != Role.LEADER or m.term < self.term:
+            return None
+        return self.progress.get(m.src)
+
+    def _on_install_response(self, m: InstallSegmentResponse) -> None:
+        pr = self._response_progress(m)
+        if pr is None or pr.state != INSTALL or m.epoch != pr.epoch:
+            return
+        code = m.code
+        if code == Code.INCONSISTENT_LEADER:
+            self._become_candidate(self.term)
+            return
+        pr.last_resp_ms = self.now_ms
+        if code == Code.SUCCESS:
+            if m.match_index >= pr.image.last_index:  # installed, durable: replicate as usual
+                if m.match_index > pr.match:
+                    pr.match = m.match_index
+                pr.image = None
+                pr.behind_retention = False
+                pr.reset_to(APPEND, pr.match + 1)
+                if not pr.is_learner and pr.match > self.commit_index:
+                    self._maybe_commit()
+                if self.learner == m.src:
+                    self._check_learner()
+                if self.transferee == m.src:
+                    self._check_transfer()
+                if self.role == Role.LEADER and pr.state == APPEND:
+                    self._send_appends(pr)
+                return
+            pr.image_acked = max(pr.image_acked, m.next_offset)
+            while pr.inflight and pr.inflight[0][0] <= pr.image_acked:
+                pr.inflight.popleft()
+            if pr.image_acked >= pr.image.total_bytes:
+                # it holds the image's end already (it caught up meanwhile), maybe not flushed:
+                # go back to probing there, replication takes it from that point
+                pr.image = None
+                self._send_probe(pr, m.image_last)
+                return
+        elif code == Code.GAP:
+            pr.inflight.clear()
+            pr.epoch += 1
+            pr.image_sent = pr.image_acked = m.next_offset
+        elif code == Code.UNSUPPORTED:  # the follower's log cannot install: it stays behind
+            pr.reset_to(COMPARE, pr.next)
+            pr.probe_sent_ms = self.now_ms
+            pr.image = None
+            return
+        else:
+            return  # TERM_NOT_READY etc.: the timeout re-sends
+        self._send_install(pr)
+
+    # -- installing (follower) ------------------------------------------------------------
+    def _on_install(self, m: InstallSegment) -> None:
+        code = self._check_sender(m)
+        if code != Code.SUCCESS:
+            self._reply_install(m, code, 0, 0)
+            return
+        self._leader_epoch = m.epoch
+        im = m.image
+        if self._holds(im.last_index, im.last_term) or im.last_index <= self.commit_index:
+            # a late or repeated chunk of an install we no longer need: we hold the image's end
+            # (log matching: and all before it), or it ends below what we committed
+            if self._holds(im.last_index, im.last_term) and im.last_index > self.leader_match:
+                self.leader_match = im.last_index
+            self._reply_install(m, Code.SUCCESS, im.total_bytes, self._reportable())
+            return
+        st = self._install
+        if m.offset == 0 and (st is None or st[0] != im or st[1] != 0):
+            head = m.configs[0] if m.configs else (0, self.voters, self._learners)
+            try:
+                self.log.begin_install(im, (head[1], head[2]))
+            except NotSupportedByLogError:
+                self._reply_install(m, Code.UNSUPPORTED, 0, 0)
+                return
+            st = self._install = [im, 0, m.configs]
+        if st is None or st[0] != im or m.offset != st[1]:
+            self._reply_install(m, Code.GAP, st[1] if st is not None and st[0] == im else 0, 0)
+            return
+        try:
+            st[1] = self.log.write_chunk(m.offset, m.chunk)
+        except ReplicationError:
+            self._reply_install(m, Code.GAP, st[1], 0)
+            return
+        if not m.done:
+            self._reply_install(m, Code.SUCCESS, st[1], 0)
+            return
+        self._finish_install(st, m)
+
+    def _finish_install(self, st: list, m: InstallSegment) -> None:
+        im, nxt, configs = st
+        self._install = None
+        last = self.log.finish_install()  # atomic and durable
+        self._log_gen += 1  # (a flush report from before is about the old log)
+        self.persisted_index = last
+        self.leader_match = last
+        self.reported_match = last
+        if configs:
+            self.configs = list(configs)
+            self._apply_config()
+        # everything before the image is committed (retention drops committed entries only)
+        # and is in the leader store's state that came with it
+        if self.commit_index < im.first_index - 1:
+            self.commit_index = im.first_index - 1
+            self._commit_changed = True
+        if self.dispatched_index < im.first_index - 1:
+            self.dispatched_index = im.first_index - 1
+        self._events.append(LogInstalled(im.first_index, last, im.meta))
+        self._follower_commit(m.commit_index)
+        self._reply_install(m, Code.SUCCESS, nxt, last)
+
+    def _holds(self, index: int, term: int) -> bool:
+        lg = self.log
+        if index < lg.first_index() or index > lg.last_index():
+            return False
+        return lg.term_at(index) == term
+
+    def _reply_install(self, m: InstallSegment, code: Code, next_offset: int, match: int) -> None:
+        self._msgs.append(InstallSegmentResponse(self.term, self.id, m.src, code, next_offset,
+                                                 match, m.image.last_index, m.epoch))
 
     def _send_appends(self, pr: Progress) -> None:
         """Fill pr's window with batches (hot path: a few attribute reads per batch)."""
         lg = self.log
         last = lg.last_index()
         nxt = pr.next
-        if nxt > last:
+        if nxt > last or pr.state == INSTALL:
             return
         c = self.cfg
         inflight = pr.inflight
@@ -1407,12 +1601,7 @@ class RaftCore:
         return tuple(c for c in self.configs if lo <= c[0] <= hi)
 
     def _on_append_response(self, m: AppendResponse) -> None:
-        if m.term > self.term:
-            self._step_down_to(m.term)
-            return
-        if self.role != Role.LEADER or m.term < self.term:
-            return
-        pr = self.progress.get(m.src)
+        pr = self._response_progress(m)
         if pr is None:
             return
         code = m.code
@@ -1434,6 +1623,12 @@ class RaftCore:
                 if self.transferee == m.src:
                     self._check_transfer()
             st = pr.state
+            if st == INSTALL:
+                if pr.match < pr.image.last_index:
+                    return
+                pr.image = None  # (it caught up through appends of an earlier epoch)
+                pr.reset_to(APPEND, pr.match + 1)
+                st = APPEND
             if st == COMPARE:
                 if m.epoch == pr.epoch and m.req_last < m.req_prev + 1 and m.req_prev == pr.probe_prev:
                     if m.match_index < pr.match and m.epoch == pr.gap_probe_epoch:
@@ -1665,5 +1860,5 @@ class RaftCore:
 
 
 __all__ = ["RaftCore", "RaftConfig", "HardState", "Ready", "RoleChanged", "ReadyToServe",
-           "LeaseExpired", "ReadReady", "ReadAborted",
+           "LeaseExpired", "ReadReady", "ReadAborted", "LogInstalled",
            "ConfigChanged", "TransferAborted", "BehindRetention", "decode_voters"]

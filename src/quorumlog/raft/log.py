@@ -16,7 +16,7 @@ it through Ready.flush_to, and learns of it through RaftCore.on_persisted(index)
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 
 class EntryKind(IntEnum):
@@ -49,6 +49,18 @@ def decode_config(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
     text = bytes(data).decode()
     voters, _, learners = text.partition(";")
     return (tuple(x for x in voters.split(",") if x), tuple(x for x in learners.split(",") if x))
+
+
+class InstallImage(NamedTuple):
+    """The leader's retained log as a byte stream a follower installs (the snapshot equivalent
+    of this design: the log *is* the state; docs/raft.md "Installing a follower")."""
+    first_index: int         # first entry of the image
+    prev_term: int | None    # term of first_index - 1 (None: the log does not keep it)
+    last_index: int          # last entry of the image
+    last_term: int
+    total_bytes: int         # chunks cover offsets [0, total_bytes)
+    meta: bytes              # opaque state the follower's store needs with it (topic metadata)
+    producers: tuple = ()    # producer_snapshot() of the leader's log: kept by the follower
 
 
 @runtime_checkable
@@ -107,3 +119,32 @@ class RaftLog(Protocol):
     def producers(self, lo: int, hi: int) -> list:
         """[(first_index, last_index, pid, seq)] of the batches stored with a producer whose
         last entry is in [lo, hi], in log order (a new leader rebuilds its table from it)."""
+
+    def producer_snapshot(self) -> list:
+        """[(first_index, last_index, pid, seq, term)]: the newest batches (up to 16 per
+        producer) among the entries dropped from the head (retention, or below an installed
+        image), oldest first -- so a table rebuilt after retention still knows them."""
+
+    # -- installing a follower from the leader's retained log ------------------------------
+    def install_image(self) -> InstallImage:
+        """Leader: describe the log as it is now, [first_index() .. last_index()]."""
+
+    def read_image(self, image: InstallImage, offset: int, max_bytes: int) -> tuple[Any, int]:
+        """Leader: (chunk, nbytes) of `image` from byte `offset` (a boundary an earlier chunk
+        ended at, 0 first), at most max_bytes but never empty. ReplicationError if the log no
+        longer holds the image (retention moved its head): start over with a new image."""
+
+    def begin_install(self, image: InstallImage, head_config: tuple) -> None:
+        """Follower: start receiving `image` (dropping any install in progress).
+        head_config = (voters, learners) in effect at image.first_index - 1, kept with the log
+        (config_history starts with it)."""
+
+    def write_chunk(self, offset: int, chunk: Any) -> int:
+        """Follower: stage a chunk at `offset` (must be where the last one ended; else
+        ReplicationError, nothing staged). Returns the next offset."""
+
+    def finish_install(self) -> int:
+        """Follower: replace the whole log by the staged image, atomically and durably before
+        it returns (a crash leaves the old log or the new one, never a mix); afterwards
+        first_index() == image.first_index, term_at(first_index() - 1) == image.prev_term and
+        last_index() == image.last_index. Returns last_index(). ReplicationError if incomplete."""

@@ -12,10 +12,10 @@ entry before its new head, as the native log does, so term_at(first_index() - 1)
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from ..errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
-from .log import EntryKind, decode_config
+from .log import EntryKind, InstallImage, decode_config
 
 RECORD_HEADER_BYTES = 96  # the native record header's size (format.md), so byte budgets behave alike
 
@@ -51,6 +51,7 @@ class MemLog:
         self._first = 1            # lowest index held
         self._head_term = 0        # term of entry _first - 1 (None: not kept)
         self._head_config = None   # (voters, learners) in effect at _first - 1, if dropped
+        self._head_producers: dict = {}  # pid -> newest dropped batches ((first, last, seq, term))
         self.keep_head_term = keep_head_term
         self._terms: list[int] = []
         self._kinds: list[int] = []
@@ -65,6 +66,8 @@ class MemLog:
         self._d_sizes: list[int] = []
         self._d_prods: list = []
         self._dirty_from = 0
+        self.meta = b""       # what install_image() ships as the store's state (the simulator's)
+        self._staging = None  # follower: [image, head_config, next offset, chunks]
         self.observer = None  # optional: called as observer(event, log, a, b) by the simulator
 
     # -- reads -------------------------------------------------------------------------
@@ -132,6 +135,24 @@ class MemLog:
                 last = p + first
                 out.append((last - tag[2] + 1, last, tag[0], tag[1]))
         return out
+
+    def producer_snapshot(self) -> list:
+        out = [(f, la, pid, seq, t) for pid, bs in self._head_producers.items()
+               for f, la, seq, t in bs]
+        out.sort()
+        return out
+
+    def _keep_dropped_producers(self, k: int) -> None:
+        """Before dropping the first k entries: remember their newest producer batches."""
+        heads = self._head_producers
+        first = self._first
+        for p in range(k):
+            tag = self._prods[p]
+            if tag is not None:
+                last = p + first
+                bs = heads.setdefault(tag[0], [])
+                bs.append((last - tag[2] + 1, last, tag[1], self._terms[p]))
+                del bs[:-16]
 
     # -- writes ------------------------------------------------------------------------
     def _push(self, term, kind, data, prod=None) -> None:
@@ -233,6 +254,70 @@ class MemLog:
         self._dirty_from = len(self._terms)
         return self.last_index()
 
+    # -- installing a follower from the leader's retained log ----------------------------
+    def install_image(self) -> InstallImage:
+        head = self._head_term if self._first > 1 else 0
+        return InstallImage(self._first, head, self.last_index(), self.last_term(),
+                            self._cum[-1], bytes(self.meta), tuple(self.producer_snapshot()))
+
+    def read_image(self, image: InstallImage, offset: int, max_bytes: int):
+        if (image.first_index != self._first or image.last_index > self.last_index()
+                or self.term_at(image.last_index) != image.last_term):
+            raise ReplicationError("read_image: the log no longer holds this image")
+        cum = self._cum
+        p = bisect_left(cum, offset)
+        end = image.last_index - self._first + 1
+        if p >= end or cum[p] != offset:
+            raise ReplicationError(f"read_image: offset {offset} is not an entry boundary of the image")
+        lo = p + self._first
+        payload, count, nbytes = self.read(lo, image.last_index, max_bytes)
+        return payload, nbytes
+
+    def begin_install(self, image: InstallImage, head_config) -> None:
+        self._staging = [image, (tuple(head_config[0]), tuple(head_config[1])), 0, []]
+
+    def write_chunk(self, offset: int, chunk: MemPayload) -> int:
+        st = self._staging
+        if st is None or offset != st[2]:
+            raise ReplicationError(f"write_chunk: offset {offset}, expected "
+                                   f"{None if st is None else st[2]}")
+        image, _, _, chunks = st
+        expect = image.first_index + sum(len(c) for c in chunks)
+        if chunk.first_index != expect or expect + len(chunk) - 1 > image.last_index:
+            raise ReplicationError(f"write_chunk: chunk starts at {chunk.first_index}, expected {expect}")
+        chunks.append(chunk)
+        st[2] += sum(chunk.sizes)
+        return st[2]
+
+    def finish_install(self) -> int:
+        st = self._staging
+        if st is None or st[2] != st[0].total_bytes:
+            raise ReplicationError("finish_install: the image is incomplete")
+        image, head_config, _, chunks = st
+        self._staging = None
+        old_last = self.last_index()
+        self._first = image.first_index
+        self._head_term = image.prev_term
+        self._head_config = head_config
+        self.meta = image.meta
+        self._head_producers = {}
+        for f, la, pid, seq, t in image.producers:
+            self._head_producers.setdefault(pid, []).append((f, la, seq, t))
+        for name in ("terms", "kinds", "datas", "sizes", "prods"):
+            live = [x for c in chunks for x in getattr(c, name)]
+            setattr(self, "_" + name, live)
+            setattr(self, "_d_" + name, list(live))  # durable at once: the atomic replace
+        cum = [0]
+        for sz in self._sizes:
+            cum.append(cum[-1] + sz)
+        self._cum = cum
+        self._dirty_from = len(self._terms)
+        if self.last_index() != image.last_index or self.last_term() != image.last_term:
+            raise ReplicationError("finish_install: the staged entries do not match the image")
+        if self.observer is not None:
+            self.observer("install", self, old_last, self.last_index())
+        return self.last_index()
+
     # -- simulation helpers --------------------------------------------------------------
     def flushed_index(self) -> int:
         """Highest index whose entry (and every one before it) is durable as it is now."""
@@ -263,6 +348,7 @@ class MemLog:
         if k > min(len(self._d_terms), self._dirty_from):
             raise InvalidArgumentError(f"drop_before({index}): entries not flushed yet")
         term = self.term_at(index - 1)
+        self._keep_dropped_producers(k)
         for lst in (self._terms, self._kinds, self._datas, self._sizes, self._prods,
                     self._d_terms, self._d_kinds, self._d_datas, self._d_sizes, self._d_prods):
             del lst[:k]

@@ -60,6 +60,8 @@ class Code(IntEnum):
     # replication only: the follower already holds part of the batch (a re-send): hint_index
     # is its end, which matches the leader up to there
     OVERLAP = 8
+    # install only: the follower's log cannot install an image (NotSupportedByLogError)
+    UNSUPPORTED = 9
 
 
 class DispatchState(IntEnum):
@@ -68,6 +70,7 @@ class DispatchState(IntEnum):
     COMPARE = 0   # probing with empty appends for the match point
     TRUNCATE = 1  # match point found: one batch in flight that may truncate the follower's tail
     APPEND = 2    # pipelined: up to max_inflight_batches in flight
+    INSTALL = 3   # behind the leader's retention: streaming the leader's retained log
 
 
 SUCCESS = Code.SUCCESS  # hot-path alias
@@ -235,3 +238,51 @@ class TakeLeadership(Message):
 
     def fields(self):
         return f"end={self.ledger_end_index}"
+
+
+class InstallSegment(Message):
+    """One chunk of the leader's retained log (InstallImage) for a follower behind its
+    retention. `offset` is the chunk's byte offset in the image; `done` marks the last one,
+    which also carries the configurations the follower needs ((index, voters, learners): the
+    one in effect before the image, then those inside it)."""
+
+    __slots__ = ("image", "offset", "chunk", "nbytes", "done", "configs", "commit_index", "epoch")
+    type_name = "INSTALL"
+    lane = DATA
+
+    def __init__(self, term, src, dst, image, offset, chunk, nbytes, done, configs,
+                 commit_index, epoch):
+        Message.__init__(self, term, src, dst)
+        self.image = image
+        self.offset = offset
+        self.chunk = chunk
+        self.nbytes = nbytes
+        self.done = done
+        self.configs = configs
+        self.commit_index = commit_index
+        self.epoch = epoch
+
+    def fields(self):
+        im = self.image
+        return (f"[{im.first_index}..{im.last_index}]/t{im.last_term} offset={self.offset}"
+                f"+{self.nbytes}/{im.total_bytes}{' done' if self.done else ''}")
+
+
+class InstallSegmentResponse(Message):
+    """SUCCESS with next_offset (and, after the last chunk, match_index = image.last_index,
+    durable); GAP with the offset the follower expects; UNSUPPORTED; or a _check_sender code."""
+
+    __slots__ = ("code", "next_offset", "match_index", "image_last", "epoch")
+    type_name = "INSTALL_RESP"
+    lane = DATA
+
+    def __init__(self, term, src, dst, code, next_offset, match_index, image_last, epoch):
+        Message.__init__(self, term, src, dst)
+        self.code = code
+        self.next_offset = next_offset
+        self.match_index = match_index
+        self.image_last = image_last
+        self.epoch = epoch
+
+    def fields(self):
+        return f"{self.code.name} next={self.next_offset} match={self.match_index}"

@@ -106,3 +106,28 @@ class NativeRaftLog:
         raise NotSupportedByLogError(
             "NativeRaftLog: producer ids are not stored by the native log yet "
             "(docs/raft.md 'The producer table')")
+
+    def producer_snapshot(self) -> list:
+        raise NotSupportedByLogError(
+            "NativeRaftLog: producer ids are not stored by the native log yet "
+            "(docs/raft.md 'The producer table')")
+
+    def install_image(self):
+        raise NotSupportedByLogError(_INSTALL)
+
+    def read_image(self, image, offset: int, max_bytes: int):
+        raise NotSupportedByLogError(_INSTALL)
+
+    def begin_install(self, image, head_config) -> None:
+        raise NotSupportedByLogError(_INSTALL)
+
+    def write_chunk(self, offset: int, chunk) -> int:
+        raise NotSupportedByLogError(_INSTALL)
+
+    def finish_install(self) -> int:
+        raise NotSupportedByLogError(_INSTALL)
+
+
+_INSTALL = ("NativeRaftLog: installing a follower from the leader's retained segment files is "
+            "not implemented by the native CommitLog yet (docs/raft.md 'Installing a follower' "
+            "lists what it needs); such a follower stays behind (BehindRetention)")

@@ -69,7 +69,16 @@ class ProducerTable:
         batches.append((seq, first, last, term))
 
     def rebuild(self, log, lo: int, hi: int) -> None:
-        """From the log's batches with a producer in [lo, hi], oldest first."""
+        """From what the log kept of its dropped head, then its batches with a producer in
+        [lo, hi], oldest first."""
         self._by_pid.clear()
+        for first, last, pid, seq, term in log.producer_snapshot():
+            self._record_known(pid, seq, first, last, term)
         for first, last, pid, seq in log.producers(lo, hi):
-            self.record(pid, seq, first, last, log.term_at(last))
+            self._record_known(pid, seq, first, last, log.term_at(last))
+
+    def _record_known(self, pid, seq, first, last, term) -> None:
+        batches = self._by_pid.get(pid)
+        if batches and seq <= batches[-1][0]:
+            return  # (the snapshot and the window can overlap)
+        self.record(pid, seq, first, last, term)

@@ -32,7 +32,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from ..raft.core import (HardState, RaftConfig, RaftCore, ReadAborted, ReadReady, RoleChanged)
+from ..errors import IndexOutOfRangeError
+from ..raft.core import (HardState, LogInstalled, RaftConfig, RaftCore, ReadAborted, ReadReady,
+                         RoleChanged)
 from ..raft.errors import (DuplicateBatchError, MembershipChangeError, ProducerSequenceError,
                            RaftError, TransferError)
 from ..raft.log import EntryKind
@@ -65,6 +67,7 @@ class FaultProfile:
     pause_max_ms: int = 1000
     clock_skew: float = 0.0       # each node's clock rate is within 1 +- clock_skew
     lanes: int = 1                # tcp: 2 = control messages on a connection of their own
+    retention_rate: float = 0.0   # head drops (committed entries) per simulated second
 
     @classmethod
     def random(cls, rng: random.Random) -> "FaultProfile":
@@ -87,6 +90,7 @@ class FaultProfile:
             f.stall = rng.choice((0.0, 0.01, 0.05))
         f.pause_rate = rng.choice((0.0, 0.0, 0.3, 1.0))
         f.clock_skew = rng.choice((0.0, 0.01, 0.05))
+        f.retention_rate = rng.choice((0.0, 0.0, 2.0, 10.0))
         return f
 
 
@@ -197,6 +201,9 @@ class Simulator:
         skew = self.faults.clock_skew
         for nid in self.ids:
             n = self.nodes[nid]
+            # half the nodes forget the term before a dropped head, as the native log does
+            n.log.keep_head_term = rng.random() < 0.5
+            n.log.meta = f"store state of {nid}".encode()
             n.log.observer = self._make_observer(n)
             n.tick_phase = rng.randrange(tick_ms)
             if skew:
@@ -238,18 +245,34 @@ class Simulator:
     def _make_observer(self, n: _Node):
         entries = self.entries
 
+        def check(lg, lo, hi):
+            for i in range(lo, hi + 1):
+                term, kind, data = lg.entry(i)
+                try:
+                    prev = lg.term_at(i - 1)
+                except IndexOutOfRangeError:
+                    prev = None  # (a dropped head's term, not kept: as the native log)
+                key = (i, term)
+                got = entries.get(key)
+                val = (int(kind), data, prev)
+                if got is None or (got[2] is None and prev is not None):
+                    entries[key] = val
+                elif got[:2] != val[:2] or (prev is not None and got[2] != prev):
+                    self._fail(f"log matching: {n.id} has {val} at {key}, another node {got}")
+
         def observer(event, lg, a, b):
             if event == "append":
-                for i in range(a, b + 1):
-                    term, kind, data = lg.entry(i)
-                    prev = lg.term_at(i - 1)
-                    key = (i, term)
-                    got = entries.get(key)
-                    val = (int(kind), data, prev)
-                    if got is None:
-                        entries[key] = val
-                    elif got != val:
-                        self._fail(f"log matching: {n.id} has {val} at {key}, another node {got}")
+                check(lg, a, b)
+            elif event == "install":  # the whole log was replaced (a had b... now b entries)
+                self.stats["installs"] = self.stats.get("installs", 0) + 1
+                core = n.core
+                if core is not None and core.commit_index > lg.last_index():
+                    self._fail(f"{n.id} installed a log ending at {lg.last_index()} below its "
+                               f"commit {core.commit_index}")
+                check(lg, lg.first_index(), lg.last_index())
+                for i in range(lg.first_index(), min(lg.last_index(), self.max_committed) + 1):
+                    if lg.entry(i) != self.committed[i]:
+                        self._fail(f"{n.id} installed {lg.entry(i)} at committed index {i}")
             else:  # truncate after a (log had b entries)
                 self.stats["truncations"] = self.stats.get("truncations", 0) + 1
                 # (a node may drop a copy of a globally committed entry it never counted as
@@ -327,8 +350,9 @@ class Simulator:
         """The lease: when n becomes leader, no older leader may still be ready to serve or
         hold a valid lease (judged by its own clock now)."""
         for m in self.nodes.values():
-            if m is n or not m.alive or m.core.role != Role.LEADER:
-                continue
+            if m is n or not m.alive or m.core.role != Role.LEADER or m.core.term >= n.core.term:
+                continue  # (a leader of an older term elected late is harmless: it can commit
+                # nothing, and the newer one's lease is not in question)
             if m.core.lease_valid(m.clock(self.now)):
                 self._fail(f"lease: {m.id} (term {m.core.term}) still holds its lease when {n.id} "
                            f"becomes leader of term {n.core.term}")
@@ -366,7 +390,7 @@ class Simulator:
         lg = n.log
         u = n.core.term
         m = max((c for t, c in self.committed_in_term.items() if t < u), default=0)
-        if m:
+        if m >= lg.first_index():  # (below it: dropped by retention, committed by definition)
             if lg.last_index() < m:
                 self._fail(f"leader completeness: new leader {n.id} ends at {lg.last_index()}, "
                            f"committed {m}")
@@ -374,7 +398,8 @@ class Simulator:
                 self._fail(f"leader completeness: {n.id} entry {m} {lg.entry(m)} != committed "
                            f"{self.committed[m]}")
         for pid, (idx, term) in self.acked.items():
-            if term < u and (idx > lg.last_index() or lg.entry(idx)[2] != pid):
+            if term < u and idx >= lg.first_index() and (idx > lg.last_index()
+                                                         or lg.entry(idx)[2] != pid):
                 self._fail(f"acked proposal {pid} at {idx}/t{term} missing from new leader {n.id}")
 
     def _on_commit(self, n: _Node, c: int):
@@ -387,7 +412,7 @@ class Simulator:
             # the driver dispatches and checkpoints up to the commit index: never past the disk
             self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
         committed = self.committed
-        for i in range(n.commit_seen + 1, c + 1):
+        for i in range(max(n.commit_seen + 1, lg.first_index()), c + 1):
             e = lg.entry(i)
             got = committed.get(i)
             if got is None:
@@ -439,7 +464,7 @@ class Simulator:
             t += self.propose_every_ms
             self._push(t, PROPOSE)
         for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition"),
-                           (f.pause_rate, "pause")):
+                           (f.pause_rate, "pause"), (f.retention_rate, "retention")):
             if rate <= 0:
                 continue
             t = 0.0
@@ -503,6 +528,22 @@ class Simulator:
         self._drain(n)
         return pids[-1]
 
+    def _retention(self, n: _Node):
+        """Drop the head of n's log below (about) its commit index, as deleting old segment
+        files does: a follower that needs those entries must be installed from a retained
+        log (a new, empty member joining later too)."""
+        lg = n.log
+        k = n.core.commit_index - self.rng.randint(0, 10)
+        if k - lg.first_index() < 5 or k > lg.last_index():
+            return
+        voters, learners = n.core.voters, ()
+        for idx, vs, ls in n.core.configs:
+            if idx <= k - 1:
+                voters, learners = vs, ls
+        dropped = lg.drop_before(k, (voters, learners))
+        self.stats["retention_drops"] = self.stats.get("retention_drops", 0) + 1
+        self._t(f"retention: {n.id} dropped {dropped} entries, head now {lg.first_index()}")
+
     def _read(self):
         """A client read on a random running leader: a lease read (checked at once) or a
         read_index (checked when ReadReady comes)."""
@@ -537,6 +578,9 @@ class Simulator:
                 n = rng.choice(alive)
                 n.paused_until = max(n.paused_until, self.now + rng.randint(20, self.faults.pause_max_ms))
                 self._t(f"pause {n.id} until {n.paused_until}")
+        elif kind == "retention":
+            if alive:
+                self._retention(rng.choice(alive))
         elif kind == "crash_leader":
             leaders = self._leaders()
             if leaders:
@@ -730,7 +774,7 @@ class Simulator:
         for n in self.nodes.values():
             if not n.alive:
                 continue
-            for i in range(1, n.core.commit_index + 1):
+            for i in range(n.log.first_index(), n.core.commit_index + 1):
                 if n.log.entry(i) != self.committed.get(i):
                     self._fail(f"final: {n.id} entry {i} {n.log.entry(i)} != committed {self.committed.get(i)}")
 
