@@ -214,3 +214,28 @@ def test_follower_whose_log_cannot_install_stays_behind_and_is_reported():
     out = cl.take_output()
     assert any("INSTALL_RESP" in line and "UNSUPPORTED" in line for line in out)
     assert cl.logs["n3"].last_index() == 0 and cl.core("n1").role == Role.LEADER
+
+
+def test_a_late_append_answer_does_not_empty_an_installs_window():
+    # the install window counts bytes; a late AppendResponse (an index) used to pop it, and
+    # with the chunks lost nothing was ever re-sent (simulation seed 12999: never converged)
+    # (one 104-byte entry per chunk, one chunk in flight: its end offset, 104, is below the
+    # index a late answer reports)
+    cl = lagging(25, 100, max_batch_bytes=150, max_inflight_batches=1)
+    from quorumlog.raft.messages import AppendResponse, Code
+    cl.restart("n3")
+    c = cl.core("n1")
+    for _ in range(50):
+        cl.tick(cl.now + 10)
+        if c.progress["n3"].state.name == "INSTALL":
+            break
+        cl.deliver()
+    pr = c.progress["n3"]
+    assert pr.state.name == "INSTALL" and pr.inflight
+    lost = cl.drop(lambda m: isinstance(m, InstallSegment))
+    assert lost
+    c.step(AppendResponse(c.term, "n3", "n1", Code.SUCCESS, 110, 110, 110, 0, 0, 0))
+    assert pr.inflight  # still waiting for the lost chunk: it is re-sent after the timeout
+    cl.settle(cl.now + 2000)
+    assert cl.logs["n3"].first_index() == 100
+    assert cl.logs["n3"].last_index() == cl.logs["n1"].last_index()

@@ -1616,8 +1616,9 @@ class RaftCore:
                     raise RaftInvariantError(f"{m.src} matched {mi} > leader end {self.log.last_index()}")
                 pr.match = mi
                 inflight = pr.inflight
-                while inflight and inflight[0][0] <= mi:
-                    inflight.popleft()
+                if pr.state != INSTALL:  # (an install's window counts bytes, not indexes)
+                    while inflight and inflight[0][0] <= mi:
+                        inflight.popleft()
                 if not pr.is_learner and mi > self.commit_index:
                     self._maybe_commit()
                 if self.transferee == m.src:
