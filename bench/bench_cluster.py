@@ -46,9 +46,12 @@ def _rss_kib(pid: int, field: str = "RssAnon:") -> int:
     return 0
 
 
+RAFT: dict = {}      # --raft NAME=VALUE: RaftConfig settings for the replicas
+
+
 def _cluster(tmp, flush):
     c = LocalCluster(os.path.join(tmp, f"c-{flush}-{time.monotonic_ns()}"), 3, flush=flush,
-                     segment_size_bytes=1 << 30, log_level="INFO")
+                     segment_size_bytes=1 << 30, log_level="INFO", raft=RAFT)
     c.start()
     c.wait_started(timeout=60)
     c.wait_leader(timeout=30)
@@ -227,9 +230,14 @@ def main(argv=None):
     p.add_argument("--scenario", action="append", choices=SCENARIOS)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--json")
+    p.add_argument("--raft", action="append", default=[], metavar="NAME=VALUE",
+                   help="a RaftConfig setting for the replicas (e.g. max_heartbeat_leak=3)")
     p.add_argument("--dir", default=None, help="where the replicas' data goes (default: a "
                    "temporary directory, deleted afterwards)")
     a = p.parse_args(argv)
+    for kv in a.raft:
+        k, _, v = kv.partition("=")
+        RAFT[k] = v
     results = []
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         for sc in a.scenario or SCENARIOS:
@@ -246,6 +254,8 @@ def main(argv=None):
             else:
                 r = bench_memory(tmp, a.seconds)
             r["load_average"] = os.getloadavg()[0]
+            if RAFT:
+                r["raft"] = dict(RAFT)
             print(json.dumps(r), flush=True)
             results.append(r)
     if a.json:

@@ -31,7 +31,6 @@ from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
 from .net.errors import NetError, TransportClosedError
-from .net.framing import encode_header
 from .net.transport import TransportConfig, connect_client
 from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
 
@@ -59,8 +58,8 @@ def _addr(a) -> tuple[str, int]:
 
 
 class _EncodedProduce:
-    """A ProduceRequest whose frame payload was built by the Cython framer (see
-    AsyncClient._request_produce)."""
+    """A ProduceRequest whose frame payload was built by the Cython framer (sent with
+    ClientChannel.request_encoded)."""
 
     __slots__ = ("parts",)
 
@@ -120,7 +119,7 @@ class AsyncClient:
             self._connecting = asyncio.Lock()
         async with self._connecting:
             ch = self._channel
-            if ch is not None and not ch._conn.closed and (prefer is None
+            if ch is not None and not ch.closed and (prefer is None
                                                            or prefer == self._channel_addr):
                 return ch
             if ch is not None:
@@ -146,8 +145,8 @@ class AsyncClient:
         ch = await self._connect(prefer, exact)
         self.stats["requests"] += 1
         if isinstance(msg, _EncodedProduce):
-            resp = await _request_encoded(ch, _PRODUCE_TYPE, msg.parts,
-                                          timeout or self.request_timeout)
+            resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
+                                            timeout or self.request_timeout)
         else:
             resp = await ch.request(msg, timeout or self.request_timeout)
         if isinstance(resp, m.ErrorResponse):
@@ -270,30 +269,6 @@ class AsyncClient:
     async def remove_member(self, node_id: str) -> m.AdminResponse:
         return await self._with_retries(m.AdminRequest(m.AdminOp.REMOVE_MEMBER, node_id),
                                         to_leader=True)
-
-
-async def _request_encoded(ch, type_code: int, payload_parts: list, timeout: float):
-    """ClientChannel.request for a payload already encoded (the Cython-framed produce)."""
-    conn = ch._conn
-    if conn.closed:
-        raise TransportClosedError("client connection is closed")
-    rid = ch._next_id
-    ch._next_id += 1
-    fut = conn.owner.loop.create_future()
-    ch._waiting[rid] = fut
-    try:
-        n = sum(len(p) for p in payload_parts)
-        if n + 24 > conn.cfg.max_frame_bytes:
-            from .net.errors import FrameTooLargeError
-            raise FrameTooLargeError(f"produce frame of {n + 24} bytes is over "
-                                     f"max_frame_bytes={conn.cfg.max_frame_bytes}",
-                                     n + 24, conn.cfg.max_frame_bytes)
-        parts = [encode_header(type_code, n, rid) + payload_parts[0], *payload_parts[1:]]
-        if not conn.send_parts(parts, control=False):
-            raise TransportClosedError("client connection closed or its send budget is full")
-        return await asyncio.wait_for(fut, timeout)
-    finally:
-        ch._waiting.pop(rid, None)
 
 
 class Client:

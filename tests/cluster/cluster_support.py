@@ -69,3 +69,15 @@ def read_queue(client, address, topic, queue_id, upto_offset) -> list[bytes]:
         out.extend(bytes(m.body) for m in r.messages)
         off = r.next_offset
     return out[:upto_offset]
+
+
+def wait_all_follow(c: LocalCluster, client, leader, timeout=10):
+    """Until every member names `leader` and all are in one term (a follower learns of its
+    leader from the first heartbeat) -> the statuses."""
+    def agreed():
+        st = c.statuses(client)
+        ok = (all(not isinstance(s, Exception) for s in st.values())
+              and {s.leader_id for s in st.values()} == {leader}
+              and len({s.term for s in st.values()}) == 1)
+        return st if ok else None
+    return wait_until(agreed, timeout, "every member following the leader")

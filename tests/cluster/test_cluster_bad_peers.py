@@ -8,7 +8,7 @@ import asyncio
 import os
 import socket
 
-from cluster_support import wait_until
+from cluster_support import wait_all_follow, wait_until
 from test_cluster_failover import Producers
 
 from quorumlog.net.auth import AuthConfig
@@ -52,7 +52,7 @@ def test_bad_connections_are_refused_and_change_no_raft_state(make_cluster):
         leader = c.wait_leader(client=admin)
         follower = next(n for n in c.ids if n != leader)
         other = next(n for n in c.ids if n not in (leader, follower))
-        before = c.statuses(admin)
+        before = wait_all_follow(c, admin, leader)
         prod = Producers(c.client_addresses(), secret, n=1, batch=20)
         prod.thread.start()
         try:

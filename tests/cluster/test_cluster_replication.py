@@ -11,7 +11,7 @@ import pytest
 from quorumlog.client import AsyncClient, Client
 from quorumlog.errors import TopicNotFoundError
 
-from cluster_support import assert_logs_identical, read_queue, wait_until
+from cluster_support import assert_logs_identical, read_queue, wait_all_follow, wait_until
 
 TOPIC = "orders"
 PRODUCERS = 4
@@ -39,14 +39,8 @@ def test_three_replicas_elect_one_leader_and_replicate_100k_messages(make_cluste
     secret = c.secret()
     with c.client() as admin:
         leader = c.wait_leader(client=admin)
-
-        def agreed():
-            # one leader, the others follow it (a follower learns of it from its first
-            # heartbeat), all in its term
-            st = c.statuses(admin)
-            return ({s.leader_id for s in st.values()} == {leader}
-                    and len({s.term for s in st.values()}) == 1)
-        wait_until(agreed, 10, "every member following the leader")
+        # one leader, the others follow it, all in its term
+        wait_all_follow(c, admin, leader)
         assert sorted(admin.members()) == c.ids
 
     per_producer = asyncio.run(_producers(c.client_addresses(), secret))

@@ -268,17 +268,6 @@ class Node:
             self._applied_changed.set()
         log.info("node %s stopped", self.id)
 
-    def crash(self) -> None:
-        """Test hook: drop everything as kill -9 would (no flush, no checkpoint)."""
-        self._stopped = True
-        if self._ticker is not None:
-            self._ticker.cancel()
-        if self.transport is not None:
-            for c in list(self.transport._all):
-                c.abort()
-        if self.store is not None:
-            self.store._crash()
-
     # ---------------------------------------------------------------------------- inputs
     async def _tick_loop(self) -> None:
         interval = self.cfg.tick_ms / 1000
