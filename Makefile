@@ -29,7 +29,7 @@ bench: $(STAMP)
 	$(VPY) -m pytest bench -q -p no:cacheprovider --benchmark-only $(PYTEST_ARGS)
 
 soak: $(STAMP)
-	$(VPY) -m quorumlog.raft.soak --seeds 100000 -j 2
+	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
 
 clean:
 	rm -rf build $(VENV) src/*.egg-info

@@ -10,3 +10,4 @@ from .errors import *  # noqa: F401,F403  (every error class at the top level to
 from .errors import QuorumlogError  # noqa: F401
 from .config import StoreConfig, load_config  # noqa: F401
 from .store import BatchResult, Message, MessageStore, PutResult, open  # noqa: F401,A004
+from .node.replica import Replica, RoleChange, open_replica  # noqa: F401,E402

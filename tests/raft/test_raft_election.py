@@ -5,7 +5,7 @@ import random
 import pytest
 
 from quorumlog.raft import HardState, MemLog, ParseResult, RaftConfig, RaftCore, Role, VoteResult
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.log import EntryKind
 from quorumlog.raft.messages import (Code, Heartbeat, HeartbeatResponse, VoteRequest,
                                      VoteResponse)

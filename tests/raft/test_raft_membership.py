@@ -1,9 +1,9 @@
 """Membership change (seed-002 §2.4) and leadership transfer / preferred leader (DLedger's
-handleLeadershipTransfer / handleTakeLeadership, as issue 4 describes them)."""
+handleLeadershipTransfer / handleTakeLeadership, as docs/raft.md describes them)."""
 import pytest
 
 from quorumlog.raft import RaftConfig, Role, VoteResult
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
 from quorumlog.raft.log import EntryKind, decode_voters
 from quorumlog.raft.messages import VoteRequest, VoteResponse

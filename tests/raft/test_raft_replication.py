@@ -3,7 +3,7 @@
 import pytest
 
 from quorumlog.raft import RaftConfig, Role
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.core import ReadyToServe
 from quorumlog.raft.errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
                                    ProposalLimitError)
@@ -274,7 +274,7 @@ def test_leader_sees_bigger_term_in_append_response_and_steps_down():
 @pytest.mark.parametrize("keeps_head_term", [True, False])
 def test_follower_behind_retention_is_reported(keeps_head_term):
     # entries the leader no longer holds cannot be sent in Appends: the driver must stream
-    # whole segments (a later issue); the core says so once and stops dispatching to it
+    # whole segments; the core says so once and stops dispatching Appends to it
     from quorumlog.raft.core import BehindRetention
     from quorumlog.raft.memlog import MemLog
 

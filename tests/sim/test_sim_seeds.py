@@ -1,11 +1,11 @@
-"""Deterministic simulation of 3- and 5-node clusters under mixed faults (quorumlog.raft.sim).
+"""Deterministic simulation of 3- and 5-node clusters under mixed faults (quorumlog.testing.sim).
 
 1,000 seeds in chunks; a failure names the seed. Replay one with `pytest tests/sim --sim-seed N`
-(prints the full trace on failure) or `python -m quorumlog.raft.soak --seed N -v`.
+(prints the full trace on failure) or `python -m quorumlog.testing.soak --seed N -v`.
 """
 import pytest
 
-from quorumlog.raft.sim import FaultProfile, Simulator, run_seed, sim_options
+from quorumlog.testing.sim import FaultProfile, Simulator, run_seed, sim_options
 
 SEEDS = 1000
 CHUNK = 50

@@ -1,5 +1,5 @@
 """Raft for quorumlog: DLedger's election and replication as a pure state machine (core.py),
-the log-storage seam (log.py, memlog.py) and a deterministic simulator (sim.py)."""
+the log-storage seam (log.py, memlog.py, nativelog.py); the simulator is quorumlog.testing."""
 from .core import (BehindRetention, ConfigChanged, HardState, RaftConfig, RaftCore, Ready,
                    ReadyToServe, RoleChanged, TransferAborted)
 from .log import EntryKind, RaftLog

@@ -61,7 +61,7 @@ from .log import EntryKind, RaftLog, decode_voters, encode_voters
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse, VoteResult)
-from .replicator import Progress
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -1086,6 +1086,15 @@ class RaftCore:
         if code == Code.INCONSISTENT_STATE:
             self._on_mismatch(pr, m)
         elif code == Code.GAP:
+            if m.hint_index < pr.match:
+                # The follower's log ends before entries it acknowledged: it lost them (flush
+                # = "async" acknowledges at page-cache level, and a power loss drops the
+                # page cache). Its match regresses, or the leader would re-send past its end
+                # forever. (Committed entries stay committed: they are on a quorum without
+                # this acknowledgement only if at most one replica lost its tail.)
+                log.warning("%s: follower %s lost its log after %d (had acknowledged %d)",
+                            self.id, m.src, m.hint_index, pr.match)
+                pr.match = m.hint_index
             nxt = max(m.hint_index, pr.match) + 1
             pr.reset_to(TRUNCATE, nxt)
             self._send_appends(pr)

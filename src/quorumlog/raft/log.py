@@ -1,7 +1,7 @@
 """The log-storage seam of the Raft core: what RaftCore needs from a replicated log.
 
 Two implementations: `memlog.MemLog` (in memory, for simulation and unit tests) and the native
-mmap'd CommitLog (Cython, a separate issue), through a thin adapter if its names differ. One
+mmap'd CommitLog (Cython), through the thin adapter `nativelog.NativeRaftLog`. One
 conformance suite (tests/raft/test_raft_log_conformance.py) runs against every implementation.
 
 Indexes start at 1; index 0 is the empty log's sentinel with term 0. Every entry has a term and

@@ -13,7 +13,7 @@ from bisect import bisect_right
 from ..errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from .log import EntryKind, decode_voters
 
-RECORD_HEADER_BYTES = 64  # rough size of the native record header, so byte budgets behave alike
+RECORD_HEADER_BYTES = 96  # the native record header's size (format.md), so byte budgets behave alike
 
 
 class MemPayload:

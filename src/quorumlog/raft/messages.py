@@ -1,6 +1,6 @@
 """Messages between Raft cores, and the result codes DLedger uses on the wire.
 
-Messages are small __slots__ objects: the network driver (a later issue) encodes them into
+Messages are small __slots__ objects: a network driver encodes them into
 frames; the simulator passes them by reference. An Append carries a *byte range* of the
 leader's log as an opaque `payload` (for the native log: a memoryview of whole records) plus
 its index range and size: the core never looks inside it, and one Append is one batch, never

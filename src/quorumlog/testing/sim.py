@@ -2,7 +2,7 @@
 
 Everything random comes from one random.Random(seed), so a run is a pure function of its seed
 (and options): a failure names the seed and `pytest --sim-seed N` (or
-`python -m quorumlog.raft.soak --seed N -v`) replays it exactly.
+`python -m quorumlog.testing.soak --seed N -v`) replays it exactly.
 
 The network drops, duplicates, delays (hence reorders) messages and applies partitions,
 including one-way (asymmetric) ones. A crash throws away the core and every log write not
@@ -25,11 +25,11 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from .core import (ConfigChanged, HardState, RaftConfig, RaftCore, ReadyToServe, RoleChanged)
-from .errors import MembershipChangeError, RaftError, TransferError
-from .log import EntryKind
-from .memlog import MemLog
-from .messages import Role
+from ..raft.core import (ConfigChanged, HardState, RaftConfig, RaftCore, ReadyToServe, RoleChanged)
+from ..raft.errors import MembershipChangeError, RaftError, TransferError
+from ..raft.log import EntryKind
+from ..raft.memlog import MemLog
+from ..raft.messages import Role
 
 
 class InvariantViolation(AssertionError):

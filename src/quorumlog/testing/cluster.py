@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 
-from .core import HardState, RaftConfig, RaftCore
-from .memlog import MemLog
-from .messages import Message
+from ..raft.core import HardState, RaftConfig, RaftCore
+from ..raft.memlog import MemLog
+from ..raft.messages import Message
 
 
 def pump(cores: dict, logs: dict, *, dispatch: bool = False) -> None:
@@ -176,7 +176,7 @@ class ManualCluster:
 
     def elect(self, i, start_ms: int | None = None):
         """Make `i` campaign now (its vote time has come) and deliver until quiet."""
-        from .messages import Role
+        from ..raft.messages import Role
         c = self.cores[i]
         t = max(self.now, c.next_time_to_request_vote) if start_ms is None else start_ms
         self.tick(t, [i])
@@ -195,7 +195,7 @@ class ManualCluster:
             self.deliver()
 
     def leaders(self):
-        from .messages import Role
+        from ..raft.messages import Role
         return [i for i in self.ids if i not in self.down and self.cores[i].role == Role.LEADER]
 
     def take_output(self) -> list[str]:

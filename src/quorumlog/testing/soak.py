@@ -1,4 +1,4 @@
-"""Soak the Raft core in deterministic simulation: `python -m quorumlog.raft.soak --seeds N`.
+"""Soak the Raft core in deterministic simulation: `python -m quorumlog.testing.soak --seeds N`.
 
 Runs seeds start..start+N-1 of the standard mix (sim.sim_options), in parallel worker
 processes, and reports violations with the command that replays each one. `--seed S -v`
@@ -30,7 +30,7 @@ def _run_range(args):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quorumlog.raft.soak", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m quorumlog.testing.soak", description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=1000, help="how many seeds to run")
     p.add_argument("--start", type=int, default=0, help="first seed")
     p.add_argument("--seed", type=int, default=None, help="replay one seed")
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
             tot_acked += ac
             for s, v in bad:
                 failures.append(s)
-                print(f"VIOLATION seed {s}: {v}\n  replay: python -m quorumlog.raft.soak --seed {s} -v",
+                print(f"VIOLATION seed {s}: {v}\n  replay: python -m quorumlog.testing.soak --seed {s} -v",
                       flush=True)
             if done % max(a.chunk * 10, 1) == 0 or done == a.seeds:
                 print(f"{done}/{a.seeds} seeds, {len(failures)} violations, "
