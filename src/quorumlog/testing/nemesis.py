@@ -1,0 +1,474 @@
+"""Nemeses for fault-testing a replica group of real processes: process faults (SIGKILL and
+restart, SIGSTOP/SIGCONT), network faults through the fault proxy (partitions -- isolating
+the leader, a follower, a minority; asymmetric cuts; slow links; connection resets), disk
+faults (a full disk on one node, a power loss that drops the unflushed tail, a flipped bit
+in a committed record of one follower) -- and the file-level operations behind the disk
+faults, which work on a stopped replica's directory alone.
+
+Each nemesis has `start(h)` (inject) and `stop(h)` (heal), where `h` is the harness
+(quorumlog.testing.jepsen.Harness: the cluster, the proxy, the history, the seeded rng and
+status helpers). Every step is recorded as a history Event.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, QuorumlogError
+from ..format import (CHECKPOINT_SIZE, HEADER_SIZE, INDEX_ENTRY_SIZE, TYPE_MESSAGE,
+                      decode_checkpoint, decode_index_entry)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["read_checkpoint", "lose_unflushed_tail", "flip_committed_bit", "fill_disk",
+           "Nemesis", "Kill", "Pause", "Partition", "SlowNetwork", "ResetConnections",
+           "PowerCut", "BitFlip", "DiskFull", "NEMESES"]
+
+CQ_ENTRY = np.dtype([("position", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
+assert CQ_ENTRY.itemsize == 20
+
+
+# ------------------------------------------------------------------------- file operations
+def read_checkpoint(data_dir):
+    path = os.path.join(data_dir, "checkpoint")
+    with open(path, "rb") as fh:
+        return decode_checkpoint(fh.read(CHECKPOINT_SIZE + 1), path)
+
+
+def _zero_range(path: str, lo: int, hi: int) -> int:
+    """Write zeros over [lo, hi) of a file (its size unchanged) -> bytes zeroed."""
+    if hi <= lo:
+        return 0
+    zero = bytes(min(hi - lo, 1 << 20))
+    with open(path, "r+b") as fh:
+        fh.seek(lo)
+        left = hi - lo
+        while left > 0:
+            n = min(left, len(zero))
+            fh.write(zero[:n])
+            left -= n
+        fh.flush()
+        os.fsync(fh.fileno())
+    return hi - lo
+
+
+def lose_unflushed_tail(data_dir) -> dict:
+    """What a power loss does to a killed replica: every byte its checkpoint does not vouch
+    for is gone. Zeroes the commit log from the checkpoint's flushed_position on (the rest
+    of that segment and every later segment: preallocated files keep their size), the
+    raft-index entries after flushed_index, and the consume-queue entries at or after
+    dispatched_position (all derived data recovery must rebuild). The checkpoint is written
+    every checkpoint_interval_ms, so it may lag the last flush: this loses at least what a
+    real power loss would. Call only on a stopped replica."""
+    cp = read_checkpoint(data_dir)
+    S = cp.segment_size_bytes
+    out = {"flushed_position": cp.flushed_position, "flushed_index": cp.flushed_index,
+           "log_bytes_zeroed": 0, "log_bytes_nonzero_lost": 0, "index_entries_zeroed": 0,
+           "cq_entries_zeroed": 0}
+    cdir = os.path.join(data_dir, "commitlog")
+    for name in sorted(os.listdir(cdir)):
+        if not name.isdigit():
+            continue
+        start = int(name)
+        path = os.path.join(cdir, name)
+        size = os.path.getsize(path)
+        lo = max(cp.flushed_position - start, 0)
+        if lo >= size:
+            continue
+        with open(path, "rb") as fh:
+            fh.seek(lo)
+            tail = fh.read(size - lo)
+        nz = len(tail.rstrip(b"\0"))
+        out["log_bytes_nonzero_lost"] += nz
+        if nz:
+            out["log_bytes_zeroed"] += _zero_range(path, lo, lo + nz)
+    idir = os.path.join(data_dir, "index")
+    N = cp.index_file_entries
+    if os.path.isdir(idir):
+        for name in sorted(os.listdir(idir)):
+            if not name.isdigit():
+                continue
+            first = int(name)
+            k = max(cp.flushed_index + 1 - first, 0)
+            if k >= N:
+                continue
+            path = os.path.join(idir, name)
+            arr = np.fromfile(path, dtype=np.uint8)
+            used = arr[k * INDEX_ENTRY_SIZE:].reshape(-1, INDEX_ENTRY_SIZE).any(axis=1)
+            if used.any():
+                last = int(np.nonzero(used)[0][-1]) + 1
+                _zero_range(path, k * INDEX_ENTRY_SIZE, (k + last) * INDEX_ENTRY_SIZE)
+                out["index_entries_zeroed"] += int(used.sum())
+    qdir = os.path.join(data_dir, "consumequeue")
+    if os.path.isdir(qdir):
+        for root, _dirs, files in os.walk(qdir):
+            for name in files:
+                if not name.isdigit():
+                    continue
+                path = os.path.join(root, name)
+                if os.path.getsize(path) % CQ_ENTRY.itemsize:
+                    continue
+                mm = np.memmap(path, dtype=CQ_ENTRY, mode="r+")
+                hit = (mm["size"] != 0) & (mm["position"] >= cp.dispatched_position)
+                n = int(hit.sum())
+                if n:
+                    mm[hit] = np.zeros(1, dtype=CQ_ENTRY)
+                    mm.flush()
+                    out["cq_entries_zeroed"] += n
+                del mm
+    log.info("power loss in %s: %s", data_dir, out)
+    return out
+
+
+def flip_committed_bit(data_dir, rng, *, message_only: bool = True) -> dict:
+    """Flip one random bit of one random committed record (a MESSAGE record unless
+    message_only is False) of a stopped replica, in place -> where. The record is found
+    through the raft index, below the checkpoint's committed index (durable there)."""
+    cp = read_checkpoint(data_dir)
+    if cp.committed_index < 1:
+        raise InvalidArgumentError(f"{data_dir}: nothing committed to damage")
+    N = cp.index_file_entries
+    idir = os.path.join(data_dir, "index")
+    firsts = sorted(int(n) for n in os.listdir(idir) if n.isdigit())
+    for _attempt in range(200):
+        i = rng.randint(max(1, firsts[0]), cp.committed_index)
+        f = max(x for x in firsts if x <= i)
+        with open(os.path.join(idir, f"{f:020d}"), "rb") as fh:
+            fh.seek((i - f) % N * INDEX_ENTRY_SIZE)
+            e = decode_index_entry(fh.read(INDEX_ENTRY_SIZE))
+        if e is None or (message_only and e.type != TYPE_MESSAGE):
+            continue
+        if e.position < cp.min_position or e.position + e.size > cp.committed_position:
+            continue
+        off_in_rec = rng.randrange(e.size)
+        bit = rng.randrange(8)
+        pos = e.position + off_in_rec
+        seg = pos - pos % cp.segment_size_bytes
+        path = os.path.join(data_dir, "commitlog", f"{seg:020d}")
+        with open(path, "r+b") as fh:
+            fh.seek(pos - seg)
+            b = fh.read(1)[0]
+            fh.seek(pos - seg)
+            fh.write(bytes([b ^ (1 << bit)]))
+            fh.flush()
+            os.fsync(fh.fileno())
+        where = {"index": i, "record_position": e.position, "position": pos, "bit": bit,
+                 "in_header": off_in_rec < HEADER_SIZE, "file": path}
+        log.info("bit flip in %s: %s", data_dir, where)
+        return where
+    raise QuorumlogError(f"{data_dir}: found no committed MESSAGE record to damage")
+
+
+def fill_disk(directory, leave_bytes: int = 0) -> tuple[str, int]:
+    """Allocate a ballast file so the file system of `directory` has at most `leave_bytes`
+    free -> (ballast path, bytes allocated). Remove the file to give the space back."""
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    n = max(0, free - leave_bytes)
+    path = os.path.join(directory, ".ballast")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        got = 0
+        # allocate in steps: the last step may not fit exactly (metadata, rounding)
+        step = 1 << 20
+        while got < n:
+            k = min(step, n - got)
+            try:
+                os.posix_fallocate(fd, got, k)
+            except OSError:
+                if step <= 4096:
+                    break
+                step //= 4
+                continue
+            got += k
+    finally:
+        os.close(fd)
+    return path, got
+
+
+# ------------------------------------------------------------------------------- nemeses
+class Nemesis:
+    """A fault with a start (inject) and a stop (heal). `counter` names the summary
+    figure it adds to."""
+
+    name = "nemesis"
+    counter = ""
+
+    def __init__(self):
+        self.active = False
+
+    def start(self, h) -> bool:
+        """Inject; False when the fault could not apply now (e.g. no leader)."""
+        raise NotImplementedError
+
+    def stop(self, h) -> None:
+        raise NotImplementedError
+
+
+def _pick(h, target: str):
+    """'leader' | 'follower' | 'any' -> a node id or None."""
+    ids = list(h.cluster.ids)
+    if target == "any":
+        return h.rng.choice(ids)
+    leader = h.leader()
+    if target == "leader":
+        return leader
+    if leader is None:
+        return None
+    return h.rng.choice([n for n in ids if n != leader])
+
+
+class Kill(Nemesis):
+    """SIGKILL a node (kill -9: its page cache survives), restart it when healed."""
+
+    counter = "kills"
+
+    def __init__(self, target: str = "leader"):
+        super().__init__()
+        self.target = target
+        self.name = f"kill-{target}"
+        self.node = None
+
+    def start(self, h) -> bool:
+        n = _pick(h, self.target)
+        if n is None:
+            return False
+        pid = h.cluster.pid(n)
+        h.cluster.kill(n)
+        h.history.event("kill", [n], pid=pid, target=self.target)
+        self.node = n
+        return True
+
+    def stop(self, h) -> None:
+        h.restart(self.node)
+
+
+class Pause(Nemesis):
+    """SIGSTOP a node, SIGCONT it when healed."""
+
+    counter = "pauses"
+
+    def __init__(self, target: str = "leader"):
+        super().__init__()
+        self.target = target
+        self.name = f"pause-{target}"
+        self.node = None
+
+    def start(self, h) -> bool:
+        n = _pick(h, self.target)
+        if n is None:
+            return False
+        h.cluster.signal(n, signal.SIGSTOP)
+        h.history.event("pause", [n], target=self.target)
+        self.node = n
+        return True
+
+    def stop(self, h) -> None:
+        h.cluster.signal(self.node, signal.SIGCONT)
+        h.history.event("resume", [self.node])
+
+
+class Partition(Nemesis):
+    """Network partitions through the proxy.
+
+    kind: isolate-leader | isolate-follower | majority-minority (a random minority) |
+          leader-cannot-send | leader-cannot-hear (asymmetric: only one direction of every
+          link of the leader is cut).
+    mode: blackhole (bytes vanish) | stall (bytes wait) | random."""
+
+    counter = "partitions"
+    KINDS = ("isolate-leader", "isolate-follower", "majority-minority", "leader-cannot-send",
+             "leader-cannot-hear")
+
+    def __init__(self, kind: str = "random", mode: str = "random"):
+        super().__init__()
+        if kind != "random" and kind not in self.KINDS:
+            raise InvalidArgumentError(f"partition kind must be one of {self.KINDS}")
+        self.kind = kind
+        self.mode = mode
+        self.name = f"partition-{kind}"
+
+    def start(self, h) -> bool:
+        kind = h.rng.choice(self.KINDS) if self.kind == "random" else self.kind
+        mode = h.rng.choice(("blackhole", "stall")) if self.mode == "random" else self.mode
+        ids = list(h.cluster.ids)
+        if kind == "majority-minority":
+            k = h.rng.randint(1, (len(ids) - 1) // 2)
+            minority = h.rng.sample(ids, k)
+        else:
+            n = _pick(h, "follower" if kind == "isolate-follower" else "leader")
+            if n is None:
+                return False
+            minority = [n]
+        majority = [n for n in ids if n not in minority]
+        if kind in ("isolate-leader", "isolate-follower", "majority-minority"):
+            h.proxy.partition(minority, majority, mode=mode)
+        else:
+            (n,) = minority
+            for o in majority:
+                if kind == "leader-cannot-send":
+                    h.proxy.cut(n, o, mode)
+                else:
+                    h.proxy.cut(o, n, mode)
+        # every kind leaves `minority` unable to complete a round trip with a majority:
+        # it cannot commit anything, which is what the checker holds it to
+        h.history.event("partition", minority, groups=[sorted(minority), sorted(majority)],
+                        partition_kind=kind, mode=mode)
+        return True
+
+    def stop(self, h) -> None:
+        h.proxy.heal()
+        h.history.event("heal")
+
+
+class SlowNetwork(Nemesis):
+    """Delay + jitter on every link, or a bandwidth cap on the leader's outbound links."""
+
+    counter = "slow_networks"
+    name = "slow-network"
+
+    def start(self, h) -> bool:
+        ids = list(h.cluster.ids)
+        if h.rng.random() < 0.5:
+            delay, jitter = h.rng.choice(((20, 20), (50, 50), (100, 150)))
+            for s in ids:
+                for d in ids:
+                    if s != d:
+                        h.proxy.set_faults(s, d, delay_ms=delay, jitter_ms=jitter)
+            h.history.event("slow-network", ids, delay_ms=delay, jitter_ms=jitter)
+        else:
+            leader = h.leader()
+            if leader is None:
+                return False
+            bw = h.rng.choice((64 << 10, 256 << 10, 1 << 20))
+            for d in ids:
+                if d != leader:
+                    h.proxy.set_faults(leader, d, bandwidth_bytes_per_s=bw)
+            h.history.event("slow-network", [leader], bandwidth_bytes_per_s=bw)
+        return True
+
+    def stop(self, h) -> None:
+        h.proxy.heal()
+        h.history.event("heal")
+
+
+class ResetConnections(Nemesis):
+    """RST every peer connection of one node (SO_LINGER 0), a few times in a row."""
+
+    counter = "resets"
+    name = "reset-connections"
+
+    def start(self, h) -> bool:
+        n = _pick(h, h.rng.choice(("leader", "any")))
+        if n is None:
+            return False
+        k = h.proxy.reset(n)
+        h.history.event("reset", [n], connections=k)
+        return True
+
+    def stop(self, h) -> None:
+        pass
+
+
+class PowerCut(Nemesis):
+    """SIGKILL a node and lose what its checkpoint does not vouch for (lose_unflushed_tail),
+    then restart it."""
+
+    counter = "power_cuts"
+
+    def __init__(self, target: str = "any"):
+        super().__init__()
+        self.target = target
+        self.name = f"power-cut-{target}"
+        self.node = None
+
+    def start(self, h) -> bool:
+        n = _pick(h, self.target)
+        if n is None:
+            return False
+        h.cluster.kill(n)
+        lost = lose_unflushed_tail(h.cluster.data_dir(n))
+        h.history.event("power-cut", [n], **lost)
+        self.node = n
+        return True
+
+    def stop(self, h) -> None:
+        h.restart(self.node)
+
+
+class BitFlip(Nemesis):
+    """Stop one follower (always the same node, `h.flip_victim`: damage stays on a
+    minority), flip one bit of a committed record, restart it."""
+
+    counter = "bit_flips"
+    name = "bit-flip"
+
+    def start(self, h) -> bool:
+        n = h.flip_victim
+        if h.leader() == n and not h.move_leadership_away(n):
+            return False
+        h.cluster.kill(n)
+        try:
+            where = flip_committed_bit(h.cluster.data_dir(n), h.rng)
+        except QuorumlogError as e:
+            log.warning("bit flip skipped: %s", e)
+            h.restart(n)
+            return False
+        h.history.event("bit-flip", [n], **{k: v for k, v in where.items() if k != "file"})
+        return True
+
+    def stop(self, h) -> None:
+        h.restart(h.flip_victim)
+
+
+class DiskFull(Nemesis):
+    """Fill the file system of `h.disk_victim`'s data directory (its own small tmpfs or
+    loop-mounted image) with a ballast file; healing removes it, and restarts the node if
+    it did not catch up on its own (a failed write is never retried into success)."""
+
+    counter = "disk_fulls"
+    name = "disk-full"
+
+    def __init__(self):
+        super().__init__()
+        self.ballast = None
+
+    def start(self, h) -> bool:
+        n = h.disk_victim
+        if n is None:
+            return False
+        self.ballast, got = fill_disk(h.cluster.data_dir(n))
+        h.history.event("disk-full", [n], ballast_bytes=got)
+        return True
+
+    def stop(self, h) -> None:
+        n = h.disk_victim
+        if self.ballast and os.path.exists(self.ballast):
+            os.unlink(self.ballast)
+        h.history.event("disk-ok", [n])
+        if not h.cluster.alive(n) or not h.caught_up(n, timeout=h.recover_timeout_s):
+            log.warning("%s did not recover from a full disk by itself: restarting it", n)
+            h.history.event("restart-after-disk-full", [n], alive=h.cluster.alive(n))
+            if h.cluster.alive(n):
+                h.cluster.kill(n)
+            h.restart(n)
+
+
+NEMESES = {
+    "kill-leader": lambda: Kill("leader"),
+    "kill-follower": lambda: Kill("follower"),
+    "kill-any": lambda: Kill("any"),
+    "pause-leader": lambda: Pause("leader"),
+    "pause-follower": lambda: Pause("follower"),
+    "partition": lambda: Partition(),
+    "isolate-leader": lambda: Partition("isolate-leader"),
+    "slow-network": SlowNetwork,
+    "reset": ResetConnections,
+    "power-cut": lambda: PowerCut("any"),
+    "power-cut-leader": lambda: PowerCut("leader"),
+    "bit-flip": BitFlip,
+    "disk-full": DiskFull,
+}
