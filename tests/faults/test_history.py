@@ -314,3 +314,12 @@ def test_history_recorder_and_bad_op_type():
     assert h.count_events("kill") == 1 and len(h.ops) == 1
     with pytest.raises(InvalidArgumentError):
         Op("maybe", 0, 0.0, 1, 1, T)
+
+
+def test_a_replica_that_does_not_start_again_is_caught():
+    w = World()
+    res = w.check(events=[Event(3.0, "restart-failed", ("n2",), {"error": "exited with 1"})])
+    assert kinds(res) == {"restart-failed"}
+    # refusing to start on damage the nemesis made is the documented fail-stop
+    res = w.check(events=[Event(3.0, "refused-start", ("n2",), {"error": "CRC mismatch"})])
+    assert res.valid

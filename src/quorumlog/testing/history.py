@@ -26,6 +26,9 @@ Properties checked (each finding names its kind):
   replicas-differ   two replicas' logs differ byte-wise below the lowest commit position
                     (apart from bytes the nemesis flipped itself)
   not-converged     replicas did not converge within `converge_limit_s` after healing
+  restart-failed    a replica did not start again after a crash or power loss (a
+                    replica refusing to start on a bit the nemesis flipped is recorded
+                    as `refused-start`, the documented fail-stop, and is not a finding)
 
 Message ids ride in the bodies: `make_body(mid, size)` writes "mid|" and a padding derived
 from the id, so `parse_body` can tell an intact body from a damaged one.
@@ -462,6 +465,11 @@ def check(ops: Iterable[Op], events: Iterable[Event], reads: Iterable[ReplicaRea
                 counts["not_converged"] += 1
             else:
                 counts["max_converge_s"] = max(counts.get("max_converge_s", 0), after)
+    for e in events:
+        if e.kind == "restart-failed":
+            f.add("restart-failed", f"{', '.join(e.nodes)} did not start again: "
+                                    f"{str(e.detail.get('error', '?'))[-300:]}")
+            counts["restart_failed"] += 1
     for k in ("acked_lost", "wrong_data", "duplicates", "failed_appeared"):
         counts.setdefault(k, 0)
     counts["findings"] = sum(f.n.values())

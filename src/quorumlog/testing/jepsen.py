@@ -84,6 +84,8 @@ class RunConfig:
     converge_limit_s: float = 10.0
     recover_timeout_s: float = 30.0    # waits for recovery before the run goes on anyway
     disk_size_mb: int = 512
+    power_model: str = "dirty-pages"   # or "checkpoint" (nemesis.lose_unflushed_tail)
+    flip_repair: str = "wipe"          # or "undo" (nemesis.BitFlip)
     directory: str | None = None
     keep: bool = False
     log_level: str = "INFO"
@@ -93,6 +95,10 @@ class RunConfig:
             raise InvalidArgumentError("nodes must be in [3, 9]")
         if self.flush not in ("sync", "async"):
             raise InvalidArgumentError("flush must be sync or async")
+        if self.power_model not in ("dirty-pages", "checkpoint"):
+            raise InvalidArgumentError("power_model must be dirty-pages or checkpoint")
+        if self.flip_repair not in ("wipe", "undo"):
+            raise InvalidArgumentError("flip_repair must be wipe or undo")
         if self.kill_target not in ("leader", "follower", "any", "mixed"):
             raise InvalidArgumentError("kill_target must be leader, follower, any or mixed")
         for name in ("kills", "partitions", "pauses", "power_cuts", "bit_flips", "disk_fulls",
@@ -225,6 +231,8 @@ class Harness:
         ids = list(cluster.ids)
         self.flip_victim = rng.choice(ids)
         self.disk_victim: str | None = None
+        self.power_model = cfg.power_model
+        self.flip_repair = cfg.flip_repair
         self._channels: Channels | None = None
 
     @property
@@ -309,11 +317,28 @@ class Harness:
         return after
 
     # -- actions -----------------------------------------------------------------------------
-    def restart(self, nid: str) -> None:
+    def restart(self, nid: str, *, expect_failure: bool = False) -> bool:
+        """Start a stopped node and wait until it listens -> True; False (with a
+        `restart-failed` event unless expect_failure) if it exits or does not start."""
         if self.cluster.alive(nid):
-            return
-        self.cluster.restart(nid)
+            return True
+        try:
+            self.cluster.restart(nid)
+        except (QuorumlogError, TimeoutError) as e:
+            if self.cluster.alive(nid):
+                self.cluster.kill(nid)
+            if not expect_failure:
+                self.history.event("restart-failed", [nid], error=str(e)[-2000:])
+            log.warning("%s did not start: %s", nid, str(e)[-300:])
+            return False
         self.history.event("restart", [nid], pid=self.cluster.pid(nid))
+        return True
+
+    def last_start_error(self, nid: str) -> str:
+        """The replica's last CRITICAL/ERROR log line (why it would not start)."""
+        lines = [ln for ln in self.cluster.tail_log(nid, 8000).splitlines()
+                 if " CRITICAL " in ln or " ERROR " in ln]
+        return lines[-1][-500:] if lines else "(no error logged)"
 
     def move_leadership_away(self, nid: str) -> bool:
         other = self.rng.choice([n for n in self.cluster.ids if n != nid])
@@ -324,7 +349,7 @@ class Harness:
             log.info("transfer of leadership from %s failed: %s", nid, e)
         return bool(_wait(lambda: self.leader(1.0) not in (None, nid), 10, 0.1))
 
-    def heal_everything(self) -> None:
+    def heal_everything(self) -> list:
         """Lift every fault: proxy healed, paused nodes continued, ballast removed, dead
         nodes restarted."""
         self.proxy.heal()
@@ -338,6 +363,7 @@ class Harness:
         for n in self.cluster.ids:
             self.restart(n)
         self.history.event("heal", (), final=True)
+        return [n for n in self.cluster.ids if self.cluster.alive(n)]
 
     def close(self) -> None:
         if self._channels is None:
@@ -427,9 +453,11 @@ class Workload:
                 base = dict(process=w, producer_id=pid, sequence=seq, topic=TOPIC,
                             message_ids=tuple(mids))
                 hist.op("invoke", **base)
-                outcome, value, node, guess = await self._produce(ch, ids, guess, bodies,
-                                                                  qid, pid, seq, rng)
+                outcome, value, node, guess, attempts = await self._produce(
+                    ch, ids, guess, bodies, qid, pid, seq)
                 self.counts[outcome] += 1
+                if attempts > 1:
+                    self.counts["retried"] += 1
                 if outcome == "ok":
                     hist.op("ok", **base, queue_id=value.queue_id,
                             first_offset=value.first_queue_offset,
@@ -443,20 +471,23 @@ class Workload:
         finally:
             await ch.close()
 
-    async def _produce(self, ch: Channels, ids, guess, bodies, qid, pid, seq, rng):
-        """One batch until acknowledged, definitely refused, or op_timeout_s ran out."""
+    async def _produce(self, ch: Channels, ids, guess, bodies, qid, pid, seq):
+        """One batch until acknowledged, definitely refused, or op_timeout_s ran out ->
+        (outcome, response or error, answering node, next guess, attempts)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.op_timeout_s
         node = guess
         delay = 0.02
         last: BaseException | None = None
         req = m.ProduceRequest(TOPIC, bodies, qid, None, 0, pid, seq)
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 r = await ch.request(node, req)
-                return "ok", r, node, node
+                return "ok", r, node, node, attempts
             except DEFINITE_FAILURES as e:
-                return "fail", e, node, node
+                return "fail", e, node, node, attempts
             except Exception as e:     # unknown outcome: retry the same sequence elsewhere
                 last = e
                 lid = getattr(e, "leader_id", None)
@@ -465,7 +496,7 @@ class Workload:
                 else:
                     node = ids[(ids.index(node) + 1) % len(ids)]
             if loop.time() + delay > deadline:
-                return "info", last, None, node
+                return "info", last, None, node, attempts
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
@@ -532,20 +563,20 @@ async def _read_replica(ch: Channels, node: str, timeout: float) -> ReplicaRead:
     return out
 
 
-def read_all(h: Harness, timeout: float = 300.0) -> list[ReplicaRead]:
+def read_all(h: Harness, nodes, timeout: float = 300.0) -> list[ReplicaRead]:
     async def every():
         ch = Channels(h.cluster.clients, h.cluster.secret(), "jepsen-reader", 10.0)
         try:
-            return [await _read_replica(ch, n, timeout) for n in h.cluster.ids]
+            return [await _read_replica(ch, n, timeout) for n in nodes]
         finally:
             await ch.close()
     return h.io.run(every(), timeout + 30)
 
 
-def replica_logs(cluster: LocalCluster) -> tuple[list[ReplicaLog], list]:
+def replica_logs(cluster: LocalCluster, nodes) -> tuple[list[ReplicaLog], list]:
     """The stopped replicas' logs (segments mapped read-only) -> (logs, open files)."""
     logs, opened = [], []
-    for n in cluster.ids:
+    for n in nodes:
         d = cluster.data_dir(n)
         cp = nem.read_checkpoint(d)
         segs = {}
@@ -687,6 +718,13 @@ def run(cfg: RunConfig) -> Report:
     summary: dict = {}
     opened: list = []
     try:
+        if cfg.power_cuts and cfg.power_model == "dirty-pages":
+            why = nem.dirty_page_model_available()
+            if why is not None:
+                notes.append(f"power cuts use the checkpoint model: dirty pages are not "
+                             f"visible here ({why})")
+                _say(notes[-1])
+                cfg.power_model = h.power_model = "checkpoint"
         if cfg.disk_fulls:
             victim = rng.choice(cluster.ids)
             volume = DiskVolume(cluster.data_dir(victim), cfg.disk_size_mb)
@@ -723,7 +761,8 @@ def run(cfg: RunConfig) -> Report:
                     break
                 h.wait_healthy(f"{name} could not start")
             if not started:
-                notes.append(f"{name} could not start (no leader)")
+                notes.append(f"{name} could not be applied (no leader, or nothing to act "
+                             "on yet)")
                 continue
             counts[n.counter] += 1
             time.sleep(rng.uniform(*cfg.hold_s))
@@ -734,17 +773,20 @@ def run(cfg: RunConfig) -> Report:
                      f"{dict(counts)}; workload {dict(workload.counts)}; last heal -> "
                      f"{'not converged' if after is None else f'{after:.2f} s'}")
         workload.stop(cfg.op_timeout_s + 30)
-        h.heal_everything()
+        up = h.heal_everything()
         after = h.wait_healthy("final heal", final=True)
         _say(f"final heal: replicas converged in "
              f"{'(not within limit)' if after is None else f'{after:.2f} s'}")
-        reads = read_all(h)
+        if len(up) < cfg.nodes:
+            notes.append(f"only {up} are running at the end: reads and log comparison "
+                         "cover them alone")
+        reads = read_all(h, up)
         h.close()
         codes = cluster.stop()
-        bad_exit = {n: c for n, c in codes.items() if c != 0}
+        bad_exit = {n: c for n, c in codes.items() if c != 0 and n in up}
         if bad_exit:
             notes.append(f"replicas exited with {bad_exit} on SIGTERM")
-        logs, opened = replica_logs(cluster)
+        logs, opened = replica_logs(cluster, up)
         result = check(history.ops, history.events, reads, logs, nodes_total=cfg.nodes,
                        converge_limit_s=cfg.converge_limit_s)
     except BaseException as e:
@@ -787,6 +829,10 @@ def run(cfg: RunConfig) -> Report:
                     "max_converge_s": round(c.get("max_converge_s", 0), 2),
                     "damaged_unreadable": c.get("damaged_unreadable", 0),
                     "restarts_after_disk_full": history.count_events("restart-after-disk-full"),
+                    "refused_starts": history.count_events("refused-start"),
+                    "restart_failures": history.count_events("restart-failed"),
+                    "retried_batches": workload.counts["retried"] if workload else 0,
+                    "power_model": cfg.power_model if cfg.power_cuts else None,
                     "notes": notes})
     report = Report(cfg.seed, result, summary, directory, notes)
     _write_artifacts(directory, history, result, summary)
@@ -849,6 +895,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-nemeses", action="store_true",
                    help="add, per 10 kills: 2 partitions, 1 pause, 1 power cut, 1 slow network, "
                         "1 reset; per 50 kills: 1 bit flip, 1 disk full")
+    p.add_argument("--power-model", choices=("dirty-pages", "checkpoint"),
+                   default="dirty-pages",
+                   help="what a power cut loses: the page cache's dirty pages (needs root), "
+                        "or everything after the checkpoint's flushed position")
+    p.add_argument("--flip-repair", choices=("wipe", "undo"), default="wipe",
+                   help="how a replica refusing to start on a flipped bit is repaired")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", type=float, default=100.0, help="batches per second in all")
     p.add_argument("--dir", default=None, help="run directory (default: a new temp dir)")
@@ -864,6 +916,7 @@ def config_from_args(a) -> RunConfig:
                     pauses=a.pauses, power_cuts=a.power_cuts, bit_flips=a.bit_flips,
                     disk_fulls=a.disk_fulls, slow_networks=a.slow_networks, resets=a.resets,
                     workers=a.workers, rate_ops_s=a.rate, directory=a.dir, keep=a.keep,
+                    power_model=a.power_model, flip_repair=a.flip_repair,
                     log_level=a.log_level.upper())
     if a.all_nemeses:
         k = max(a.kills, 10)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import struct
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from ..format import (CHECKPOINT_SIZE, HEADER_SIZE, INDEX_ENTRY_SIZE, TYPE_MESSA
 
 log = logging.getLogger(__name__)
 
-__all__ = ["read_checkpoint", "lose_unflushed_tail", "flip_committed_bit", "fill_disk",
+__all__ = ["read_checkpoint", "lose_unflushed_tail", "dirty_pages", "flip_committed_bit",
+           "undo_flip", "wipe_log", "fill_disk",
            "Nemesis", "Kill", "Pause", "Partition", "SlowNetwork", "ResetConnections",
            "PowerCut", "BitFlip", "DiskFull", "NEMESES"]
 
@@ -55,71 +57,171 @@ def _zero_range(path: str, lo: int, hi: int) -> int:
     return hi - lo
 
 
-def lose_unflushed_tail(data_dir) -> dict:
-    """What a power loss does to a killed replica: every byte its checkpoint does not vouch
-    for is gone. Zeroes the commit log from the checkpoint's flushed_position on (the rest
-    of that segment and every later segment: preallocated files keep their size), the
-    raft-index entries after flushed_index, and the consume-queue entries at or after
-    dispatched_position (all derived data recovery must rebuild). The checkpoint is written
-    every checkpoint_interval_ms, so it may lag the last flush: this loses at least what a
-    real power loss would. Call only on a stopped replica."""
-    cp = read_checkpoint(data_dir)
-    S = cp.segment_size_bytes
-    out = {"flushed_position": cp.flushed_position, "flushed_index": cp.flushed_index,
-           "log_bytes_zeroed": 0, "log_bytes_nonzero_lost": 0, "index_entries_zeroed": 0,
-           "cq_entries_zeroed": 0}
-    cdir = os.path.join(data_dir, "commitlog")
-    for name in sorted(os.listdir(cdir)):
-        if not name.isdigit():
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+KPF_DIRTY = 1 << 4
+KPF_WRITEBACK = 1 << 8
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return ctypes, libc
+
+
+def dirty_page_model_available() -> str | None:
+    """None when dirty pages can be seen (root: /proc/self/pagemap shows page frames and
+    /proc/kpageflags their flags), else why not."""
+    try:
+        with open("/proc/kpageflags", "rb") as fh:
+            fh.read(8)
+    except OSError as e:
+        return f"/proc/kpageflags: {e}"
+    probe = dirty_pages("/proc/self/exe", limit_pages=1, _probe=True)
+    return None if probe is not None else "/proc/self/pagemap shows no page frame numbers"
+
+
+def dirty_pages(path, *, limit_pages: int | None = None, _probe: bool = False):
+    """Indexes of the pages of `path` that the page cache holds dirty (or under writeback):
+    what a power loss would lose. The file is mapped read-only here and every page touched,
+    then its page frame's flags are read (root only). -> sorted list (None on _probe when
+    frame numbers are hidden)."""
+    ctypes, libc = _libc()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        n = size // PAGE_BYTES if limit_pages is None else min(limit_pages, size // PAGE_BYTES)
+        if n == 0:
+            return []
+        length = n * PAGE_BYTES
+        addr = libc.mmap(None, length, 1, 1, fd, 0)          # PROT_READ, MAP_SHARED
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+        try:
+            for i in range(n):                                # fault every page in
+                ctypes.c_char.from_address(addr + i * PAGE_BYTES).value
+            with open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
+                pm.seek((addr // PAGE_BYTES) * 8)
+                ents = np.frombuffer(pm.read(8 * n), dtype="<u8")
+                present = (ents >> np.uint64(63)) & np.uint64(1)
+                pfns = ents & np.uint64((1 << 55) - 1)
+                if _probe:
+                    return [] if present.all() and pfns.any() else None
+                if not present.all() or not pfns.all():
+                    raise QuorumlogError(f"{path}: page frames not visible (not root?)")
+                out = []
+                for i, pfn in enumerate(pfns.tolist()):
+                    kf.seek(pfn * 8)
+                    (flags,) = struct.unpack("<Q", kf.read(8))
+                    if flags & (KPF_DIRTY | KPF_WRITEBACK):
+                        out.append(i)
+                return out
+        finally:
+            libc.munmap(addr, length)
+    finally:
+        os.close(fd)
+
+
+def _lose_dirty(path: str, first_dirty: list, out: dict, key: str) -> None:
+    """Zero every dirty page of `path` but the lowest one of the whole file group (which
+    the caller keeps: it may have been written back just before the power failed)."""
+    pages = dirty_pages(path)
+    for p in pages:
+        if not first_dirty:
+            first_dirty.append((path, p))
             continue
-        start = int(name)
-        path = os.path.join(cdir, name)
+        lo = p * PAGE_BYTES
+        with open(path, "rb") as fh:
+            fh.seek(lo)
+            nz = any(fh.read(PAGE_BYTES))
+        if nz:
+            _zero_range(path, lo, lo + PAGE_BYTES)
+            out[key] += PAGE_BYTES
+
+
+def _numbered_files(d: str) -> list[str]:
+    if not os.path.isdir(d):
+        return []
+    return [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.isdigit()]
+
+
+def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
+    """What a power loss does to a killed replica (call it only on a stopped replica).
+
+    model "checkpoint": every byte the checkpoint does not vouch for is gone -- the commit
+      log from the checkpoint's flushed_position on (the rest of that segment and every
+      later one; preallocated files keep their size), the raft-index entries after
+      flushed_index, and the consume-queue entries at or after dispatched_position. The
+      checkpoint is written every checkpoint_interval_ms (and, in sync mode, only when the
+      log's own flush loop runs), so it can lag the last msync by seconds: this can drop
+      records the replica flushed and acknowledged -- stronger than a power loss.
+    model "dirty-pages": exactly what the page cache has not written back is gone. The log,
+      raft-index and consume-queue files are written in order, so a dirty page after the
+      first dirty one was never written back and is zero on the disk; the first dirty page
+      of each file group may hold durable bytes before the last msync, and is kept as if
+      the kernel wrote it back just in time (a possible outcome). Needs root.
+    """
+    cp = read_checkpoint(data_dir)
+    out = {"model": model, "flushed_position": cp.flushed_position,
+           "flushed_index": cp.flushed_index, "log_bytes_zeroed": 0,
+           "index_entries_zeroed": 0, "cq_entries_zeroed": 0}
+    segs = _numbered_files(os.path.join(data_dir, "commitlog"))
+    idx = _numbered_files(os.path.join(data_dir, "index"))
+    cqs = []
+    for root, _dirs, files in os.walk(os.path.join(data_dir, "consumequeue")):
+        cqs += [os.path.join(root, n) for n in sorted(files) if n.isdigit()]
+    if model == "dirty-pages":
+        out.update(index_bytes_zeroed=0, cq_bytes_zeroed=0)
+        for group, key in ((segs, "log_bytes_zeroed"), (idx, "index_bytes_zeroed")):
+            first: list = []
+            for path in group:
+                _lose_dirty(path, first, out, key)
+        for path in cqs:
+            _lose_dirty(path, [], out, "cq_bytes_zeroed")      # each queue file on its own
+        log.info("power loss (dirty pages) in %s: %s", data_dir, out)
+        return out
+    if model != "checkpoint":
+        raise InvalidArgumentError(f"power-loss model must be checkpoint or dirty-pages, "
+                                   f"got {model!r}")
+    for path in segs:
+        start = int(os.path.basename(path))
         size = os.path.getsize(path)
         lo = max(cp.flushed_position - start, 0)
         if lo >= size:
             continue
         with open(path, "rb") as fh:
             fh.seek(lo)
-            tail = fh.read(size - lo)
-        nz = len(tail.rstrip(b"\0"))
-        out["log_bytes_nonzero_lost"] += nz
+            nz = len(fh.read(size - lo).rstrip(b"\0"))
         if nz:
             out["log_bytes_zeroed"] += _zero_range(path, lo, lo + nz)
-    idir = os.path.join(data_dir, "index")
     N = cp.index_file_entries
-    if os.path.isdir(idir):
-        for name in sorted(os.listdir(idir)):
-            if not name.isdigit():
-                continue
-            first = int(name)
-            k = max(cp.flushed_index + 1 - first, 0)
-            if k >= N:
-                continue
-            path = os.path.join(idir, name)
-            arr = np.fromfile(path, dtype=np.uint8)
-            used = arr[k * INDEX_ENTRY_SIZE:].reshape(-1, INDEX_ENTRY_SIZE).any(axis=1)
-            if used.any():
-                last = int(np.nonzero(used)[0][-1]) + 1
-                _zero_range(path, k * INDEX_ENTRY_SIZE, (k + last) * INDEX_ENTRY_SIZE)
-                out["index_entries_zeroed"] += int(used.sum())
-    qdir = os.path.join(data_dir, "consumequeue")
-    if os.path.isdir(qdir):
-        for root, _dirs, files in os.walk(qdir):
-            for name in files:
-                if not name.isdigit():
-                    continue
-                path = os.path.join(root, name)
-                if os.path.getsize(path) % CQ_ENTRY.itemsize:
-                    continue
-                mm = np.memmap(path, dtype=CQ_ENTRY, mode="r+")
-                hit = (mm["size"] != 0) & (mm["position"] >= cp.dispatched_position)
-                n = int(hit.sum())
-                if n:
-                    mm[hit] = np.zeros(1, dtype=CQ_ENTRY)
-                    mm.flush()
-                    out["cq_entries_zeroed"] += n
-                del mm
-    log.info("power loss in %s: %s", data_dir, out)
+    for path in idx:
+        first = int(os.path.basename(path))
+        k = max(cp.flushed_index + 1 - first, 0)
+        if k >= N:
+            continue
+        arr = np.fromfile(path, dtype=np.uint8)
+        used = arr[k * INDEX_ENTRY_SIZE:].reshape(-1, INDEX_ENTRY_SIZE).any(axis=1)
+        if used.any():
+            last = int(np.nonzero(used)[0][-1]) + 1
+            _zero_range(path, k * INDEX_ENTRY_SIZE, (k + last) * INDEX_ENTRY_SIZE)
+            out["index_entries_zeroed"] += int(used.sum())
+    for path in cqs:
+        if os.path.getsize(path) % CQ_ENTRY.itemsize:
+            continue
+        mm = np.memmap(path, dtype=CQ_ENTRY, mode="r+")
+        hit = (mm["size"] != 0) & (mm["position"] >= cp.dispatched_position)
+        n = int(hit.sum())
+        if n:
+            mm[hit] = np.zeros(1, dtype=CQ_ENTRY)
+            mm.flush()
+            out["cq_entries_zeroed"] += n
+        del mm
+    log.info("power loss (checkpoint) in %s: %s", data_dir, out)
     return out
 
 
@@ -156,7 +258,8 @@ def flip_committed_bit(data_dir, rng, *, message_only: bool = True) -> dict:
             fh.flush()
             os.fsync(fh.fileno())
         where = {"index": i, "record_position": e.position, "position": pos, "bit": bit,
-                 "in_header": off_in_rec < HEADER_SIZE, "file": path}
+                 "in_header": off_in_rec < HEADER_SIZE, "file": path,
+                 "segment_size_bytes": cp.segment_size_bytes}
         log.info("bit flip in %s: %s", data_dir, where)
         return where
     raise QuorumlogError(f"{data_dir}: found no committed MESSAGE record to damage")
@@ -374,8 +477,9 @@ class ResetConnections(Nemesis):
 
 
 class PowerCut(Nemesis):
-    """SIGKILL a node and lose what its checkpoint does not vouch for (lose_unflushed_tail),
-    then restart it."""
+    """SIGKILL a node and lose what a power loss would (lose_unflushed_tail, with the
+    harness's model), then restart it. Never the disk-full victim: its data lives in RAM
+    (tmpfs), where a power loss loses everything."""
 
     counter = "power_cuts"
 
@@ -389,8 +493,12 @@ class PowerCut(Nemesis):
         n = _pick(h, self.target)
         if n is None:
             return False
+        if n == h.disk_victim:
+            if self.target == "leader":
+                return False
+            n = h.rng.choice([x for x in h.cluster.ids if x != h.disk_victim])
         h.cluster.kill(n)
-        lost = lose_unflushed_tail(h.cluster.data_dir(n))
+        lost = lose_unflushed_tail(h.cluster.data_dir(n), h.power_model)
         h.history.event("power-cut", [n], **lost)
         self.node = n
         return True
@@ -399,12 +507,50 @@ class PowerCut(Nemesis):
         h.restart(self.node)
 
 
+def undo_flip(where: dict) -> None:
+    """Flip the same bit back (the operator restored the record from a good copy)."""
+    with open(where["file"], "r+b") as fh:
+        off = where["position"] % where["segment_size_bytes"]
+        fh.seek(off)
+        b = fh.read(1)[0]
+        fh.seek(off)
+        fh.write(bytes([b ^ (1 << where["bit"])]))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def wipe_log(data_dir) -> list[str]:
+    """Remove a stopped replica's log and everything derived from it, keeping its Raft hard
+    state (term and vote: forgetting a vote could elect two leaders in one term); it starts
+    empty and is caught up by the leader from the first entry -> what was removed."""
+    import shutil
+    gone = []
+    for name in ("commitlog", "index", "consumequeue", "checkpoint", "topics.json",
+                 "delay_offsets.json", "abort"):
+        p = os.path.join(data_dir, name)
+        if os.path.isdir(p):
+            shutil.rmtree(p)
+            gone.append(name)
+        elif os.path.exists(p):
+            os.unlink(p)
+            gone.append(name)
+    return gone
+
+
 class BitFlip(Nemesis):
     """Stop one follower (always the same node, `h.flip_victim`: damage stays on a
-    minority), flip one bit of a committed record, restart it."""
+    minority), flip one bit of a committed record, restart it. A replica that refuses to
+    start on the damage (CorruptLogError naming the file and offset: fail-stop) is
+    repaired as `h.flip_repair` says -- "undo" (restore the bit, as from a backup) or
+    "wipe" (empty its log, keep its hard state; the leader re-replicates everything) --
+    and started again."""
 
     counter = "bit_flips"
     name = "bit-flip"
+
+    def __init__(self):
+        super().__init__()
+        self.where = None
 
     def start(self, h) -> bool:
         n = h.flip_victim
@@ -417,11 +563,23 @@ class BitFlip(Nemesis):
             log.warning("bit flip skipped: %s", e)
             h.restart(n)
             return False
+        self.where = where
         h.history.event("bit-flip", [n], **{k: v for k, v in where.items() if k != "file"})
         return True
 
     def stop(self, h) -> None:
-        h.restart(h.flip_victim)
+        n = h.flip_victim
+        if h.restart(n, expect_failure=True):
+            h.history.event("started-with-damage", [n])
+            return
+        h.history.event("refused-start", [n], error=h.last_start_error(n))
+        if h.flip_repair == "undo":
+            undo_flip(self.where)
+            h.history.event("repair", [n], how="undo", position=self.where["position"])
+        else:
+            gone = wipe_log(h.cluster.data_dir(n))
+            h.history.event("repair", [n], how="wipe", removed=gone)
+        h.restart(n)
 
 
 class DiskFull(Nemesis):
