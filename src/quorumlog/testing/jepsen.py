@@ -746,6 +746,7 @@ def run(cfg: RunConfig) -> Report:
         plan = build_plan(cfg, rng)
         plan = [p for p in plan if p != "disk-full" or h.disk_victim is not None]
         deadline = t_start + cfg.duration_s
+        postponed: set = set()
         for k, name in enumerate(plan):
             if time.monotonic() > deadline:
                 notes.append(f"duration cap {cfg.duration_s} s reached after {k} of "
@@ -761,6 +762,10 @@ def run(cfg: RunConfig) -> Report:
                     break
                 h.wait_healthy(f"{name} could not start")
             if not started:
+                if k not in postponed:           # try once more at the end of the plan
+                    postponed.add(len(plan))
+                    plan.append(name)
+                    continue
                 notes.append(f"{name} could not be applied (no leader, or nothing to act "
                              "on yet)")
                 continue

@@ -494,9 +494,10 @@ class PowerCut(Nemesis):
         if n is None:
             return False
         if n == h.disk_victim:
-            if self.target == "leader":
+            if self.target != "leader":
+                n = h.rng.choice([x for x in h.cluster.ids if x != h.disk_victim])
+            elif not h.move_leadership_away(n) or (n := h.leader()) in (None, h.disk_victim):
                 return False
-            n = h.rng.choice([x for x in h.cluster.ids if x != h.disk_victim])
         h.cluster.kill(n)
         lost = lose_unflushed_tail(h.cluster.data_dir(n), h.power_model)
         h.history.event("power-cut", [n], **lost)
@@ -554,6 +555,11 @@ class BitFlip(Nemesis):
 
     def start(self, h) -> bool:
         n = h.flip_victim
+        try:
+            if read_checkpoint(h.cluster.data_dir(n)).committed_index < 1:
+                return False              # nothing committed (checkpointed) there yet
+        except (OSError, QuorumlogError):
+            return False
         if h.leader() == n and not h.move_leadership_away(n):
             return False
         h.cluster.kill(n)
