@@ -1,5 +1,8 @@
 # Two entry points on a fresh machine: `make test` and `make bench`.
 # Both create .venv if missing and install the project (with its extras) from this tree.
+# `make bench` is `quorumlog bench` (the default suite, one table; BENCH_ARGS adds options,
+# e.g. BENCH_ARGS="--json bench.json"); `make microbench` runs the pytest-benchmark
+# micro-benchmarks in bench/.
 PY ?= python3.11
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -7,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench install clean soak
+.PHONY: test bench microbench install clean soak
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -26,6 +29,9 @@ test: $(STAMP)
 	$(VPY) -m pytest tests -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	$(VENV)/bin/quorumlog bench $(BENCH_ARGS)
+
+microbench: $(STAMP)
 	$(VPY) -m pytest bench -q -p no:cacheprovider --benchmark-only $(PYTEST_ARGS)
 
 soak: $(STAMP)

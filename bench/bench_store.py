@@ -1,4 +1,4 @@
-"""Message-store benchmarks (pytest-benchmark; `make bench` or
+"""Message-store benchmarks (pytest-benchmark; `make microbench` or
 `pytest bench/bench_store.py --benchmark-only`). Goals (issue 3):
 
 - put_batch through the store, dispatch included, 100 B and 1 KiB bodies, batches of 1000,

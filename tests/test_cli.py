@@ -33,3 +33,38 @@ def test_verify_ok_then_damaged_record_is_named(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "corrupt" in err and os.fspath(seg).split(os.sep)[-1] in err
+
+
+def test_version_and_python_dash_m(tmp_path):
+    import subprocess
+    import sys
+
+    import quorumlog
+    assert cli.main(["--version"]) == 0
+    # `python -m quorumlog` is the same command (run where no source checkout is around)
+    proc = subprocess.run([sys.executable, "-m", "quorumlog", "--version"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"quorumlog {quorumlog.__version__}"
+    proc = subprocess.run([sys.executable, "-m", "quorumlog", "verify", str(tmp_path / "nope"),
+                           "--segment-size-bytes", "bad"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "'bad' is not a valid integer" in proc.stderr
+
+
+def test_info_through_click_runner_matches_main(tmp_path, capsys):
+    from click.testing import CliRunner
+    _small_log(tmp_path)
+    assert cli.main(["info", str(tmp_path)]) == 0
+    via_main = capsys.readouterr().out
+    res = CliRunner().invoke(cli.cli, ["info", str(tmp_path)])
+    assert res.exit_code == 0 and res.output == via_main
+
+
+def test_group_lists_its_commands_and_usage_errors_exit_2(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("bench", "info", "verify"):
+        assert name in out
+    assert cli.main(["nosuch"]) == 2
+    assert "No such command 'nosuch'" in capsys.readouterr().err

@@ -8,7 +8,6 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.stdint cimport uint32_t, uint8_t
 from libc.string cimport memcpy, memset
 
-from quorumlog.net.errors import EncodeError
 
 cdef inline void st32(uint8_t *p, uint32_t v) nogil:
     p[0] = v & 0xFF
@@ -22,6 +21,8 @@ def encode_bodies(bodies, Py_ssize_t max_count):
 
     EncodeError (nothing produced) when there are more than max_count bodies, a body is not
     a contiguous bytes-like object, or a body does not fit a u32 length."""
+    # (imported here: quorumlog.net's codec imports this module)
+    from quorumlog.net.errors import EncodeError
     if not isinstance(bodies, (list, tuple)):
         raise EncodeError(f"bodies: expected a list or tuple, got {type(bodies).__name__}")
     cdef Py_ssize_t n = len(bodies), i, total = 4, k = 0
@@ -174,3 +175,39 @@ def decode_fetched(records):
             PyBuffer_Release(&b)
         i += 1
     return out
+
+
+def split_blobs(buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t n, Py_ssize_t max_bytes,
+                str name="bodies"):
+    """Decode n items of `u32 length + bytes` from buf[off:end] (a 1-D byte memoryview) ->
+    (list of memoryview slices of buf, offset after the last). The server's side of
+    encode_bodies: one C loop for the lengths and bounds; quorumlog.net.codec's List decoder
+    calls it for lists of u32-length blobs. CodecError names the first bad item."""
+    from quorumlog.net.errors import CodecError
+    cdef Py_buffer b
+    cdef const uint8_t *p
+    cdef Py_ssize_t i, ln
+    cdef list out = []
+    PyObject_GetBuffer(buf, &b, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>b.buf
+        if end > b.len or off < 0 or off > end:
+            raise CodecError(f"{name}: bad bounds {off}..{end} of {b.len} bytes")
+        if n * 4 > end - off:
+            raise CodecError(f"{name}: {n} items cannot fit in {end - off} bytes")
+        for i in range(n):
+            if off + 4 > end:
+                raise CodecError(f"{name}[{i}]: needs 4 bytes at offset {off}, payload ends "
+                                 f"at {end}")
+            ln = ld32(p + off)
+            off += 4
+            if ln > max_bytes:
+                raise CodecError(f"{name}[{i}]: {ln} bytes, expected <= {max_bytes}")
+            if off + ln > end:
+                raise CodecError(f"{name}[{i}]: needs {ln} bytes at offset {off}, payload "
+                                 f"ends at {end}")
+            out.append(buf[off:off + ln])
+            off += ln
+    finally:
+        PyBuffer_Release(&b)
+    return out, off

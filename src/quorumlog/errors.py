@@ -101,3 +101,9 @@ class OffsetOutOfRangeError(QuorumlogError, IndexError):
         super().__init__(message)
         self.min_offset = min_offset
         self.max_offset = max_offset
+
+
+class DrivenStoreError(QuorumlogError):
+    """A write around the Raft core: the store's log is written through its core
+    (MessageStore.raft_log() was taken), so put / put_batch are refused; propose a
+    prepare_put() request through RaftCore.propose instead. Nothing was written."""

@@ -36,7 +36,7 @@ __all__ = [
     "CHECKPOINT_SIZE", "CHECKPOINT_MAGIC", "CHECKPOINT_VERSION", "CHECKPOINT_FLAG_CLEAN",
     "CHECKPOINT_STRUCT",
     "Record", "IndexEntry", "Checkpoint",
-    "crc32c", "fnv1a64", "tag_hash_of", "topic_hash_of",
+    "crc32c", "fnv1a64", "tag_hash_of", "topic_hash_of", "check_topic_name",
     "encode_record", "encode", "encode_blank", "decode_record", "iter_records",
     "record_size", "fits_in_segment",
     "encode_index_entry", "decode_index_entry", "encode_checkpoint", "decode_checkpoint",
@@ -211,7 +211,10 @@ def _utf8(name, s, exc=InvalidArgumentError) -> bytes:
         raise exc(f"{name} is not encodable as UTF-8: {e}") from None
 
 
-def _topic_bytes(topic) -> bytes:
+def check_topic_name(topic) -> bytes:
+    """The topic-name rule (format.md "Limits"), the one place it is written: a str of
+    1..MAX_TOPIC_BYTES bytes of UTF-8, no NUL, no '/', not '.' or '..' (a topic is also a
+    directory name). Returns the UTF-8 bytes; InvalidTopicError otherwise."""
     b = _utf8("topic", topic, InvalidTopicError)
     if not 1 <= len(b) <= MAX_TOPIC_BYTES:
         raise InvalidTopicError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(b)}")
@@ -280,7 +283,7 @@ def _body_view(body) -> memoryview:
 
 def record_size(topic="", tags=None, keys=(), properties=None, body_len=0) -> int:
     """total_size of a record with these fields (validates them like encode_record)."""
-    topic_b = _topic_bytes(topic) if topic else b""
+    topic_b = check_topic_name(topic) if topic else b""
     return (HEADER_SIZE + len(topic_b) + len(_tags_bytes(tags)) + len(_keys_bytes(keys))
             + len(_props_bytes(properties)) + body_len)
 
@@ -311,7 +314,7 @@ def encode_record(type: int, *, index: int, term: int, position: int, topic: str
     _check_int("max_message_bytes", max_message_bytes, 0, U32_MAX)
     body_mv = _body_view(body)
     if type == TYPE_MESSAGE:
-        topic_b = _topic_bytes(topic)
+        topic_b = check_topic_name(topic)
         _check_int("queue_id", queue_id, 0, MAX_QUEUE_ID, InvalidQueueError)
         _check_int("queue_offset", queue_offset, 0, U64_MAX)
         _check_int("flags", flags, 0, U32_MAX)

@@ -158,6 +158,13 @@ class LocalCluster:
         if pid is None:
             return False
         try:
+            # our own child whose Popen is gone (another LocalCluster object started it):
+            # reap it, or it stays a zombie that kill(pid, 0) calls alive
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return False
+        except ChildProcessError:
+            pass
+        try:
             os.kill(pid, 0)
         except OSError:
             return False

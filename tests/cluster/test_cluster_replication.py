@@ -9,6 +9,7 @@ import collections
 import pytest
 
 from quorumlog.client import AsyncClient, Client
+from quorumlog.errors import TopicNotFoundError
 
 from cluster_support import assert_logs_identical, read_queue, wait_until
 
@@ -38,10 +39,14 @@ def test_three_replicas_elect_one_leader_and_replicate_100k_messages(make_cluste
     secret = c.secret()
     with c.client() as admin:
         leader = c.wait_leader(client=admin)
-        statuses = c.statuses(admin)
-        # one leader, the others follow it, all in its term
-        assert {s.leader_id for s in statuses.values()} == {leader}
-        assert len({s.term for s in statuses.values()}) == 1
+
+        def agreed():
+            # one leader, the others follow it (a follower learns of it from its first
+            # heartbeat), all in its term
+            st = c.statuses(admin)
+            return ({s.leader_id for s in st.values()} == {leader}
+                    and len({s.term for s in st.values()}) == 1)
+        wait_until(agreed, 10, "every member following the leader")
         assert sorted(admin.members()) == c.ids
 
     per_producer = asyncio.run(_producers(c.client_addresses(), secret))
@@ -73,6 +78,14 @@ def test_three_replicas_elect_one_leader_and_replicate_100k_messages(make_cluste
     assert upto > MESSAGES * 64
 
 
+def _count(member, topic):
+    """Messages in the topic's 4 queues on one member (0 while it does not know the topic)."""
+    try:
+        return sum(member.offsets(topic, q)[1] for q in range(4))
+    except TopicNotFoundError:
+        return 0
+
+
 def test_followers_hold_the_leaders_topics_and_log_no_warnings(make_cluster):
     c = make_cluster(3)
     with c.client() as cl:
@@ -82,8 +95,7 @@ def test_followers_hold_the_leaders_topics_and_log_no_warnings(make_cluster):
         for nid in c.ids:
             with Client([c.clients[nid]], secret=c.secret()) as m:
                 for t in ("a", "b", "c"):
-                    wait_until(lambda: sum(m.offsets(t, q)[1] for q in range(4)) == 2, 20,
-                               f"{nid} topic {t}")
+                    wait_until(lambda: _count(m, t) == 2, 20, f"{nid} topic {t}")
     assert c.stop() == {n: 0 for n in c.ids}
     for nid in c.ids:
         text = open(c.log_file(nid)).read()

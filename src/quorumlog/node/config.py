@@ -46,6 +46,7 @@ class NodeConfig:
     handshake_timeout_ms: int = 5000
     max_client_connections: int = 1024
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
+    coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
 
 
 NODE_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}

@@ -70,11 +70,50 @@ from .config import NodeConfig, parse_address, read_secret
 from .dedupe import PROP_PID, PROP_SEQ, RESERVED_PROPERTIES, Entry, ProducerTable
 from .flusher import Flusher
 from .hardstate import HardStateFile
-from .storebridge import bridge_for
+from .storebridge import MetaSeam
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Node", "config_history"]
+
+_COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
+_COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
+_COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
+_COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+
+
+class _Queued:
+    __slots__ = ("topic", "queue_id", "tags", "bodies", "props", "fut", "entry", "lo", "hi")
+
+    def __init__(self, topic, queue_id, tags, bodies, props, fut):
+        self.topic, self.queue_id, self.tags = topic, queue_id, tags
+        self.bodies, self.props, self.fut = bodies, props, fut
+        self.entry = None
+        self.lo = self.hi = 0
+
+
+def _split_result(f: asyncio.Future, items) -> None:
+    """Hand each coalesced put its slice of the batch's result (or the batch's error)."""
+    if f.cancelled():
+        return
+    e = f.exception()
+    if e is not None:
+        for it in items:
+            if not it.fut.done():
+                it.fut.set_exception(e)
+        return
+    r = f.result()
+    if len(items) == 1:
+        if not items[0].fut.done():
+            items[0].fut.set_result(r)
+        return
+    from ..store import BatchResult
+    for it in items:
+        if not it.fut.done():
+            lo, hi = it.lo, it.hi
+            it.fut.set_result(BatchResult(r.first_index + lo, r.positions[lo:hi], r.topic,
+                                          r.queue_ids[lo:hi], r.queue_offsets[lo:hi],
+                                          r.store_timestamp))
 
 
 def _now_ms() -> int:
@@ -126,6 +165,8 @@ class Node:
         self.producers = ProducerTable()
         self._listeners: list = []
         self._drain_pending = False
+        self._queued: list = []
+        self._queued_pending = False
         self._ticker: asyncio.Task | None = None
         self._commit_target = 0
         self._applied = 0
@@ -133,8 +174,11 @@ class Node:
         self._stopped = False
         self._failed: BaseException | None = None
         self.ready_to_serve = False
+        self.pending_puts = 0        # messages proposed here and not completed yet
+        self.pending_bytes = 0
         self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
-                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0}
+                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
+                      "coalesced_proposals": 0}
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -148,7 +192,7 @@ class Node:
             self.store_cfg = load_config(None, {})
         self.store = MessageStore(self.path, self.store_cfg, replicated=True)
         try:
-            self.seam = bridge_for(self.store)
+            self.seam = MetaSeam(self.store)
             cl = self.store.commitlog
             rlog = self.seam.raft_log()
             hs = self.hsfile.load()
@@ -198,8 +242,13 @@ class Node:
                 await self._ticker
             except (asyncio.CancelledError, Exception):
                 pass
+        stopping = LogClosedError(f"node {self.id} is stopping")
+        for it in self._queued:
+            if not it.fut.done():
+                it.fut.set_exception(stopping)
+        self._queued = []
         if self.seam is not None:
-            self.seam.abandon_pending(LogClosedError(f"node {self.id} is stopping"))
+            self.seam.abandon_pending(stopping)
         if self.transport is not None:
             await self.transport.close()
         if self.flusher is not None:
@@ -224,12 +273,20 @@ class Node:
     # ---------------------------------------------------------------------------- inputs
     async def _tick_loop(self) -> None:
         interval = self.cfg.tick_ms / 1000
+        last = _now_ms()
         while True:
             await asyncio.sleep(interval)
             if self._failed is not None:
                 return
+            now = _now_ms()
+            if now - last > 250:
+                # the loop did not run for that long (a blocked call, or an overloaded
+                # machine): heartbeats stopped too, followers may have started an election
+                self.stats["loop_stalls"] += 1
+                log.info("node %s: event loop stalled for %d ms", self.id, now - last)
+            last = now
             try:
-                self.core.tick(_now_ms())
+                self.core.tick(now)
                 self._drain()
             except Exception as e:
                 self._fail(e)
@@ -385,15 +442,17 @@ class Node:
         core = self.core
         seam = self.seam
         cfg = self.cfg
-        if getattr(seam, "pending_count", 0) + req.count > cfg.max_pending_puts:
+        if self.pending_puts + req.count > cfg.max_pending_puts:
             raise BackpressureError(
-                f"node {self.id}: {seam.pending_count} messages awaiting commit + {req.count} "
+                f"node {self.id}: {self.pending_puts} messages awaiting commit + {req.count} "
                 f"> max_pending_puts={cfg.max_pending_puts}")
-        if getattr(seam, "pending_bytes", 0) + req.nbytes > cfg.max_pending_bytes:
+        if self.pending_bytes + req.nbytes > cfg.max_pending_bytes:
             raise BackpressureError(
-                f"node {self.id}: {seam.pending_bytes} bytes awaiting commit + {req.nbytes} > "
+                f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
         core.propose(req, req.count, req.nbytes)
+        self.pending_puts += req.count
+        self.pending_bytes += req.nbytes
         self.stats["proposals"] += 1
         self._schedule_drain()
 
@@ -401,6 +460,9 @@ class Node:
         """A topic this replica has never seen: replicate its creation (META) first."""
         if self.seam.has_topic(topic):
             return
+        if not self.store_cfg.auto_create_topics:
+            from ..errors import TopicNotFoundError
+            raise TopicNotFoundError(topic)
         self._propose(self.seam.prepare_meta(
             meta.encode_topic(topic, self.store_cfg.default_topic_queues)))
 
@@ -414,25 +476,30 @@ class Node:
         req = self.seam.prepare_meta(meta.encode_topic(name, queues))
         return await self._submit(req)
 
-    def _check_topic(self, name) -> None:
-        from ..errors import InvalidTopicError
-        if not isinstance(name, str):
-            raise InvalidTopicError(f"topic must be a str, got {type(name).__name__}")
-        b = name.encode("utf-8", "replace")
-        if not 1 <= len(b) <= 255 or "/" in name or "\0" in name or name in (".", ".."):
-            raise InvalidTopicError(f"topic {name!r}: 1..255 UTF-8 bytes, no '/' or NUL, "
-                                    "not '.' or '..'")
+    @staticmethod
+    def _check_topic(name) -> None:
+        from ..store.topics import check_user_topic
+        check_user_topic(name)
 
-    async def _submit(self, req):
+    def _completion(self, req) -> asyncio.Future:
+        """A future completed by req.on_done (called on the loop: apply_committed,
+        abandon_pending and truncations all run there)."""
         fut = self.loop.create_future()
+        count, nbytes = req.count, req.nbytes
 
-        def done(value, fut=fut):
+        def done(value):
+            self.pending_puts -= count
+            self.pending_bytes -= nbytes
             if not fut.done():
                 if isinstance(value, BaseException):
                     fut.set_exception(value)
                 else:
                     fut.set_result(value)
         req.on_done = done
+        return fut
+
+    async def _submit(self, req):
+        fut = self._completion(req)
         self._propose(req)
         return await fut
 
@@ -471,17 +538,13 @@ class Node:
             else:
                 kw["properties"] = dict(props, **{PROP_PID: str(producer_id),
                                                   PROP_SEQ: str(sequence)})
-        req = self.seam.prepare_put(topic, bodies, **kw)
+        if self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE and isinstance(bodies, list) \
+                and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES \
+                and not isinstance(kw.get("properties"), list):
+            return await self._queue_put(topic, bodies, kw, producer_id, sequence)
         self._ensure_topic(topic)
-        fut = self.loop.create_future()
-
-        def done(value, fut=fut):
-            if not fut.done():
-                if isinstance(value, BaseException):
-                    fut.set_exception(value)
-                else:
-                    fut.set_result(value)
-        req.on_done = done
+        req = self.seam.prepare_put(topic, bodies, **kw)
+        fut = self._completion(req)
         self._propose(req)
         self.stats["messages_put"] += req.count
         if producer_id:
@@ -489,8 +552,90 @@ class Node:
                                   Entry(req.first_index, req.last_index, fut))
         return await asyncio.shield(fut)
 
+    # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
+    async def _queue_put(self, topic, bodies, kw, producer_id, sequence):
+        """Many small concurrent puts (64 producers of single messages) would each be a
+        proposal, an Append per follower, an acknowledgement and a store append. Puts that
+        arrive in the same loop iteration with the same topic, queue and tags are proposed
+        as one batch at the end of the iteration; each gets its slice of the result."""
+        fut = self.loop.create_future()
+        item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
+                       fut)
+        self._queued.append(item)
+        if producer_id:
+            item.entry = Entry(0, 0, fut)
+            self.producers.record(producer_id, sequence, item.entry)
+        if not self._queued_pending:
+            self._queued_pending = True
+            self.loop.call_soon(self._propose_queued)
+        return await asyncio.shield(fut)
+
+    def _propose_queued(self) -> None:
+        self._queued_pending = False
+        queued, self._queued = self._queued, []
+        groups: dict = {}
+        for it in queued:
+            groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)
+        for (topic, qid, tags), items in groups.items():
+            part, n, nbytes = [], 0, 0
+            for it in items:
+                k = len(it.bodies)
+                if part and (n + k > _COALESCE_MAX_MESSAGES or nbytes > _COALESCE_MAX_BYTES):
+                    self._propose_group(topic, qid, tags, part)
+                    part, n, nbytes = [], 0, 0
+                part.append(it)
+                n += k
+                nbytes += sum(len(b) for b in it.bodies)
+            self._propose_group(topic, qid, tags, part)
+
+    def _propose_group(self, topic, qid, tags, items) -> None:
+        if len(items) == 1:
+            bodies, props = items[0].bodies, items[0].props
+        else:
+            bodies = [b for it in items for b in it.bodies]
+            if any(it.props for it in items):
+                props = [it.props for it in items for _ in it.bodies]
+            else:
+                props = None
+        kw = {}
+        if qid is not None:
+            kw["queue_id"] = qid
+        if tags is not None:
+            kw["tags"] = tags
+        if props is not None:
+            kw["properties"] = props
+        try:
+            self._check_writable()
+            self._ensure_topic(topic)
+            req = self.seam.prepare_put(topic, bodies, **kw)
+            done = self._completion(req)
+            self._propose(req)
+        except Exception as e:
+            if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
+                                                     BackpressureError)):
+                for it in items:       # one bad put must not fail the others: one by one
+                    self._propose_group(topic, qid, tags, [it])
+                return
+            for it in items:
+                if not it.fut.done():
+                    it.fut.set_exception(e)
+            return
+        self.stats["messages_put"] += req.count
+        self.stats["coalesced_proposals"] += len(items) > 1
+        first = req.first_index
+        a = 0
+        for it in items:
+            b = a + len(it.bodies)
+            it.lo, it.hi = a, b
+            if it.entry is not None:
+                it.entry.first_index, it.entry.last_index = first + a, first + b - 1
+            a = b
+        done.add_done_callback(lambda f, items=items: _split_result(f, items))
+
     async def put(self, topic, body, **kw):
-        return await self.put_batch(topic, [body], **kw)
+        """One message -> its PutResult, once committed and dispatched."""
+        r = await self.put_batch(topic, [body], **kw)
+        return r[0]
 
     async def _duplicate_result(self, e: Entry):
         if e.future is not None:
@@ -582,7 +727,7 @@ class Node:
               "persisted_index": core.persisted_index, "last_index": cl.last_index,
               "end_position": cl.end_position, "voters": list(core.voters),
               "ready_to_serve": self.ready_to_serve,
-              "pending_puts": getattr(self.seam, "pending_count", 0),
+              "pending_puts": self.pending_puts, "pending_bytes": self.pending_bytes,
               "failed": repr(self._failed) if self._failed else None, **self.stats}
         if core.role == Role.LEADER:
             st["followers"] = {p: {"match": pr.match, "lag": cl.last_index - pr.match,

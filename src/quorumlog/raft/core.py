@@ -66,6 +66,9 @@ from .progress import Progress
 log = logging.getLogger(__name__)
 
 NEVER = -(1 << 62)
+# GAP answers below a follower's acknowledged match, in a row, before the leader suspects the
+# follower lost its tail (see _on_append_response)
+GAP_PROBE_AFTER = 3
 COMPARE = DispatchState.COMPARE
 TRUNCATE = DispatchState.TRUNCATE
 APPEND = DispatchState.APPEND
@@ -1053,6 +1056,8 @@ class RaftCore:
         code = m.code
         if code == Code.SUCCESS:
             mi = m.match_index
+            if mi >= pr.match:
+                pr.gaps_below_match = 0
             if mi > pr.match:
                 if mi > self.log.last_index():
                     raise RaftInvariantError(f"{m.src} matched {mi} > leader end {self.log.last_index()}")
@@ -1067,6 +1072,12 @@ class RaftCore:
             st = pr.state
             if st == COMPARE:
                 if m.epoch == pr.epoch and m.req_last < m.req_prev + 1 and m.req_prev == pr.probe_prev:
+                    if m.match_index < pr.match and m.epoch == pr.gap_probe_epoch:
+                        # the answer to the probe sent after repeated GAPs is the follower's
+                        # state now: it holds less than it acknowledged (a lost tail)
+                        log.warning("%s: follower %s holds entries up to %d only (had "
+                                    "acknowledged %d)", self.id, m.src, m.match_index, pr.match)
+                        pr.match = m.match_index
                     pr.state = TRUNCATE
                     pr.next = m.req_prev + 1
                     pr.inflight.clear()
@@ -1088,13 +1099,17 @@ class RaftCore:
         elif code == Code.GAP:
             if m.hint_index < pr.match:
                 # The follower's log ends before entries it acknowledged: it lost them (flush
-                # = "async" acknowledges at page-cache level, and a power loss drops the
-                # page cache). Its match regresses, or the leader would re-send past its end
-                # forever. (Committed entries stay committed: they are on a quorum without
-                # this acknowledgement only if at most one replica lost its tail.)
-                log.warning("%s: follower %s lost its log after %d (had acknowledged %d)",
-                            self.id, m.src, m.hint_index, pr.match)
-                pr.match = m.hint_index
+                # = "async" acknowledges at page-cache level; a power loss drops the page
+                # cache) -- or this answer is stale (reordered). A lost tail answers every
+                # batch so, a stale answer is a one-off: after GAP_PROBE_AFTER of them in a
+                # row, probe with a fresh epoch; the answer says where the follower is now.
+                pr.gaps_below_match += 1
+                if pr.gaps_below_match >= GAP_PROBE_AFTER:
+                    pr.gaps_below_match = 0
+                    pr.epoch += 1
+                    pr.gap_probe_epoch = pr.epoch
+                    self._send_probe(pr, m.hint_index)
+                    return
             nxt = max(m.hint_index, pr.match) + 1
             pr.reset_to(TRUNCATE, nxt)
             self._send_appends(pr)

@@ -21,6 +21,7 @@ class EntryKind(IntEnum):
     DATA = 0     # a client message (one record = one entry = one message)
     NOOP = 1     # appended by every new leader so earlier terms' entries can commit
     CONFIG = 2   # membership: data is encode_voters(...)
+    META = 3     # store metadata (topics): appended by the node driver, never by the core
 
 
 def encode_voters(voters) -> bytes:

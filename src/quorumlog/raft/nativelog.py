@@ -9,9 +9,24 @@ A thin adapter: the names and conventions differ a little, the work is the nativ
     (index, position) / (first_index, positions, timestamp)
   * flush() returns a byte position; the protocol wants the durable last index
 
-A leader's batch (the `batch` given to RaftCore.propose and passed on to append_as_leader) is
-`(topic, bodies)` or `(topic, bodies, kwargs)`, kwargs being append_batch's keyword arguments
-(queue_ids, queue_offsets, tags, keys, properties, ...).
+Who writes a leader's entries. There are two ways to use this adapter, and on one log only
+one of them:
+
+  * Standalone (the conformance suite, the Raft benchmarks, a log with no message store on
+    it): NativeRaftLog(commitlog). A leader's batch (the `batch` given to RaftCore.propose
+    and passed on to append_as_leader) is `(topic, bodies)` or `(topic, bodies, kwargs)`,
+    kwargs being append_batch's keyword arguments; the adapter appends it itself, and
+    assigns no queue offsets.
+  * Under a MessageStore: MessageStore.raft_log() returns a subclass,
+    quorumlog.store.raftlog.StoreRaftLog. Its append_as_leader(term, request) takes a
+    PutRequest made by that store's prepare_put and IS the store's one append path (queues,
+    queue offsets, index, term and position assigned together, the request registered for
+    its reply); anything else is refused. Its append_control and truncate_after also go
+    through the store (under its lock: the store recounts queue offsets after a truncation
+    and fails the requests whose entries were dropped). Followers write only through
+    append_replicated, which the subclass does not change. The order of the driver's calls
+    (propose, flush, on_persisted, apply_committed, on_dispatched, abandon_pending) is
+    written in quorumlog/store/__init__.py.
 """
 from __future__ import annotations
 
@@ -21,9 +36,9 @@ from .log import EntryKind
 
 class NativeRaftLog:
     def __init__(self, commitlog):
-        from ..commitlog import CONFIG, NOOP  # the extension is only needed if this is used
+        from ..commitlog import CONFIG, META, NOOP  # the extension is needed only if used
         self.cl = commitlog
-        self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG}
+        self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
 
     def first_index(self) -> int:
         f = self.cl.first_index
@@ -50,23 +65,30 @@ class NativeRaftLog:
         return view, count, len(view)
 
     def append_as_leader(self, term: int, batch) -> int:
+        """Standalone: `batch` is (topic, bodies) or (topic, bodies, append_batch kwargs)."""
         topic, bodies = batch[0], batch[1]
         kwargs = batch[2] if len(batch) > 2 else {}
         first, _positions, _ts = self.cl.append_batch(topic, bodies, term=term, **kwargs)
         return first + len(bodies) - 1
 
     def append_control(self, term: int, kind, data: bytes) -> int:
-        index, _pos = self.cl.append_control(self._rtype[EntryKind(kind)], data, term=term)
+        index, _pos = self.cl.append_control(self._record_type(kind), data, term=term)
         return index
+
+    def _record_type(self, kind) -> int:
+        return self._rtype[EntryKind(kind)]
 
     def append_replicated(self, payload) -> int:
         return self.cl.append_replicated(payload)
 
     def truncate_after(self, index: int) -> None:
+        self._check_truncate(index)
+        self.cl.truncate_after(index)
+
+    def _check_truncate(self, index: int) -> None:
         last = self.cl.last_index
         if index < 0 or index > last:
             raise IndexOutOfRangeError(f"truncate_after({index}): log holds 1..{last}")
-        self.cl.truncate_after(index)
 
     def flush(self) -> int:
         last = self.cl.last_index

@@ -21,7 +21,8 @@ from .messages import DispatchState
 
 class Progress:
     __slots__ = ("peer", "state", "match", "next", "inflight", "epoch", "probe_prev",
-                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at")
+                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at",
+                 "gaps_below_match", "gap_probe_epoch")
 
     def __init__(self, peer: str, next_index: int, now_ms: int, is_learner: bool = False):
         self.peer = peer
@@ -39,6 +40,10 @@ class Progress:
         # a learner) until that entry commits, so the removed node learns it is out and stops
         # campaigning (a removed node that never hears of it keeps bumping terms)
         self.leaving_at = 0
+        # GAP answers below `match` in a row, and the epoch of the probe they triggered: a
+        # follower that lost acknowledged entries (async flush + power loss) is re-probed
+        self.gaps_below_match = 0
+        self.gap_probe_epoch = -1
 
     def reset_to(self, state: DispatchState, next_index: int) -> None:
         self.state = state

@@ -1,5 +1,5 @@
 """Retention: which commit-log segments to delete and when (RocketMQ's CleanCommitLogService,
-seed 004), plus the disk-full write gate.
+seed 004), and the disk-full write gate.
 
 Rules (settings in StoreConfig):
 - a segment is *expired* when its last write is older than `file_reserved_hours` (72 h);
@@ -17,13 +17,21 @@ A segment's last write time is taken as the store timestamp of the first record 
 segment (an upper bound, so a segment is never deleted early); mmap'd writes do not update file
 mtimes reliably. The wall clock (`clock_ms`) and `disk_usage(path) -> used fraction` are
 injected through the store, so tests drive every threshold.
+
+Retention sees the store only through StoreServices (services.py); the write gate's state
+(`disk_full`, `disk_ratio`) is its own, and the store asks it before each write
+(`check_writes`).
 """
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Callable
 
-from .config import parse_delete_when
+from ..config import parse_delete_when
+from ..errors import DiskFullError
+from .services import StoreServices
 
 log = logging.getLogger(__name__)
 
@@ -31,29 +39,57 @@ EXPIRED = "expired"
 FORCE = "force"
 
 
+def default_disk_usage(path: str) -> float:
+    """Used fraction as df reports it: used / (used + available to unprivileged users)."""
+    st = os.statvfs(path)
+    used = st.f_blocks - st.f_bfree
+    denom = used + st.f_bavail
+    return used / denom if denom > 0 else 0.0
+
+
 class Retention:
-    def __init__(self, store):
+    def __init__(self, store: StoreServices, disk_usage: Callable[[str], float],
+                 monotonic: Callable[[], float]):
         self.store = store
         cfg = store.config
         self.delete_hours = parse_delete_when(cfg.delete_when)
         self.reserved_ms = int(cfg.file_reserved_hours * 3_600_000)
+        self._disk_usage = disk_usage
+        self._monotonic = monotonic
+        self.disk_full = False          # the write gate: puts raise DiskFullError
+        self.disk_ratio = 0.0           # the last measurement
+        self.rejects = 0                # puts refused by the gate
+        self.segments_deleted = 0
+        self._last_check = -1e18
 
     def check_disk(self, force: bool = False) -> float:
-        """Measure disk use, update the store's write gate -> used fraction."""
+        """Measure disk use, update the write gate -> used fraction."""
         s = self.store
-        ratio = float(s._disk_usage(s.path))
+        ratio = float(self._disk_usage(s.path))
         full = ratio > s.config.disk_reject_ratio
-        if full != s._disk_full:
+        if full != self.disk_full:
             if full:
                 log.error("store %s: disk use %.1f%% above %.0f%%: rejecting writes", s.path,
                           ratio * 100, s.config.disk_reject_ratio * 100)
             else:
                 log.warning("store %s: disk use %.1f%%: accepting writes again", s.path,
                             ratio * 100)
-        s._disk_full = full
-        s._disk_ratio = ratio
-        s._last_disk_check = s._monotonic()
+        self.disk_full = full
+        self.disk_ratio = ratio
+        self._last_check = self._monotonic()
         return ratio
+
+    def check_writes(self) -> None:
+        """Before a write: re-measure when the last measurement is older than
+        disk_check_interval_ms; DiskFullError while the gate is closed."""
+        cfg = self.store.config
+        if (self._monotonic() - self._last_check) * 1000 >= cfg.disk_check_interval_ms:
+            self.check_disk()
+        if self.disk_full:
+            self.rejects += 1
+            raise DiskFullError(
+                f"disk use {self.disk_ratio:.1%} above disk_reject_ratio "
+                f"{cfg.disk_reject_ratio:.0%}; writes resume when space is freed")
 
     def mode(self, now_ms: int, ratio: float):
         cfg = self.store.config
@@ -68,7 +104,7 @@ class Retention:
     def _last_write_ms(self, next_start: int):
         """Store timestamp of the first record at or after `next_start`, read from its header
         (scan() of one record: no body copy, unlike decode_at)."""
-        lg = self.store._log
+        lg = self.store.commitlog
         end = lg.end_position
         if next_start >= end:
             return None                      # the next segment holds nothing yet
@@ -79,12 +115,12 @@ class Retention:
 
     def run(self, now_ms: int) -> int:
         s = self.store
-        lg = s._log
+        lg = s.commitlog
         ratio = self.check_disk()
         mode = self.mode(now_ms, ratio)
         deleted = 0
         if mode is not None:
-            limit = min(s._dispatched, lg.committed_position)
+            limit = min(s.dispatched_position, lg.committed_position)
             while deleted < s.config.max_segment_deletes_per_run:
                 segs = lg.segments()
                 if len(segs) < 2:
@@ -107,7 +143,7 @@ class Retention:
                     if mode is None:
                         break
         if deleted:
-            s._stats["segments_deleted"] += deleted
-            s._after_segments_deleted()
+            self.segments_deleted += deleted
+            s.segments_deleted(deleted)
             self.check_disk()
         return deleted

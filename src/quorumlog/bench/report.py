@@ -1,0 +1,219 @@
+"""Results of `quorumlog bench` as a JSON document (schema: schema.json beside this file,
+described in docs/benchmarks.md) and as the summary table printed at the end of a run.
+
+The table is rendered from the document, so what is printed and what is saved agree.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import json
+import os
+import platform
+import socket
+
+from rich.console import Console
+from rich import box
+from rich.table import Table
+
+SCHEMA_ID = "quorumlog-bench"
+SCHEMA_VERSION = 1
+
+REFERENCE_LABELS = {
+    "page_cache_write": "page-cache write",
+    "memcpy": "memcpy",
+    "fdatasync": "1 ack per fdatasync",
+    "loopback_tcp": "loopback TCP",
+    "parquet": "Parquet",
+}
+
+
+def reference_ratio(res, refs: dict | None) -> float | None:
+    """The result's throughput as a multiple of the machine limit it is compared with."""
+    if res.reference_ratio is not None:
+        return res.reference_ratio
+    if not refs or res.reference is None or res.seconds <= 0:
+        return None
+    if res.reference == "page_cache_write":
+        return res.MBps / (refs["page_cache_write_GBps"] * 1e3)
+    if res.reference == "memcpy":
+        return res.MBps / (refs["memcpy_GBps"] * 1e3)
+    if res.reference == "fdatasync":
+        # acknowledgements per second against one fdatasync (median) per acknowledgement
+        acks_per_s = (res.latency.get("count") or 0) / res.seconds
+        return acks_per_s * refs["fdatasync_p50_ms"] / 1e3
+    if res.reference == "loopback_tcp":
+        return res.MBps / refs["loopback_tcp_MBps"]
+    return None
+
+
+def result_dict(res, refs) -> dict:
+    ratio = reference_ratio(res, refs)
+    return {
+        "workload": res.workload,
+        "op": res.op,
+        "options": res.options,
+        "messages": res.messages,
+        "payload_bytes": res.payload_bytes,
+        "seconds": res.seconds,
+        "msgs_per_s": res.msgs_per_s,
+        "MBps": res.MBps,
+        "latency": res.latency,
+        "flushes": res.flushes,
+        "msgs_per_flush": res.msgs_per_flush,
+        "cpu_seconds": res.cpu_seconds,
+        "reference": None if res.reference is None else {"name": res.reference,
+                                                         "ratio": ratio},
+        "integrity": res.integrity,
+        "notes": list(res.notes),
+    }
+
+
+def document(*, options, references, results, skipped, errors, argv, started_at,
+             finished_at) -> dict:
+    from .. import __version__
+
+    rows = [result_dict(r, references) for r in results]
+    ok = not errors and all(r.ok for r in results)
+    return {
+        "schema": SCHEMA_ID,
+        "version": SCHEMA_VERSION,
+        "quorumlog_version": __version__,
+        "command": argv,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(),
+                 "python": platform.python_version(), "platform": platform.platform()},
+        "options": dataclasses.asdict(options),
+        "references": references,
+        "results": rows,
+        "skipped": skipped,
+        "errors": errors,
+        "ok": ok,
+    }
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: str, doc: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------
+# The summary table
+
+
+def _us(v) -> str:
+    if v is None:
+        return "-"
+    if v < 10:
+        return f"{v:.2f}µs"
+    if v < 1000:
+        return f"{v:.0f}µs"
+    if v < 1e6:
+        return f"{v / 1e3:.3g}ms"
+    return f"{v / 1e6:.3g}s"
+
+
+def _size(n: int) -> str:
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def _num(v, fmt=",.0f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def references_line(refs: dict | None) -> str:
+    if not refs:
+        return "references: not measured (--no-references)"
+    return (f"references (same run): memcpy {refs['memcpy_GBps']:.2f} GB/s · page-cache write "
+            f"{refs['page_cache_write_GBps']:.2f} GB/s · fdatasync p50 "
+            f"{refs['fdatasync_p50_ms']:.2f} ms · loopback TCP {refs['loopback_tcp_MBps']:,.0f}"
+            f" MB/s · warm-up {refs['warm_bytes'] / (1 << 30):.2f} GiB in "
+            f"{refs['warm_seconds']:.1f} s")
+
+
+def summary_table(doc: dict) -> Table:
+    t = Table(title="quorumlog bench", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, justify in (("workload", "left"), ("op", "left"), ("flush", "left"),
+                          ("size", "right"), ("prod", "right"), ("msgs", "right"),
+                          ("msg/s", "right"), ("MB/s", "right"), ("latency of", "left"),
+                          ("p50", "right"), ("p90", "right"), ("p99", "right"),
+                          ("p99.9", "right"), ("max", "right"), ("flushes", "right"),
+                          ("msg/flush", "right"), ("CPU s", "right"), ("vs reference", "left"),
+                          ("check", "left")):
+        t.add_column(name, justify=justify, no_wrap=True)
+    for r in doc["results"]:
+        o, lat, c = r["options"], r["latency"], _cells(r)
+        t.add_row(r["workload"], r["op"], o.get("flush", "-"), _size(o["size"]),
+                  str(o.get("producers", 1)), _num(r["messages"]), _num(r["msgs_per_s"]),
+                  _num(r["MBps"], ",.1f"), lat["unit"], *c["lat"], _num(r["flushes"]),
+                  _num(r["msgs_per_flush"], ",.1f"), c["cpu"], c["ref"], c["check"])
+    return t
+
+
+def _cells(r) -> dict:
+    o, lat, ref, integ = r["options"], r["latency"], r["reference"], r["integrity"]
+    return {
+        "run": f"{r['workload']} {r['op']} {o.get('flush', '-')} {_size(o['size'])} "
+               f"x{o.get('producers', 1)}",
+        "ref": "-" if not ref or ref["ratio"] is None else
+               f"{ref['ratio']:.2f}x {REFERENCE_LABELS.get(ref['name'], ref['name'])}",
+        "check": "-" if integ is None else ("ok" if integ["ok"] else "FAILED"),
+        "cpu": "+".join(f"{v:.1f}" for v in r["cpu_seconds"].values()),
+        "lat": [_us(lat[k]) for k in ("p50_us", "p90_us", "p99_us", "p99_9_us", "max_us")],
+    }
+
+
+def _print_blocks(console: Console, doc: dict) -> None:
+    """The summary for a terminal too narrow for the table: three lines per result."""
+    console.print("quorumlog bench", highlight=False)
+    for r in doc["results"]:
+        c = _cells(r)
+        p50, p90, p99, p999, mx = c["lat"]
+        console.print(f"{c['run']}: {r['messages']:,} msgs  {r['msgs_per_s']:,.0f} msg/s  "
+                      f"{r['MBps']:,.1f} MB/s  {c['ref']}  check {c['check']}\n"
+                      f"  latency per {r['latency']['unit']}: p50 {p50}  p90 {p90}  p99 {p99}  "
+                      f"p99.9 {p999}  max {mx}\n"
+                      f"  flushes {_num(r['flushes'])} ({_num(r['msgs_per_flush'], ',.1f')} "
+                      f"msg/flush)  CPU {c['cpu']} s", highlight=False)
+
+
+def print_summary(console: Console, doc: dict) -> None:
+    console.print(references_line(doc["references"]), highlight=False)
+    table = summary_table(doc)
+    natural = Console(width=10_000, file=io.StringIO()).measure(table).maximum
+    if natural > console.width:
+        _print_blocks(console, doc)
+    else:
+        console.print(table)
+    printed = set()
+    for r in doc["results"]:
+        integ = r["integrity"]
+        if integ is not None and not integ["ok"]:
+            console.print(f"[bold red]integrity check FAILED[/] {r['workload']} {r['op']}: "
+                          + ", ".join(f"{k}={v}" for k, v in integ.items() if k != "ok"),
+                          highlight=False)
+        if len(r["cpu_seconds"]) > 1:
+            console.print(f"{r['workload']} {r['op']} CPU seconds: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)
+        for n in r["notes"]:
+            line = f"{r['workload']} {r['op']}: {n}"
+            if line not in printed:
+                printed.add(line)
+                console.print(line, highlight=False)
+    for s in doc["skipped"]:
+        console.print(f"skipped {s['workload']}: {s['reason']}", highlight=False)
+    for e in doc["errors"]:
+        console.print(f"[bold red]error[/] {e['workload']}: {e['error']}", highlight=False)
+    console.print("result: " + ("ok" if doc["ok"] else "[bold red]FAILED[/]"))

@@ -1,0 +1,639 @@
+"""MessageStore, the facade a broker embeds (lock, lifecycle, timer thread, public API), and open().
+
+The work is done by the package's parts (see quorumlog/store/__init__.py for the map and the
+commit seam): writes.Writer appends, dispatch.Dispatcher fills the consume queues,
+reads.SegmentReader reads, topics.TopicRegistry keeps topics; the schedule service and
+retention see the store through services.StoreServices, implemented here by `Services`.
+
+Thread safety: every public method takes the store's lock; the optional background thread
+(retention, delay delivery, consume-queue flush) takes it too. In replicated mode the thread
+does not deliver delayed messages (that appends; only the leader may): the driver calls
+deliver_due() on the leader. Request callbacks (on_done) run without the lock.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from .. import _consumequeue as _cq
+from .._consumequeue import Message
+from ..config import StoreConfig, load_config
+from ..errors import (DiskFullError, DrivenStoreError, InvalidArgumentError, InvalidTypeError,
+                      LogClosedError, OffsetOutOfRangeError, QuorumlogError)
+from ..raft.errors import NotLeaderError
+from .dispatch import Dispatcher, OffsetCounter, TagHashes
+from .raftlog import StoreRaftLog
+from .reads import SegmentReader, tag_filter
+from .retention import Retention, default_disk_usage
+from .schedule import ScheduleService
+from .topics import TopicRegistry, check_user_topic
+from .writes import BatchResult, PutRequest, PutResult, Writer, complete
+
+log = logging.getLogger(__name__)
+
+
+class Services:
+    """StoreServices (services.py) over the store's parts: what the schedule service and
+    retention may use."""
+
+    def __init__(self, config: StoreConfig, path: str, commitlog, replicated: bool,
+                 topics: TopicRegistry, dispatcher: Dispatcher, reader: SegmentReader,
+                 writer: Writer, read_queue: Callable, segments_deleted: Callable[[int], None]):
+        self.config = config
+        self.path = path
+        self.commitlog = commitlog
+        self.replicated = replicated
+        self.topics = topics
+        self.dispatcher = dispatcher
+        self.reader = reader
+        self.writer = writer
+        self.read_queue = read_queue
+        self.segments_deleted = segments_deleted
+
+    @property
+    def dispatched_position(self) -> int:
+        return self.dispatcher.position
+
+    def queue_count(self, topic: str) -> int:
+        t = self.topics.by_name.get(topic)
+        return 0 if t is None else len(t.queues)
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        cq = self.topics.queue(topic, queue_id)
+        return self.reader.min_offset(cq), cq.next_offset
+
+    def queue_position(self, topic: str, queue_id: int, offset: int) -> int | None:
+        e = self.topics.queue(topic, queue_id).position_of(offset)
+        return None if e is None else e[0]
+
+    def prepare_delivery(self, topic, bodies, queue_ids, tags, keys, properties,
+                         born_timestamps_ms, flags) -> PutRequest:
+        return self.writer.prepare_delivery(topic, bodies, queue_ids, tags, keys, properties,
+                                            born_timestamps_ms, flags)
+
+
+class MessageStore:
+    """See quorumlog/store/__init__.py. Create with quorumlog.open()."""
+
+    def __init__(self, path, config: StoreConfig, *, replicated: bool = False,
+                 clock_ms=None, monotonic=None, disk_usage=None, commitlog_factory=None):
+        from ..commitlog import CommitLog  # the native log; imported late for a clear error
+
+        self._path = os.fspath(path)
+        self.config = config
+        self._replicated = bool(replicated)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._monotonic = monotonic or time.monotonic
+        self._lock = threading.RLock()
+        self._closed = True
+        self._gets = self._messages_got = self._cq_files_deleted = 0   # for stats()
+        self._raft_log: StoreRaftLog | None = None
+        self._timer = None
+        self._stop_event = threading.Event()
+        os.makedirs(self._path, exist_ok=True)
+        factory = commitlog_factory or CommitLog
+        self._log = lg = factory(
+            self._path, segment_size_bytes=config.segment_size_bytes,
+            index_file_entries=config.index_file_entries, flush=config.flush,
+            flush_interval_ms=config.flush_interval_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+            max_message_bytes=config.max_message_bytes)
+        try:
+            self._term = max(lg.last_term, 1)
+            self._sync_flush = lg.flush_mode == "sync"
+            self._closed = False
+            self._topics = TopicRegistry(self._path, config)
+            rebuild = self._topics.load()
+            # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
+            # fail as a consume-queue file that cannot be preallocated does.
+            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic, self._clock_ms, TagHashes(),
+                                          slow_path=lambda *rec: self._dispatch_slow(*rec))
+            counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
+            self._dispatcher.recover(rebuild, self._replicated, counter)
+            self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
+            self._writer = Writer(lg, self._topics, self._dispatcher, counter, config,
+                                  self._clock_ms, replicated=self._replicated)
+            services = Services(config, self._path, lg, self._replicated, self._topics,
+                                self._dispatcher, self._reader, self._writer, self.get,
+                                self._segments_deleted)
+            self.retention = Retention(services, disk_usage or default_disk_usage,
+                                       self._monotonic)
+            self.schedule = ScheduleService(services)
+            self.retention.check_disk(force=True)
+        except BaseException:
+            self._closed = True
+            lg.close()
+            raise
+        if config.background:
+            self._start_timer()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def commitlog(self):
+        """The underlying CommitLog (for tools, and a Raft driver's reads)."""
+        return self._log
+
+    @property
+    def commit_limit(self) -> int:
+        """Dispatch (and so every read) stops here: the log's committed position."""
+        return self._log.committed_position
+
+    @property
+    def term(self) -> int:
+        """Raft term written into records put without a Raft core (1 for a single replica).
+        Settable for a replicated store written without a driver; a driven store follows its
+        core's term. Never decreases."""
+        return self._term
+
+    @term.setter
+    def term(self, value: int) -> None:
+        if type(value) is not int or value < self._term:
+            raise InvalidArgumentError(f"term must be an int >= {self._term}, got {value!r}")
+        with self._lock:
+            self._term = value
+
+    @property
+    def dispatched_position(self) -> int:
+        return self._dispatcher.position
+
+    @property
+    def disk_full(self) -> bool:
+        return self.retention.disk_full
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<MessageStore {self._path!r}{' closed' if self._closed else ''}>"
+
+    def _check_open(self):
+        if self._closed:
+            raise LogClosedError(f"store {self._path} is closed")
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(self, name: str, queues: int = 8) -> None:
+        """Create `name` with `queues` queues (RocketMQ's default is 8). Creating an existing
+        topic with the same queue count is a no-op; more queues extend it; fewer is an error."""
+        check_user_topic(name)
+        with self._lock:
+            self._check_open()
+            self._topics.create(name, queues, False, self._clock_ms(), self._dispatcher.position)
+
+    def topics(self) -> dict[str, int]:
+        """{topic: number of queues} of the user topics."""
+        with self._lock:
+            self._check_open()
+            return self._topics.user_topics()
+
+    # ------------------------------------------------------------------ writes
+    def put(self, topic: str, body, *, queue_id: int | None = None, tags: str | None = None,
+            keys: Iterable[str] = (), properties: Mapping[str, str] | None = None,
+            delay_level: int = 0, sharding_key=None,
+            born_timestamp_ms: int | None = None) -> PutResult:
+        """Append one message; returns where it went. Queue: `queue_id`, else the queue of
+        `sharding_key` (same key -> same queue), else round-robin."""
+        if delay_level or type(body) is not bytes or isinstance(keys, str):
+            req = self._put_request(topic, body, queue_id, tags, keys, properties,
+                                    delay_level, born_timestamp_ms)
+        else:
+            # One message: CommitLog.append and one consume-queue entry, no arrays; the topic,
+            # the queue and the log's own limits are checked by the append path.
+            req = PutRequest(self._writer, topic, (body,), 1, len(body), queue_id, tags,
+                             tuple(keys) if keys else (), properties, born_timestamp_ms, True)
+        if sharding_key is not None:
+            req.sharding_key = sharding_key
+        self._submit(req)
+        return req.first_result()
+
+    def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
+                     born_timestamp_ms) -> PutRequest:
+        """put's request when it is not the plain one: a delayed message (validated as a
+        batch of one), keys given as one str, a body that is not bytes."""
+        if isinstance(keys, str):
+            keys = (keys,)
+        if delay_level:
+            return self._writer.prepare(
+                topic, (body,), queue_id=queue_id, tags=tags,
+                keys=[tuple(keys)] if keys else None,
+                properties=None if properties is None else [properties],
+                delay_level=delay_level,
+                born_timestamps_ms=None if born_timestamp_ms is None else [born_timestamp_ms])
+        try:
+            nbytes = _cq.body_bytes((body,))
+        except TypeError:
+            raise InvalidTypeError(f"body must be a bytes-like object, got "
+                                   f"{type(body).__name__}") from None
+        return PutRequest(self._writer, topic, (body,), 1, nbytes, queue_id, tags,
+                          tuple(keys) if keys else (), properties, born_timestamp_ms, True)
+
+    def put_batch(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
+                  keys=None, properties=None, delay_level: int = 0, sharding_key=None,
+                  born_timestamps_ms=None) -> BatchResult:
+        """Append many messages of one topic in one native call. `tags`, `keys`, `properties`
+        and `sharding_key` are one value for all messages or a list with one per message; with
+        neither `queue_id` nor `sharding_key`, consecutive messages go round-robin."""
+        req = self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
+                                   properties=properties, delay_level=delay_level,
+                                   sharding_key=sharding_key,
+                                   born_timestamps_ms=born_timestamps_ms)
+        self._submit(req)
+        return req.result
+
+    def _submit(self, req: PutRequest) -> None:
+        """Append `req` with the store's term (put, put_batch, deliveries of a store without a
+        Raft core). A single replica then applies its own commit: async flush mode at once;
+        sync mode after the flush covering the batch, waited for *outside* the lock so that
+        one flush covers every producer waiting meanwhile (group commit)."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
+            if self._raft_log is not None:
+                raise DrivenStoreError(
+                    f"store {self._path} is written through its Raft core: propose "
+                    "store.prepare_put(...) with RaftCore.propose instead of put()")
+            self.retention.check_writes()
+            last = self._writer.append(self._term, req)
+            if self._replicated:
+                return          # committed by whoever runs Raft (commitlog.commit + dispatch)
+            if not self._sync_flush:
+                self._apply_committed(last, (req,))
+                return
+        if not self._log.wait_flushed(req.end_position):
+            raise QuorumlogError(f"store {self._path}: flush up to {req.end_position} did "
+                                 "not complete")
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} closed while waiting for a flush; "
+                                     "the batch was flushed but not dispatched before close")
+            self._apply_committed(last, (req,))
+
+    def prepare_put(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
+                    keys=None, properties=None, delay_level: int = 0, sharding_key=None,
+                    born_timestamps_ms=None, on_done=None) -> PutRequest:
+        """Validate a put of `bodies` (the arguments as for put_batch) -> a PutRequest, for a
+        Raft driver to propose: core.propose(req, req.count, req.nbytes). Writes nothing.
+        `on_done(result_or_exception)` is called once the request completes (see
+        apply_committed / abandon_pending)."""
+        with self._lock:
+            self._check_open()
+            return self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
+                                        properties=properties, delay_level=delay_level,
+                                        sharding_key=sharding_key,
+                                        born_timestamps_ms=born_timestamps_ms, on_done=on_done)
+
+    # ------------------------------------------------------------------ the Raft seam
+    def raft_log(self) -> StoreRaftLog:
+        """The RaftLog for this replica's Raft core (replicated stores only; the same object
+        on every call). From the first call on, the log is written only through the core:
+        put / put_batch raise DrivenStoreError, deliver_due needs `propose`."""
+        with self._lock:
+            self._check_open()
+            if not self._replicated:
+                raise InvalidArgumentError("raft_log(): the store was opened with "
+                                           "replicated=False (a single replica commits its "
+                                           "own appends)")
+            if self._raft_log is None:
+                self._writer.track_pending = True
+                self._raft_log = StoreRaftLog(self._log, append_request=self._append_request,
+                                              append_control=self._append_control,
+                                              truncate_after=self._truncate_after)
+            return self._raft_log
+
+    def _append_request(self, term: int, req: PutRequest) -> int:
+        """The leader's append (StoreRaftLog.append_as_leader): the one append path."""
+        with self._lock:
+            self._check_open()
+            self.retention.check_writes()
+            last = self._writer.append(term, req)
+            if term > self._term:
+                self._term = term
+            return last
+
+    def _append_control(self, term: int, rtype: int, data: bytes) -> int:
+        with self._lock:
+            self._check_open()
+            index = self._writer.append_control(term, rtype, data)
+            if term > self._term:
+                self._term = term
+            return index
+
+    def _truncate_after(self, index: int) -> None:
+        """Raft dropped the log's tail: the queue counters start over, and every pending
+        request with an entry after `index` fails (its entries were never committed)."""
+        with self._lock:
+            self._check_open()
+            dropped = self._writer.truncate_after(index)
+        complete(dropped, NotLeaderError(
+            f"entries after index {index} were truncated (a newer leader's log replaced "
+            "them): the put was not committed"))
+
+    def apply_committed(self, index: int) -> int:
+        """Entries up to raft index `index` are committed: commit the log up to it, dispatch
+        the committed records into the consume queues, then complete every pending request
+        whose last index <= index (on_done(result) / wait() returns, outside the lock: a
+        get() there sees the messages). Returns the raft index dispatched up to, what the
+        driver passes to RaftCore.on_dispatched. A dispatch stalled by a full disk does not
+        hold replies back (the records are committed); it resumes on the next call."""
+        if type(index) is not int or index < 0:
+            raise InvalidArgumentError(f"index must be an int >= 0, got {index!r}")
+        with self._lock:
+            self._check_open()
+            done = self._apply_committed(index)
+            upto = self._dispatcher.dispatched_index()
+        complete(done)
+        return upto
+
+    def _apply_committed(self, index: int, own=None) -> list[PutRequest]:
+        """apply_committed under the lock -> the pending requests to complete. `own`: a single
+        replica's just-appended request (it is not pending: its put returns the result)."""
+        lg = self._log
+        lg.commit(index)
+        done = self._writer.pending.take_upto(lg.committed_index) if own is None else ()
+        self._dispatcher.dispatch_committed(done if own is None else own)
+        return done
+
+    def abandon_pending(self, exc: BaseException) -> int:
+        """Complete every pending request with `exc` (a leader that lost leadership: whether
+        its entries will commit is unknown to it) -> number of requests."""
+        if not isinstance(exc, BaseException):
+            raise InvalidArgumentError(f"abandon_pending needs an exception, got {exc!r}")
+        with self._lock:
+            reqs = self._writer.pending.take_all()
+        complete(reqs, exc)
+        return len(reqs)
+
+    def dispatch(self) -> int:
+        """Dispatch committed records into the consume queues (for a driver that commits
+        through commitlog.commit itself). Returns the dispatched position."""
+        with self._lock:
+            self._check_open()
+            self._dispatcher.dispatch()
+            return self._dispatcher.position
+
+    def flush(self) -> int:
+        """Make everything put so far durable (log and consume queues) -> flushed position."""
+        with self._lock:
+            self._check_open()
+            pos = self._log.flush()
+            self._dispatcher.checkpoint()
+            return pos
+
+    # ------------------------------------------------------------------ reads
+    def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
+            tags=None) -> list[Message]:
+        """Up to `max_messages` messages of (topic, queue) from queue offset `offset`.
+
+        [] when offset == max_offset (caught up); OffsetOutOfRangeError outside
+        [min_offset, max_offset]. With `tags` (a str or a collection of str), only messages
+        with one of those tags are returned; the scan goes on past non-matching entries until
+        max_messages match or the queue ends."""
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"store {self._path} is closed")
+            cq = self._topics.queue(topic, queue_id)
+            if (type(max_messages) is not int or not
+                    1 <= max_messages <= self.config.max_get_messages):
+                raise InvalidArgumentError(f"max_messages must be in [1, "
+                                           f"{self.config.max_get_messages}]")
+            if type(offset) is not int:
+                raise InvalidArgumentError(f"offset must be an int, got {offset!r}")
+            dispatcher = self._dispatcher
+            if dispatcher.position < self._log.committed_position:
+                dispatcher.dispatch()
+            out = self._reader.read(cq, offset, max_messages, tags, self._tag_filter)
+            self._gets += 1
+            self._messages_got += len(out)
+            return out
+
+    def _tag_filter(self, tags):
+        """get's tag filter (a method of its own so a test can fake a hash collision)."""
+        return tag_filter(tags)
+
+    def iter_messages(self, topic: str, queue_id: int, start: int = 0, stop: int | None = None,
+                      *, tags=None, batch: int = 256) -> Iterator[Message]:
+        """Messages with queue offsets in [start, stop) (stop=None: the max offset when the
+        iteration starts). Offsets already deleted by retention are skipped."""
+        with self._lock:
+            self._check_open()
+            cq = self._topics.queue(topic, queue_id)
+            if type(start) is not int or start < 0:
+                raise InvalidArgumentError(f"start must be an int >= 0, got {start!r}")
+            if stop is not None and (type(stop) is not int or stop < 0):
+                raise InvalidArgumentError(f"stop must be an int >= 0 or None, got {stop!r}")
+            self._dispatcher.dispatch()
+            if stop is None:
+                stop = cq.next_offset
+        return self._iter(topic, queue_id, cq, start, stop, tags, batch)
+
+    def _iter(self, topic, queue_id, cq, start, stop, tags, batch):
+        pos = start
+        while pos < stop:
+            with self._lock:
+                self._check_open()
+                pos = max(pos, self._reader.min_offset(cq))
+                end = min(stop, cq.next_offset)
+                if pos >= end:
+                    return
+                n = min(batch, end - pos) if tags is None else batch
+                msgs = self.get(topic, queue_id, pos, n, tags=tags)
+            if not msgs:
+                return
+            for m in msgs:
+                if m.queue_offset >= stop:
+                    return
+                yield m
+            pos = msgs[-1].queue_offset + 1
+
+    def _dispatched_queue(self, topic, queue_id):
+        """A read's consume queue, after dispatching what is committed (with the lock)."""
+        self._check_open()
+        cq = self._topics.queue(topic, queue_id)
+        self._dispatcher.dispatch()
+        return cq
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        with self._lock:
+            return self._reader.min_offset(self._dispatched_queue(topic, queue_id))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last readable offset (the next offset a consumer waits for)."""
+        with self._lock:
+            return self._dispatched_queue(topic, queue_id).next_offset
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset whose store timestamp is >= timestamp_ms; max_offset when every
+        message is older. Store timestamps never decrease along the log."""
+        if type(timestamp_ms) is not int:
+            raise InvalidArgumentError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
+        with self._lock:
+            return self._reader.offset_for_timestamp(
+                self._dispatched_queue(topic, queue_id), timestamp_ms)
+
+    def consume_queue(self, topic: str, queue_id: int, offset: int):
+        """Zero-copy read-only numpy view (fields position, size, tag_hash) of the dispatched
+        consume-queue entries from `offset` to the end of the file holding it."""
+        with self._lock:
+            cq = self._dispatched_queue(topic, queue_id)
+            lo = self._reader.min_offset(cq)
+            if type(offset) is not int or not lo <= offset <= cq.next_offset:
+                raise OffsetOutOfRangeError(f"offset {offset!r} outside the queue", lo,
+                                            cq.next_offset)
+            return cq.view(offset, cq.next_offset)
+
+    # ------------------------------------------------------------------ delay & retention
+    def deliver_due(self, now_ms: int | None = None, *, propose=None) -> int:
+        """Move delayed messages whose time has come to their real topic -> count. On a
+        Raft-driven store (raft_log() taken) each delivery batch is a PutRequest that
+        `propose(request)` must append through the core, e.g.
+        `propose=lambda r: core.propose(r, r.count, r.nbytes)` (leader only)."""
+        with self._lock:
+            self._check_open()
+            if self._raft_log is None:
+                if propose is not None:
+                    raise InvalidArgumentError("deliver_due: propose is for a store written "
+                                               "through its Raft core (raft_log())")
+                submit = self._submit
+            elif propose is None:
+                raise InvalidArgumentError("deliver_due: this store is written through its "
+                                           "Raft core; pass propose=")
+            else:
+                submit = propose
+            return self.schedule.deliver_due(self._clock_ms() if now_ms is None else now_ms,
+                                             submit)
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """Apply the retention rules now -> number of commit-log segments deleted."""
+        with self._lock:
+            self._check_open()
+            return self.retention.run(self._clock_ms() if now_ms is None else now_ms)
+
+    def _segments_deleted(self, count: int) -> None:
+        """Consume-queue files, min offsets and read mappings follow the log's new min
+        position."""
+        min_position = self._log.min_position
+        self._reader.segments_deleted(min_position)
+        self._cq_files_deleted += self._dispatcher.segments_deleted(min_position)
+
+    def _dispatch_slow(self, pos, size, qid, qoff, tag_hash, topic_hash) -> None:
+        """Dispatch's slow path for one record (Dispatcher.place_slow)."""
+        self._dispatcher.place_slow(pos, size, qid, qoff, tag_hash, topic_hash)
+
+    # ------------------------------------------------------------------ stats & lifecycle
+    def stats(self) -> dict:
+        with self._lock:
+            self._check_open()
+            lg = self._log
+            topics = self._topics.all()
+            d, w, r = self._dispatcher, self._writer, self.retention
+            s = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
+                     messages_got=self._messages_got, dispatched_records=d.dispatched_records,
+                     rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
+                     cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
+                     dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
+                     dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
+                     topics=len([t for t in topics if not t.system]),
+                     queues=sum(len(t.queues) for t in topics),
+                     messages=int(sum(int(t.counters.sum()) for t in topics)),
+                     dispatched_position=self._dispatcher.position,
+                     committed_position=lg.committed_position,
+                     end_position=lg.end_position, min_position=lg.min_position,
+                     flushed_position=lg.flushed_position, disk_full=r.disk_full,
+                     disk_used_ratio=r.disk_ratio,
+                     pending_requests=len(self._writer.pending),
+                     delayed_pending=self.schedule.pending(), log=lg.stats())
+            return s
+
+    def _start_timer(self):
+        self._timer = threading.Thread(target=self._timer_loop, name="quorumlog-store-timer",
+                                       daemon=True)
+        self._timer.start()
+
+    def _timer_loop(self):
+        cfg = self.config
+        next_ret = next_sched = next_cp = self._monotonic()
+        while not self._stop_event.wait(min(cfg.schedule_interval_ms,
+                                            cfg.retention_interval_ms) / 1000.0):
+            now = self._monotonic()
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    # Replicated: only the leader may append; the Raft driver calls
+                    # deliver_due() there.
+                    if now >= next_sched and not self._replicated:
+                        self.schedule.deliver_due(self._clock_ms(), self._submit)
+                        next_sched = now + cfg.schedule_interval_ms / 1000.0
+                    if now >= next_ret:
+                        self.retention.run(self._clock_ms())
+                        next_ret = now + cfg.retention_interval_ms / 1000.0
+                    if now >= next_cp:
+                        self._dispatcher.dispatch(checkpoint=True)
+                        next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
+            except DiskFullError as exc:
+                log.warning("store %s: background task: %s", self._path, exc)
+            except Exception:   # keep the timer alive; report
+                log.exception("store %s: background task failed", self._path)
+
+    def _stop_timer(self):
+        self._stop_event.set()
+        t = self._timer
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        self._timer = None
+
+    def close(self) -> None:
+        """Flush consume queues, save delay progress, close the log. Idempotent. Requests
+        still pending their commit fail with LogClosedError."""
+        self._stop_timer()
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._dispatcher.dispatch()
+                self._dispatcher.checkpoint()
+                self.schedule.save()
+            finally:
+                self._closed = True
+                self._reader.close()
+                self._log.close()
+                pending = self._writer.pending.take_all()
+        complete(pending, LogClosedError(f"store {self._path} closed before the put was "
+                                         "committed"))
+
+    def _crash(self) -> None:
+        """Test hook: drop the store as kill -9 would (no flush, no checkpoint, no progress
+        save); the page cache keeps what was written."""
+        self._stop_timer()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._reader.close()
+            self._log._crash()      # the native log's own kill -9 test hook
+
+
+def open(path, *, config_file=None, replicated: bool = False, clock_ms=None, monotonic=None,
+         disk_usage=None, environ=None, **settings) -> MessageStore:  # noqa: A001
+    """Open (creating if needed) the message store in directory `path`.
+
+    Settings (see quorumlog.config.StoreConfig) come from `settings`, else QUORUMLOG_*
+    environment variables, else the TOML `config_file`, else defaults. `clock_ms` (wall clock in
+    ms), `monotonic` (seconds) and `disk_usage(path) -> used fraction` are injectable for tests;
+    `replicated=True` leaves committing to a Raft driver (see quorumlog/store/__init__.py)."""
+    cfg = load_config(config_file, environ, **settings)
+    return MessageStore(path, cfg, replicated=replicated, clock_ms=clock_ms,
+                        monotonic=monotonic, disk_usage=disk_usage)

@@ -1,0 +1,36 @@
+"""StoreRaftLog: the RaftLog a replicated MessageStore hands its Raft core (store.raft_log()).
+
+A NativeRaftLog over the store's CommitLog whose writes go through the store: a leader's
+append_as_leader(term, request) is the store's one append path (MessageStore._append_request),
+so the Raft core learns of every data record and the store assigns its queue offsets; control
+records and truncations go through the store too. Reads, term lookups, flushes and a
+follower's append_replicated are the adapter's own. See quorumlog/store/__init__.py for the
+order of the driver's calls.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..raft.nativelog import NativeRaftLog
+
+
+class StoreRaftLog(NativeRaftLog):
+    def __init__(self, commitlog, *, append_request: Callable[[int, object], int],
+                 append_control: Callable[[int, int, bytes], int],
+                 truncate_after: Callable[[int], None]):
+        super().__init__(commitlog)
+        self._append_request = append_request
+        self._append_ctl = append_control
+        self._truncate = truncate_after
+
+    def append_as_leader(self, term: int, batch) -> int:
+        """`batch` must be a PutRequest made by this store's prepare_put (anything else:
+        InvalidArgumentError, nothing written)."""
+        return self._append_request(term, batch)
+
+    def append_control(self, term: int, kind, data: bytes) -> int:
+        return self._append_ctl(term, self._record_type(kind), data)
+
+    def truncate_after(self, index: int) -> None:
+        self._check_truncate(index)
+        self._truncate(index)

@@ -1,0 +1,113 @@
+"""Reads: read-only mappings of commit-log segments and consume-queue lookups (get, offsets,
+timestamps).
+
+Reads map segment files read-only themselves (one mmap per segment, shared by every Message
+made from it) so that get() costs no native call per message; retention unlinks the files, and
+the mappings live on until the last Message referring to them is gone. A Message is a pointer
+into that mapping decoded on access; the records were CRC-checked by the log when written (and
+on the scan path when dispatched), and get checks each entry's magic and position field
+against the record it names.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+from .. import _consumequeue as _cq
+from .._consumequeue import ConsumeQueue, SegmentView
+from ..errors import InvalidArgumentError, OffsetOutOfRangeError
+from ..format import segment_name
+
+
+def tag_filter(tags) -> tuple[tuple[int, ...], set[bytes]]:
+    """get's `tags` (a str or a collection of str) -> (their FNV-1a 64 hashes, their UTF-8
+    bytes): the hash selects candidates, the string confirms (as RocketMQ's consumer does)."""
+    if isinstance(tags, str):
+        tags = (tags,)
+    try:
+        encoded = {s.encode() for s in tags}
+    except (TypeError, AttributeError):
+        raise InvalidArgumentError("tags must be a str or a collection of str") from None
+    if not 1 <= len(encoded) <= _cq.MAX_TAG_FILTER_TAGS:
+        raise InvalidArgumentError(f"tags filter: 1..{_cq.MAX_TAG_FILTER_TAGS} tags")
+    return tuple(_cq.fnv1a64(b) for b in encoded), encoded
+
+
+class SegmentReader:
+    """Messages out of consume queues, through read-only mappings of the segment files.
+    Not thread-safe: called under the store's lock."""
+
+    def __init__(self, root: str, segment_size_bytes: int, min_position: int):
+        self.dir = os.path.join(root, "commitlog")
+        self.segment_size_bytes = segment_size_bytes
+        self.min_position = min_position     # the log's: queue entries below it are gone
+        self._views: dict[int, SegmentView] = {}
+
+    def segment_for(self, pos: int) -> SegmentView:
+        start = pos - pos % self.segment_size_bytes
+        v = self._views.get(start)
+        if v is None:
+            fd = os.open(os.path.join(self.dir, segment_name(start)), os.O_RDONLY)
+            try:
+                mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            v = SegmentView(mm, start)
+            self._views[start] = v
+        return v
+
+    def min_offset(self, cq: ConsumeQueue) -> int:
+        return cq.min_offset(self.min_position)
+
+    def read(self, cq: ConsumeQueue, offset: int, max_messages: int, tags=None,
+             make_filter=tag_filter) -> list:
+        """Up to max_messages messages from `offset`, only those with one of `tags` when
+        given (make_filter(tags) -> (hashes, names)); [] at the queue's end,
+        OffsetOutOfRangeError outside [min_offset, end]."""
+        end = cq.next_offset
+        if offset >= end or offset < self.min_offset(cq):
+            if offset == end:
+                return []
+            lo = self.min_offset(cq)
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{lo}, {end}] of {cq.topic}/{cq.queue_id}", lo, end)
+        hashes = names = None
+        if tags is not None:
+            hashes, names = make_filter(tags)
+        out: list = []
+        while offset < end and len(out) < max_messages:
+            f = cq.file_for(offset)
+            if f is None:    # a missing file inside the range: skip to the next one
+                offset += cq.file_entries - offset % cq.file_entries
+                continue
+            first = f.first_offset
+            stop = _cq.collect(self.segment_for, f, offset - first,
+                               min(end - first, f.capacity), out, max_messages, hashes, names)
+            offset = first + stop
+        return out
+
+    def offset_for_timestamp(self, cq: ConsumeQueue, timestamp_ms: int) -> int:
+        """The first offset whose store timestamp is >= timestamp_ms: binary search over the
+        queue, reading each probe's store timestamp from its record (store timestamps never
+        decrease along the log); the queue's end when every message is older."""
+        lo, hi = self.min_offset(cq), cq.next_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.position_of(mid)
+            if e is None:          # hole: treat as older than anything
+                lo = mid + 1
+                continue
+            if self.segment_for(e[0]).store_timestamp_at(e[0]) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def segments_deleted(self, min_position: int) -> None:
+        """Drop the mappings of deleted segments (live Messages keep theirs)."""
+        self.min_position = min_position
+        for start in [s for s in self._views if s < min_position]:
+            del self._views[start]
+
+    def close(self) -> None:
+        self._views.clear()

@@ -1,0 +1,148 @@
+"""`quorumlog bench` options: --help documents every one, bad values and options a workload does
+not use are refused with a specific message and exit code 2 before anything is measured, and
+the default suite is planned from the user's options, the step's settings and the workload's
+defaults."""
+import importlib.util
+
+import pytest
+
+from quorumlog.bench import suite
+from quorumlog.bench.command import OPTIONS
+from quorumlog.bench.options import BenchOptionError, BenchOptions, parse_size
+from quorumlog.bench.workloads import REGISTRY
+from quorumlog.bench.workloads.replicated import NOT_BUILT
+from quorumlog.errors import InvalidArgumentError
+
+ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
+             "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
+             "--no-references", "--progress", "--no-progress"]
+
+
+def test_help_documents_every_option_and_workload(invoke):
+    res = invoke("bench", "--help")
+    assert res.exit_code == 0
+    for f in ALL_FLAGS:
+        assert f in res.output, f
+    for name in ("log", "store", "commit", "scan", "cluster", "failover"):
+        assert name in res.output
+    # the table of options the CLI builds from is the one the help shows
+    assert {d[0].split("/")[0] for d, _ in OPTIONS} <= set(ALL_FLAGS)
+
+
+@pytest.mark.parametrize("name", ["log", "store", "commit", "scan"])
+def test_workload_help_shows_its_defaults_and_only_its_options(invoke, name):
+    res = invoke("bench", name, "--help")
+    assert res.exit_code == 0
+    w = REGISTRY[name]
+    for opt in ("count", "batch"):
+        if opt in w.defaults:
+            assert f"Default: {w.defaults[opt]:,}" in res.output
+    if "replicas" not in w.uses:
+        assert "--replicas" not in res.output
+    if "producers" not in w.uses:
+        assert "--producers" not in res.output
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["store", "--count", "0"], "--count"),
+    (["store", "--size", "4"], "--size 4 outside [8, 4194304]"),
+    (["store", "--size", "12q"], "is not a size"),
+    (["store", "--size", "8MiB"], "--size 8388608 outside"),
+    (["store", "--count", "10", "--duration", "1"], "give --count or --duration, not both"),
+    (["log", "--producers", "2"], "--producers does not apply to the log workload"),
+    (["store", "--window", "2"], "--window does not apply to the store workload"),
+    (["commit", "--replicas", "3"], "--replicas does not apply to the commit workload"),
+    (["log", "--window", "4"], "--window applies to the log with --flush sync"),
+    (["commit", "--flush", "async"], "commit measures sync group commit"),
+    (["store", "--flush", "fast"], "'fast' is not one of 'sync', 'async'"),
+    (["store", "--batch", "65536", "--size", "4KiB"], "the store's max_batch_bytes"),
+    (["store", "--batch", "0"], "--batch"),
+    (["store", "--duration", "0.01"], "--duration"),
+    (["store", "--json", "/nonexistent-dir-ql/x.json"], "does not exist"),
+    (["store", "--dir", "/nonexistent-dir-ql"], "does not exist"),
+    (["store", "--bogus"], "No such option '--bogus'"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["--producers", "999"], "999 is not in the range 1<=x<=256"),
+    (["--producers", "2", "log"], "--producers does not apply to the log workload"),
+])
+def test_bad_options_exit_2_with_a_specific_message(invoke, argv, message):
+    res = invoke("bench", *argv)
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert "result:" not in res.output          # nothing was measured
+
+
+@pytest.mark.parametrize("name", ["cluster", "failover"])
+def test_replicated_workloads_say_they_are_not_built(bench, name):
+    run = bench(name)
+    assert run.exit_code == 2
+    assert NOT_BUILT in run.stderr
+    assert run.doc is None                      # no results were made up
+
+
+def test_scan_without_pyspark_is_a_clear_exit_2(bench, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyspark" else real(name, *a))
+    run = bench("scan", "--count", "100")
+    assert run.exit_code == 2
+    assert "pyspark is not installed" in run.stderr and "quorumlog[spark]" in run.stderr
+
+
+def test_options_before_the_workload_apply_and_after_wins(bench):
+    run = bench("--size", "64", "--count", "300", "store", "--size", "128", "--batch", "50")
+    assert run.exit_code == 0, run.output
+    (put,) = run.rows("store", "put_batch")
+    assert put["options"]["size"] == 128 and put["options"]["count"] == 300
+    assert put["options"]["batch"] == 50
+
+
+def test_sizes_parse_with_binary_units():
+    assert [parse_size(s) for s in ("100", "1k", "4KiB", "1MiB", "2 mb")] == \
+        [100, 1024, 4096, 1 << 20, 2 << 20]
+    with pytest.raises(BenchOptionError):
+        parse_size("1.5k")
+
+
+def test_library_options_raise_the_projects_error_class():
+    with pytest.raises(InvalidArgumentError, match="--producers 0"):
+        BenchOptions(producers=0)
+    with pytest.raises(BenchOptionError, match="not both"):
+        BenchOptions(count=1, duration_s=1.0)
+    with pytest.raises(BenchOptionError, match="--seed"):
+        BenchOptions(seed=-1)
+
+
+def _planned(opts):
+    steps, skipped = suite.plan(opts, suite.DEFAULT_SUITE, strict=False)
+    return [(s.workload.name, s.resolved) for s in steps], {s["workload"]: s["reason"]
+                                                             for s in skipped}
+
+
+def test_default_suite_plan():
+    steps, skipped = _planned(BenchOptions())
+    names = [n for n, _ in steps]
+    assert names[:5] == ["log", "store", "store", "store", "commit"]
+    assert skipped["cluster"] == NOT_BUILT and skipped["failover"] == NOT_BUILT
+    assert ("scan" in names) != ("scan" in skipped)       # run, or skipped with the reason
+    stores = [r for n, r in steps if n == "store"]
+    assert [(r.flush, r.batch, r.count) for r in stores] == \
+        [("async", 1000, 1_000_000), ("sync", 1000, 1_000_000), ("async", 1, 200_000)]
+    commit = dict(steps)["commit"]
+    assert (commit.flush, commit.producers, commit.batch, commit.count, commit.duration_s) == \
+        ("sync", 8, 1, None, 5.0)
+
+
+def test_suite_plan_follows_user_options():
+    steps, skipped = _planned(BenchOptions(flush="sync", quick=True))
+    stores = [r for n, r in steps if n == "store"]
+    # async and sync put_batch steps became one; the single-put step stays (other batch)
+    assert [(r.flush, r.batch, r.count) for r in stores] == [("sync", 1000, 100_000),
+                                                              ("sync", 1, 20_000)]
+    assert dict(steps)["log"].count == 200_000                 # --quick: default / 10
+    assert dict(steps)["commit"].duration_s == 0.5
+    steps, skipped = _planned(BenchOptions(flush="async", duration_s=1.0, producers=3))
+    assert "commit measures sync group commit" in skipped["commit"]
+    assert all(r.duration_s == 1.0 and r.count is None for n, r in steps if n != "scan")
+    assert dict(steps)["log"].producers == 1                   # not passed to the log
+    assert all(r.producers == 3 for n, r in steps if n == "store")
