@@ -37,6 +37,13 @@ microbench: $(STAMP)
 soak: $(STAMP)
 	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
 
+# Jepsen-style fault testing of a 3-replica group of real processes (docs/reliability.md):
+# 500 kills and every other nemesis, sync flush; up to an hour. SEED=n replays a plan.
+SEED ?=
+soak-cluster: $(STAMP)
+	$(VPY) -m quorumlog.testing.jepsen $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
+		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600
+
 clean:
 	rm -rf build $(VENV) src/*.egg-info
 	find csrc -name '*.c' ! -name 'crc32c.c' -delete; find src -name '*.so' -delete

@@ -14,6 +14,7 @@ Properties checked (each finding names its kind):
   unreadable        a replica answers an error for an offset whose bytes the nemesis did not
                     damage
   short-ack         an acknowledgement names fewer positions than the batch had messages
+                    (the messages it names no position for must still be stored somewhere)
   wrong-data        a body that fails its own integrity check, a message id no client
                     sent, or a different message at an acknowledged position
   position-reused   two acknowledged messages claim the same (topic, queue, offset)
@@ -83,7 +84,7 @@ def parse_body(body) -> tuple[str | None, bool]:
 
 
 # ------------------------------------------------------------------------------------ history
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Op:
     """One step of one produce. `invoke` names the batch; `ok` adds where it was stored;
     `fail` means it definitely was not stored; `info` means it may or may not have been."""
@@ -105,7 +106,7 @@ class Op:
             raise InvalidArgumentError(f"op type must be one of {OP_TYPES}, got {self.type!r}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Event:
     """What the nemesis did. Kinds the checker reads: `partition` (detail: groups, a list
     of node lists), `heal` (ends every partition), `bit-flip` (detail: position of the
@@ -144,7 +145,7 @@ class History:
 
 
 # ------------------------------------------------------------------------------- end state
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReadMessage:
     topic: str
     queue_id: int
@@ -153,7 +154,7 @@ class ReadMessage:
     intact: bool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Unreadable:
     topic: str
     queue_id: int
@@ -215,8 +216,8 @@ class CheckResult:
         return not self.findings
 
     def by_kind(self) -> dict:
-        out = collections.Counter(f.kind for f in self.findings)
-        return dict(out)
+        """{kind: exact number of findings} (the list keeps MAX_EXAMPLES of each)."""
+        return dict(self.counts.get("by_kind", {}))
 
 
 class _Findings:
@@ -236,8 +237,9 @@ class _Findings:
 
 # ------------------------------------------------------------------------------------ checker
 def _acks(ops: Iterable[Op], f: _Findings):
-    """{message id: (topic, queue, offset)} of acknowledged messages, + failed and
-    indeterminate ids, + every id ever invoked, + ok ops."""
+    """{message id: (topic, queue, offset), or None when acknowledged without a position}
+    of acknowledged messages, + failed and indeterminate ids, + every id ever invoked, +
+    ok ops."""
     acked: dict[str, tuple] = {}
     failed: set = set()
     indeterminate: set = set()
@@ -259,7 +261,11 @@ def _acks(ops: Iterable[Op], f: _Findings):
                                    f"{len(o.message_ids)} messages sent, acknowledgement by "
                                    f"{o.node} names {len(o.positions)} positions "
                                    f"({o.topic}/{o.queue_id}@{o.first_offset})")
-            for i, mid in enumerate(o.message_ids):
+            k = len(o.positions)
+            for mid in o.message_ids[k:]:
+                # acknowledged without a position: they must be stored, somewhere
+                acked[mid] = None
+            for i, mid in enumerate(o.message_ids[:k]):
                 where = (o.topic, o.queue_id, o.first_offset + i)
                 prev = claim.get(where)
                 if prev is not None and prev != mid:
@@ -323,7 +329,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
     intact_copies = collections.Counter()     # message id -> replicas reading it intact
     unread_acked: list = []
     lost_ids: set = set()
-    acked_at = set(acked.values())
+    acked_at = set(w for w in acked.values() if w is not None)
     for r in reads:
         at: dict[tuple, ReadMessage] = {}
         where_ids = collections.defaultdict(list)
@@ -366,6 +372,16 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
                                     f"{len(missing)}, e.g. {missing[:5]}")
                 counts["offset_gaps"] += len(missing)
         for mid, where in acked.items():
+            if where is None:
+                # (a short acknowledgement: no position was named for it)
+                if mid in where_ids:
+                    intact_copies[mid] += 1
+                else:
+                    f.add("acked-lost", f"{r.node}: acknowledged {mid} (its acknowledgement "
+                                        "named no position) is not stored")
+                    counts["acked_lost_copies"] += 1
+                    lost_ids.add(mid)
+                continue
             m = at.get(where)
             if m is not None and m.message_id == mid and m.intact:
                 intact_copies[mid] += 1
@@ -473,4 +489,5 @@ def check(ops: Iterable[Op], events: Iterable[Event], reads: Iterable[ReplicaRea
     for k in ("acked_lost", "wrong_data", "duplicates", "failed_appeared"):
         counts.setdefault(k, 0)
     counts["findings"] = sum(f.n.values())
+    counts["by_kind"] = dict(f.n)
     return CheckResult(f.items, dict(counts))

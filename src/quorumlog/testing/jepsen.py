@@ -72,12 +72,13 @@ class RunConfig:
     disk_fulls: int = 0
     slow_networks: int = 0
     resets: int = 0
+    lagging_power_losses: int = 0      # nemesis.LaggingPowerLoss (3 nodes)
     workers: int = 4
     rate_ops_s: float = 100.0          # produce batches per second, all workers together
     op_timeout_s: float = 10.0         # a batch retried this long, then indeterminate
     request_timeout_s: float = 2.0
     invalid_ratio: float = 0.02        # batches that must fail (oversize body, bad queue)
-    large_ratio: float = 0.005         # batches over one APPEND's byte budget
+    large_ratio: float = 0.002         # batches over one APPEND's byte budget
     segment_size_bytes: int = 1 << 20
     quiet_s: tuple = (0.3, 1.5)        # load without faults between two nemeses
     hold_s: tuple = (0.5, 3.0)         # how long a fault stays
@@ -102,7 +103,7 @@ class RunConfig:
         if self.kill_target not in ("leader", "follower", "any", "mixed"):
             raise InvalidArgumentError("kill_target must be leader, follower, any or mixed")
         for name in ("kills", "partitions", "pauses", "power_cuts", "bit_flips", "disk_fulls",
-                     "slow_networks", "resets"):
+                     "slow_networks", "resets", "lagging_power_losses"):
             if not 0 <= getattr(self, name) <= 100_000:
                 raise InvalidArgumentError(f"{name} must be in [0, 100000]")
         if not 1 <= self.workers <= 64 or not 0 < self.rate_ops_s <= 10_000:
@@ -419,9 +420,9 @@ class Workload:
                 qid = 60000                                     # no such queue
             return bodies, mids, qid, True
         if r < self.cfg.invalid_ratio + self.cfg.large_ratio:
-            n, lo, hi = 150, 8000, 8192                         # > max_batch_bytes (1 MiB)
+            n, lo, hi = 135, 8192, 8192                         # > max_batch_bytes (1 MiB)
         else:
-            n, lo, hi = rng.randint(1, 20), 16, 400
+            n, lo, hi = rng.randint(1, 8), 16, 400
         mids = [message_id(pid, seq, i) for i in range(n)]
         return [make_body(x, rng.randint(lo, hi)) for x in mids], mids, qid, False
 
@@ -648,7 +649,7 @@ class DiskVolume:
 COUNTERS = (("kills", "kill"), ("partitions", "partition"), ("pauses", "pause"),
             ("power_cuts", "power-cut"), ("bit_flips", "bit-flip"),
             ("disk_fulls", "disk-full"), ("slow_networks", "slow-network"),
-            ("resets", "reset"))
+            ("resets", "reset"), ("lagging_power_losses", "lagging-power-loss"))
 
 
 def build_plan(cfg: RunConfig, rng: random.Random) -> list[str]:
@@ -665,6 +666,7 @@ def build_plan(cfg: RunConfig, rng: random.Random) -> list[str]:
     plan += ["disk-full"] * cfg.disk_fulls
     plan += ["slow-network"] * cfg.slow_networks
     plan += ["reset"] * cfg.resets
+    plan += ["lagging-power-loss"] * cfg.lagging_power_losses
     rng.shuffle(plan)
     return plan
 
@@ -897,9 +899,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-fulls", type=int, default=0)
     p.add_argument("--slow-networks", type=int, default=0)
     p.add_argument("--resets", type=int, default=0)
+    p.add_argument("--lagging-power-losses", type=int, default=0,
+                   help="compound fault: a follower lags, the other crashes, the leader "
+                        "loses power (nemesis.LaggingPowerLoss)")
     p.add_argument("--all-nemeses", action="store_true",
-                   help="add, per 10 kills: 2 partitions, 1 pause, 1 power cut, 1 slow network, "
-                        "1 reset; per 50 kills: 1 bit flip, 1 disk full")
+                   help="add, per 10 kills: 1 partition, 1 power cut, and every 20 kills: 1 "
+                        "pause, 1 slow network, 1 reset; per 50 kills: 1 bit flip, 1 full "
+                        "disk (at least one of each)")
     p.add_argument("--power-model", choices=("dirty-pages", "checkpoint"),
                    default="dirty-pages",
                    help="what a power cut loses: the page cache's dirty pages (needs root), "
@@ -908,6 +914,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how a replica refusing to start on a flipped bit is repaired")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", type=float, default=100.0, help="batches per second in all")
+    p.add_argument("--disk-size-mb", type=int, default=512,
+                   help="size of the full-disk victim's own file system")
     p.add_argument("--dir", default=None, help="run directory (default: a new temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the run directory when valid")
     p.add_argument("--log-level", default="WARNING", help="the replicas' log level")
@@ -920,18 +928,17 @@ def config_from_args(a) -> RunConfig:
                     kills=a.kills, kill_target=a.kill_target, partitions=a.partitions,
                     pauses=a.pauses, power_cuts=a.power_cuts, bit_flips=a.bit_flips,
                     disk_fulls=a.disk_fulls, slow_networks=a.slow_networks, resets=a.resets,
+                    lagging_power_losses=a.lagging_power_losses,
                     workers=a.workers, rate_ops_s=a.rate, directory=a.dir, keep=a.keep,
                     power_model=a.power_model, flip_repair=a.flip_repair,
+                    disk_size_mb=a.disk_size_mb,
                     log_level=a.log_level.upper())
     if a.all_nemeses:
-        k = max(a.kills, 10)
-        cfg.partitions = max(cfg.partitions, k // 5)
-        cfg.pauses = max(cfg.pauses, k // 10)
-        cfg.power_cuts = max(cfg.power_cuts, k // 10)
-        cfg.slow_networks = max(cfg.slow_networks, k // 10)
-        cfg.resets = max(cfg.resets, k // 10)
-        cfg.bit_flips = max(cfg.bit_flips, max(1, k // 50))
-        cfg.disk_fulls = max(cfg.disk_fulls, max(1, k // 50))
+        k = a.kills
+        for name, per in (("partitions", 10), ("power_cuts", 10), ("pauses", 20),
+                          ("slow_networks", 20), ("resets", 20), ("bit_flips", 50),
+                          ("disk_fulls", 50), ("lagging_power_losses", 20)):
+            setattr(cfg, name, max(getattr(cfg, name), k // per, 1))
     return cfg
 
 

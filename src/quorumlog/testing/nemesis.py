@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import struct
+import time
 
 import numpy as np
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 __all__ = ["read_checkpoint", "lose_unflushed_tail", "dirty_pages", "flip_committed_bit",
            "undo_flip", "wipe_log", "fill_disk",
            "Nemesis", "Kill", "Pause", "Partition", "SlowNetwork", "ResetConnections",
-           "PowerCut", "BitFlip", "DiskFull", "NEMESES"]
+           "PowerCut", "BitFlip", "DiskFull", "LaggingPowerLoss", "NEMESES"]
 
 CQ_ENTRY = np.dtype([("position", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
 assert CQ_ENTRY.itemsize == 20
@@ -508,6 +509,54 @@ class PowerCut(Nemesis):
         h.restart(self.node)
 
 
+class LaggingPowerLoss(Nemesis):
+    """A compound fault that probes the durability window of the flush mode:
+
+      1. isolate one follower (F2) so it falls behind while the load goes on;
+      2. SIGKILL the other follower (F1: its page cache survives), then cut the leader's
+         power (L: it loses its unflushed tail, as lose_unflushed_tail says);
+      3. heal the partition and restart L: L and F2 are a majority and elect a leader;
+      4. when healed, restart F1.
+
+    Entries committed by {L, F1} just before the cut are on F1 (down) and, unless flushed,
+    no longer on L. In sync mode L flushed every entry before counting itself, so it still
+    holds them and nothing acknowledged may be lost. In async mode (DLedger's behaviour)
+    the majority {L, F2} may lack them: they can be lost -- one power loss and one process
+    crash suffice; this is the window docs/reliability.md measures."""
+
+    counter = "lagging_power_losses"
+    name = "lagging-power-loss"
+
+    def __init__(self):
+        super().__init__()
+        self.f1 = None
+
+    def start(self, h) -> bool:
+        lead = h.leader()
+        if lead is None or lead == h.disk_victim or len(h.cluster.ids) != 3:
+            return False
+        f1, f2 = h.rng.sample([n for n in h.cluster.ids if n != lead], 2)
+        h.history.event("lagging-power-loss", [lead, f1, f2], leader=lead, crashed=f1,
+                        lagging=f2)
+        h.proxy.partition([f2], [lead, f1])
+        h.history.event("partition", [f2], groups=[[f2], sorted([lead, f1])],
+                        partition_kind="isolate-follower", mode="blackhole")
+        time.sleep(h.rng.uniform(0.5, 1.5))                # F2 falls behind under load
+        h.cluster.kill(f1)
+        h.history.event("kill", [f1], target="follower")
+        h.cluster.kill(lead)
+        lost = lose_unflushed_tail(h.cluster.data_dir(lead), h.power_model)
+        h.history.event("power-cut", [lead], **lost)
+        h.proxy.heal()
+        h.history.event("heal")
+        h.restart(lead)
+        self.f1 = f1
+        return True
+
+    def stop(self, h) -> None:
+        h.restart(self.f1)
+
+
 def undo_flip(where: dict) -> None:
     """Flip the same bit back (the operator restored the record from a good copy)."""
     with open(where["file"], "r+b") as fh:
@@ -635,4 +684,5 @@ NEMESES = {
     "power-cut-leader": lambda: PowerCut("leader"),
     "bit-flip": BitFlip,
     "disk-full": DiskFull,
+    "lagging-power-loss": LaggingPowerLoss,
 }
