@@ -35,7 +35,8 @@ def _assert_clean(report, **expected):
 @pytest.mark.timeout(900)
 def test_twenty_leader_kills_and_five_partitions_lose_nothing(tmp_path):
     cfg = RunConfig(seed=SEED, flush="async", kills=20, kill_target="leader", partitions=5,
-                    large_ratio=0.0, duration_s=600, directory=str(tmp_path / "run"), log_level="WARNING")
+                    large_ratio=0.0, duration_s=600, directory=str(tmp_path / "run"),
+                    log_level="WARNING")
     report = run(cfg)
     _assert_clean(report, kills=20, partitions=5)
 

@@ -914,6 +914,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how a replica refusing to start on a flipped bit is repaired")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", type=float, default=100.0, help="batches per second in all")
+    p.add_argument("--large-ratio", type=float, default=0.002,
+                   help="share of batches larger than one APPEND (1 MiB)")
     p.add_argument("--disk-size-mb", type=int, default=512,
                    help="size of the full-disk victim's own file system")
     p.add_argument("--dir", default=None, help="run directory (default: a new temp dir)")
@@ -931,7 +933,7 @@ def config_from_args(a) -> RunConfig:
                     lagging_power_losses=a.lagging_power_losses,
                     workers=a.workers, rate_ops_s=a.rate, directory=a.dir, keep=a.keep,
                     power_model=a.power_model, flip_repair=a.flip_repair,
-                    disk_size_mb=a.disk_size_mb,
+                    disk_size_mb=a.disk_size_mb, large_ratio=a.large_ratio,
                     log_level=a.log_level.upper())
     if a.all_nemeses:
         k = a.kills

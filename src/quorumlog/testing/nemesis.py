@@ -103,17 +103,24 @@ def dirty_pages(path, *, limit_pages: int | None = None, _probe: bool = False):
         if addr in (None, ctypes.c_void_p(-1).value):
             raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
         try:
-            for i in range(n):                                # fault every page in
-                ctypes.c_char.from_address(addr + i * PAGE_BYTES).value
+            todo = range(n)
             with open("/proc/self/pagemap", "rb") as pm, open("/proc/kpageflags", "rb") as kf:
-                pm.seek((addr // PAGE_BYTES) * 8)
-                ents = np.frombuffer(pm.read(8 * n), dtype="<u8")
-                present = (ents >> np.uint64(63)) & np.uint64(1)
-                pfns = ents & np.uint64((1 << 55) - 1)
-                if _probe:
-                    return [] if present.all() and pfns.any() else None
-                if not present.all() or not pfns.all():
-                    raise QuorumlogError(f"{path}: page frames not visible (not root?)")
+                for _round in range(5):
+                    for i in todo:                            # fault the pages in
+                        ctypes.c_char.from_address(addr + i * PAGE_BYTES).value
+                    pm.seek((addr // PAGE_BYTES) * 8)
+                    ents = np.frombuffer(pm.read(8 * n), dtype="<u8")
+                    present = (ents >> np.uint64(63)) & np.uint64(1)
+                    pfns = ents & np.uint64((1 << 55) - 1)
+                    if _probe:
+                        return [] if present.all() and pfns.any() else None
+                    # (a page can be unmapped again before it is looked at: touch it again)
+                    todo = np.nonzero((present == 0) | (pfns == 0))[0].tolist()
+                    if not todo:
+                        break
+                if todo:
+                    raise QuorumlogError(f"{path}: {len(todo)} page frames not visible "
+                                         "(not root?)")
                 out = []
                 for i, pfn in enumerate(pfns.tolist()):
                     kf.seek(pfn * 8)
