@@ -33,9 +33,10 @@ def require(cond, what):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="node: a retried batch that the new leader holds in "
-                   "part is acknowledged with the prefix's positions only (the rest is "
-                   "lost); see docs/reliability.md, findings")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="node: a retried batch that the new leader holds in part is "
+                   "acknowledged with the prefix's positions only (the rest is lost); see "
+                   "docs/reliability.md, findings")
 def test_retry_of_a_batch_the_new_leader_holds_in_part_is_acknowledged_whole(tmp_path):
     fp = FaultProxy(seed=1)
     io = IoThread()

@@ -72,7 +72,8 @@ class LinkFaults:
             raise InvalidArgumentError("delay_ms and jitter_ms are limited to 600000")
         bw = self.bandwidth_bytes_per_s
         if bw is not None and (not isinstance(bw, int) or bw < 1):
-            raise InvalidArgumentError(f"bandwidth_bytes_per_s must be a positive int or None, got {bw!r}")
+            raise InvalidArgumentError(
+                f"bandwidth_bytes_per_s must be a positive int or None, got {bw!r}")
         return self
 
     @property

@@ -27,6 +27,9 @@ Properties checked (each finding names its kind):
   replicas-differ   two replicas' logs differ byte-wise below the lowest commit position
                     (apart from bytes the nemesis flipped itself)
   not-converged     replicas did not converge within `converge_limit_s` after healing
+  power-model-violation  a power cut zeroed bytes the replica had msync'd (seen when the
+                    runner traces msync): the nemesis was unfaithful, findings after it
+                    are suspect
   restart-failed    a replica did not start again after a crash or power loss (a
                     replica refusing to start on a bit the nemesis flipped is recorded
                     as `refused-start`, the documented fail-stop, and is not a finding)
@@ -318,9 +321,10 @@ def _check_minority_acks(ops, events, nodes_total, f: _Findings) -> None:
             continue
         for start, end, minority in wins:
             if o.node in minority and start <= t0 and o.time <= end:
-                f.add("minority-ack", f"{o.node} acknowledged producer {o.producer_id:x} "
-                                      f"sequence {o.sequence} (invoked {t0 - start:.3f} s into "
-                                      f"a partition that kept it in the minority {sorted(minority)})")
+                f.add("minority-ack",
+                      f"{o.node} acknowledged producer {o.producer_id:x} sequence "
+                      f"{o.sequence} (invoked {t0 - start:.3f} s into a partition that kept "
+                      f"it in the minority {sorted(minority)})")
                 break
 
 
@@ -482,6 +486,13 @@ def check(ops: Iterable[Op], events: Iterable[Event], reads: Iterable[ReplicaRea
             else:
                 counts["max_converge_s"] = max(counts.get("max_converge_s", 0), after)
     for e in events:
+        if e.kind == "power-model-violation":
+            f.add("power-model-violation",
+                  f"the power cut of {', '.join(e.nodes)} zeroed log bytes from "
+                  f"{e.detail.get('zeroed_from')}, below {e.detail.get('msync_end')} which the "
+                  f"replica had msync'd ({e.detail.get('model')} model): the nemesis, not the "
+                  "replica, lost that data")
+            counts["power_model_violations"] += 1
         if e.kind == "restart-failed":
             f.add("restart-failed", f"{', '.join(e.nodes)} did not start again: "
                                     f"{str(e.detail.get('error', '?'))[-300:]}")

@@ -27,6 +27,7 @@ import logging
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -87,6 +88,7 @@ class RunConfig:
     disk_size_mb: int = 512
     power_model: str = "dirty-pages"   # or "checkpoint" (nemesis.lose_unflushed_tail)
     flip_repair: str = "wipe"          # or "undo" (nemesis.BitFlip)
+    trace_msync: bool = False          # strace every replica's msync (checks power cuts)
     directory: str | None = None
     keep: bool = False
     log_level: str = "INFO"
@@ -235,6 +237,8 @@ class Harness:
         self.power_model = cfg.power_model
         self.flip_repair = cfg.flip_repair
         self._channels: Channels | None = None
+        self.msync_tracing = cfg.trace_msync
+        self._tracers: dict = {}
 
     @property
     def channels(self) -> Channels:
@@ -333,7 +337,58 @@ class Harness:
             log.warning("%s did not start: %s", nid, str(e)[-300:])
             return False
         self.history.event("restart", [nid], pid=self.cluster.pid(nid))
+        self.trace(nid)
         return True
+
+    # -- msync tracing (checks the power-loss model against what was really made durable) --
+    def trace(self, nid: str) -> None:
+        """Attach strace (msync calls only) to nid's current process."""
+        if not self.msync_tracing:
+            return
+        pid = self.cluster.pid(nid)
+        out = os.path.join(self.cluster.dir, f"{nid}.msync.{pid}")
+        p = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=msync", "-o", out,
+                              "-p", str(pid)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._tracers[nid] = (p, out, pid)
+
+        def attached():
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    return any(ln.startswith("TracerPid:") and ln.split()[1] != "0"
+                               for ln in fh)
+            except OSError:
+                return True        # gone: nothing more to trace
+        if not _wait(attached, 10, 0.01):
+            raise QuorumlogError(f"strace did not attach to {nid} (pid {pid}) in 10 s")
+
+    def msync_maps(self, nid: str) -> str | None:
+        """nid's memory map (to place its msync addresses in files), before it is killed."""
+        if not self.msync_tracing or nid not in self._tracers:
+            return None
+        with open(f"/proc/{self._tracers[nid][2]}/maps") as fh:
+            return fh.read()
+
+    def msync_end(self, nid: str, maps: str | None) -> int | None:
+        """Stop tracing nid's (killed) process -> the highest log position it msync'd."""
+        t = self._tracers.pop(nid, None)
+        if t is None or maps is None:
+            return None
+        p, out, _pid = t
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+        return msync_end_from_trace(out, maps)
+
+    def stop_tracing(self) -> None:
+        for p, _out, _pid in self._tracers.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        self._tracers.clear()
 
     def last_start_error(self, nid: str) -> str:
         """The replica's last CRITICAL/ERROR log line (why it would not start)."""
@@ -503,6 +558,45 @@ class Workload:
 
 
 # ------------------------------------------------------------------------------ end state
+_MSYNC = re.compile(r"^(\d+)\s+msync\((0x[0-9a-f]+), (\d+), MS_SYNC(?:\) += 0| <unfinished)")
+_RESUMED = re.compile(r"^(\d+)\s+<\.\.\. msync resumed>\) += 0")
+
+
+def msync_end_from_trace(trace_path: str, maps: str) -> int:
+    """The highest commit-log position covered by a successful msync in an strace log
+    (`strace -f -e trace=msync`), placing addresses through the process's /proc maps."""
+    segs = []
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and "/commitlog/" in parts[5]:
+            a, b = (int(x, 16) for x in parts[0].split("-"))
+            name = os.path.basename(parts[5].strip())
+            if name.isdigit():
+                segs.append((a, b, int(parts[2], 16), int(name)))
+    end = 0
+    pending = {}
+
+    def place(addr, n):
+        nonlocal end
+        for a, b, off, start in segs:
+            if a <= addr < b:
+                end = max(end, start + off + (addr - a) + n)
+    with open(trace_path) as fh:
+        for line in fh:
+            mm = _MSYNC.match(line)
+            if mm:
+                tid, addr, n = mm.group(1), int(mm.group(2), 16), int(mm.group(3))
+                if line.rstrip().endswith("<unfinished ...>"):
+                    pending[tid] = (addr, n)
+                else:
+                    place(addr, n)
+                continue
+            mm = _RESUMED.match(line)
+            if mm and mm.group(1) in pending:
+                place(*pending.pop(mm.group(1)))
+    return end
+
+
 class ReadFailedError(QuorumlogError):
     """A final read could not reach a replica (not a finding about the data: the run
     fails as a harness failure)."""
@@ -740,6 +834,8 @@ def run(cfg: RunConfig) -> Report:
                 volume = None
         cluster.start()
         cluster.wait_started(timeout=60)
+        for n in cluster.ids:
+            h.trace(n)
         if h.leader(30) is None:
             raise QuorumlogError("no leader within 30 s of the start")
         _say(f"cluster up in {directory}; bit-flip victim {h.flip_victim}")
@@ -810,6 +906,7 @@ def run(cfg: RunConfig) -> Report:
         for o in opened:
             o.close()
         cluster.kill_all()
+        h.stop_tracing()
         for n in cluster.ids:
             pid = cluster.pid(n)
             if pid and cluster.alive(n):
@@ -837,6 +934,7 @@ def run(cfg: RunConfig) -> Report:
                     "damaged_unreadable": c.get("damaged_unreadable", 0),
                     "restarts_after_disk_full": history.count_events("restart-after-disk-full"),
                     "refused_starts": history.count_events("refused-start"),
+                    "power_model_violations": history.count_events("power-model-violation"),
                     "restart_failures": history.count_events("restart-failed"),
                     "retried_batches": workload.counts["retried"] if workload else 0,
                     "power_model": cfg.power_model if cfg.power_cuts else None,
@@ -912,6 +1010,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or everything after the checkpoint's flushed position")
     p.add_argument("--flip-repair", choices=("wipe", "undo"), default="wipe",
                    help="how a replica refusing to start on a flipped bit is repaired")
+    p.add_argument("--trace-msync", action="store_true",
+                   help="strace every replica's msync calls and report a power cut that "
+                        "zeroed bytes a replica had made durable (checks the model)")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rate", type=float, default=100.0, help="batches per second in all")
     p.add_argument("--large-ratio", type=float, default=0.002,
@@ -934,6 +1035,7 @@ def config_from_args(a) -> RunConfig:
                     workers=a.workers, rate_ops_s=a.rate, directory=a.dir, keep=a.keep,
                     power_model=a.power_model, flip_repair=a.flip_repair,
                     disk_size_mb=a.disk_size_mb, large_ratio=a.large_ratio,
+                    trace_msync=a.trace_msync,
                     log_level=a.log_level.upper())
     if a.all_nemeses:
         k = a.kills

@@ -134,9 +134,10 @@ def dirty_pages(path, *, limit_pages: int | None = None, _probe: bool = False):
         os.close(fd)
 
 
-def _lose_dirty(path: str, first_dirty: list, out: dict, key: str) -> None:
+def _lose_dirty(path: str, first_dirty: list, out: dict, key: str, base: int = 0) -> None:
     """Zero every dirty page of `path` but the lowest one of the whole file group (which
-    the caller keeps: it may have been written back just before the power failed)."""
+    the caller keeps: it may have been written back just before the power failed).
+    `base`: the file's first log position (segments), for out["log_zeroed_from"]."""
     pages = dirty_pages(path)
     for p in pages:
         if not first_dirty:
@@ -149,6 +150,8 @@ def _lose_dirty(path: str, first_dirty: list, out: dict, key: str) -> None:
         if nz:
             _zero_range(path, lo, lo + PAGE_BYTES)
             out[key] += PAGE_BYTES
+            if key == "log_bytes_zeroed" and out["log_zeroed_from"] is None:
+                out["log_zeroed_from"] = base + lo
 
 
 def _numbered_files(d: str) -> list[str]:
@@ -175,7 +178,7 @@ def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
     """
     cp = read_checkpoint(data_dir)
     out = {"model": model, "flushed_position": cp.flushed_position,
-           "flushed_index": cp.flushed_index, "log_bytes_zeroed": 0,
+           "flushed_index": cp.flushed_index, "log_bytes_zeroed": 0, "log_zeroed_from": None,
            "index_entries_zeroed": 0, "cq_entries_zeroed": 0}
     segs = _numbered_files(os.path.join(data_dir, "commitlog"))
     idx = _numbered_files(os.path.join(data_dir, "index"))
@@ -187,7 +190,7 @@ def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
         for group, key in ((segs, "log_bytes_zeroed"), (idx, "index_bytes_zeroed")):
             first: list = []
             for path in group:
-                _lose_dirty(path, first, out, key)
+                _lose_dirty(path, first, out, key, int(os.path.basename(path)))
         for path in cqs:
             _lose_dirty(path, [], out, "cq_bytes_zeroed")      # each queue file on its own
         log.info("power loss (dirty pages) in %s: %s", data_dir, out)
@@ -206,6 +209,8 @@ def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
             nz = len(fh.read(size - lo).rstrip(b"\0"))
         if nz:
             out["log_bytes_zeroed"] += _zero_range(path, lo, lo + nz)
+            if out["log_zeroed_from"] is None:
+                out["log_zeroed_from"] = start + lo
     N = cp.index_file_entries
     for path in idx:
         first = int(os.path.basename(path))
@@ -484,6 +489,25 @@ class ResetConnections(Nemesis):
         pass
 
 
+def cut_power(h, n: str) -> dict:
+    """SIGKILL node n and lose what a power loss would (h.power_model). When the harness
+    traces msync (h.msync_tracing), the last byte the process had msync'd is recorded too,
+    and a model that zeroed a byte below it -- durable data -- is reported as a
+    `power-model-violation` event (the power cut was not faithful)."""
+    maps = h.msync_maps(n)
+    h.cluster.kill(n)
+    lost = lose_unflushed_tail(h.cluster.data_dir(n), h.power_model)
+    synced = h.msync_end(n, maps)
+    if synced is not None:
+        lost["msync_end"] = synced
+        z = lost.get("log_zeroed_from")
+        if z is not None and z < synced:
+            h.history.event("power-model-violation", [n], zeroed_from=z, msync_end=synced,
+                            model=h.power_model)
+    h.history.event("power-cut", [n], **lost)
+    return lost
+
+
 class PowerCut(Nemesis):
     """SIGKILL a node and lose what a power loss would (lose_unflushed_tail, with the
     harness's model), then restart it. Never the disk-full victim: its data lives in RAM
@@ -506,9 +530,7 @@ class PowerCut(Nemesis):
                 n = h.rng.choice([x for x in h.cluster.ids if x != h.disk_victim])
             elif not h.move_leadership_away(n) or (n := h.leader()) in (None, h.disk_victim):
                 return False
-        h.cluster.kill(n)
-        lost = lose_unflushed_tail(h.cluster.data_dir(n), h.power_model)
-        h.history.event("power-cut", [n], **lost)
+        cut_power(h, n)
         self.node = n
         return True
 
@@ -551,9 +573,7 @@ class LaggingPowerLoss(Nemesis):
         time.sleep(h.rng.uniform(0.5, 1.5))                # F2 falls behind under load
         h.cluster.kill(f1)
         h.history.event("kill", [f1], target="follower")
-        h.cluster.kill(lead)
-        lost = lose_unflushed_tail(h.cluster.data_dir(lead), h.power_model)
-        h.history.event("power-cut", [lead], **lost)
+        cut_power(h, lead)
         h.proxy.heal()
         h.history.event("heal")
         h.restart(lead)
