@@ -243,7 +243,7 @@ def test_short_acknowledgement_is_caught():
                                     positions=(1, 2))
     res = w.check(reads=reads)
     assert kinds(res) == {"short-ack", "acked-lost"}, res.findings
-    assert res.counts["acked_lost"] == 2
+    assert res.counts["acked_lost"] == res.counts["acked_lost_by_short_acks"] == 2
 
 
 def test_two_acks_for_one_position_are_caught():

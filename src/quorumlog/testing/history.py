@@ -333,6 +333,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
     intact_copies = collections.Counter()     # message id -> replicas reading it intact
     unread_acked: list = []
     lost_ids: set = set()
+    lost_unpositioned: set = set()     # lost messages a short acknowledgement left out
     acked_at = set(w for w in acked.values() if w is not None)
     for r in reads:
         at: dict[tuple, ReadMessage] = {}
@@ -385,6 +386,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
                                         "named no position) is not stored")
                     counts["acked_lost_copies"] += 1
                     lost_ids.add(mid)
+                    lost_unpositioned.add(mid)
                 continue
             m = at.get(where)
             if m is not None and m.message_id == mid and m.intact:
@@ -415,6 +417,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
                                   f"{where[0]}/{where[1]}@{where[2]} cannot be read: {err}")
         counts["acked_unreadable"] += 1
     counts["acked_lost"] = len(lost_ids)
+    counts["acked_lost_by_short_acks"] = len(lost_unpositioned)
 
 
 def _check_logs(logs, flips, f: _Findings, counts) -> None:

@@ -925,7 +925,10 @@ def run(cfg: RunConfig) -> Report:
                "indeterminate_batches": c.get("indeterminate_batches", 0)}
     for key, kind in COUNTERS:
         summary[key] = history.count_events(kind)
-    summary.update({"acked_lost": c.get("acked_lost", 0), "wrong_data": c.get("wrong_data", 0),
+    summary.update({"acked_lost": c.get("acked_lost", 0),
+                    "acked_lost_by_short_acks": c.get("acked_lost_by_short_acks", 0),
+                    "short_acks": result.by_kind().get("short-ack", 0),
+                    "wrong_data": c.get("wrong_data", 0),
                     "duplicates": c.get("duplicates", 0),
                     "failed_appeared": c.get("failed_appeared", 0),
                     "findings": c.get("findings", 0), "by_kind": result.by_kind(),
