@@ -5,7 +5,9 @@ function from all of that to findings.
 
 Properties checked (each finding names its kind):
 
-  acked-lost        an acknowledged message is not in a replica's queue at all
+  acked-lost        an acknowledged message is not in a replica's queue at all (the
+                    summary's acked_lost counts messages that fewer than a majority of
+                    the replicas hold: lost from the group)
   acked-moved       an acknowledged message is in a replica, but not at its acknowledged
                     (topic, queue, offset)
   acked-unreadable  a replica answers an error for an acknowledged message's offset (a
@@ -331,9 +333,9 @@ def _check_minority_acks(ops, events, nodes_total, f: _Findings) -> None:
 def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _Findings,
                  counts) -> None:
     intact_copies = collections.Counter()     # message id -> replicas reading it intact
+    held = collections.Counter()              # message id -> replicas storing it anywhere
     unread_acked: list = []
-    lost_ids: set = set()
-    lost_unpositioned: set = set()     # lost messages a short acknowledgement left out
+    wrong: set = set()                        # (topic, queue, offset) served wrong
     acked_at = set(w for w in acked.values() if w is not None)
     for r in reads:
         at: dict[tuple, ReadMessage] = {}
@@ -344,13 +346,13 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
             if m.message_id is None or not m.intact:
                 f.add("wrong-data", f"{r.node}: {m.topic}/{m.queue_id}@{m.offset} holds a body "
                                     f"that fails its integrity check (id {m.message_id!r})")
-                counts["wrong_data"] += 1
+                wrong.add(key)
                 continue
             where_ids[m.message_id].append(key)
             if m.message_id not in invoked:
                 f.add("wrong-data", f"{r.node}: {m.topic}/{m.queue_id}@{m.offset} holds "
                                     f"{m.message_id}, which no client sent")
-                counts["wrong_data"] += 1
+                wrong.add(key)
             if m.message_id in failed:
                 f.add("failed-appeared", f"{r.node}: {m.message_id} (its put definitely "
                                          f"failed) is at {m.topic}/{m.queue_id}@{m.offset}")
@@ -377,6 +379,8 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
                                     f"{len(missing)}, e.g. {missing[:5]}")
                 counts["offset_gaps"] += len(missing)
         for mid, where in acked.items():
+            if mid in where_ids:
+                held[mid] += 1
             if where is None:
                 # (a short acknowledgement: no position was named for it)
                 if mid in where_ids:
@@ -384,9 +388,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
                 else:
                     f.add("acked-lost", f"{r.node}: acknowledged {mid} (its acknowledgement "
                                         "named no position) is not stored")
-                    counts["acked_lost_copies"] += 1
-                    lost_ids.add(mid)
-                    lost_unpositioned.add(mid)
+                    counts["acked_missing_copies"] += 1
                 continue
             m = at.get(where)
             if m is not None and m.message_id == mid and m.intact:
@@ -398,7 +400,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
             if m is not None and m.intact and m.message_id is not None:
                 f.add("wrong-data", f"{r.node}: {where[0]}/{where[1]}@{where[2]} was "
                                     f"acknowledged for {mid} but holds {m.message_id}")
-                counts["wrong_data"] += 1
+                wrong.add(where)
             if mid in where_ids:
                 t, q, o = where_ids[mid][0]
                 f.add("acked-moved", f"{r.node}: acknowledged {mid} is at {t}/{q}@{o}, "
@@ -407,8 +409,7 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
             else:
                 f.add("acked-lost", f"{r.node}: acknowledged {mid} "
                                     f"({where[0]}/{where[1]}@{where[2]}) is not stored")
-                counts["acked_lost_copies"] += 1
-                lost_ids.add(mid)
+                counts["acked_missing_copies"] += 1
     for node, mid, where, err in unread_acked:
         if node in damaged_nodes and intact_copies[mid] >= _majority(nodes_total):
             counts["damaged_unreadable_acked"] += 1
@@ -416,8 +417,13 @@ def _check_reads(reads, acked, failed, invoked, damaged_nodes, nodes_total, f: _
         f.add("acked-unreadable", f"{node}: acknowledged {mid} at "
                                   f"{where[0]}/{where[1]}@{where[2]} cannot be read: {err}")
         counts["acked_unreadable"] += 1
-    counts["acked_lost"] = len(lost_ids)
-    counts["acked_lost_by_short_acks"] = len(lost_unpositioned)
+    # lost from the group: held by fewer than a majority of the replicas (of those read,
+    # when fewer than a majority could be read)
+    need = min(_majority(nodes_total), len(reads))
+    lost = [mid for mid in acked if held[mid] < need] if reads else []
+    counts["acked_lost"] = len(lost)
+    counts["acked_lost_by_short_acks"] = sum(1 for mid in lost if acked[mid] is None)
+    counts["wrong_data"] = len(wrong)
 
 
 def _check_logs(logs, flips, f: _Findings, counts) -> None:
