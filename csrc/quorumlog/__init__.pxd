@@ -1,0 +1,1 @@
+# Makes csrc/quorumlog a package for cimport (quorumlog._format, quorumlog._commitlog, ...).

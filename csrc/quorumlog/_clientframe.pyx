@@ -211,3 +211,29 @@ def split_blobs(buf, Py_ssize_t off, Py_ssize_t end, Py_ssize_t n, Py_ssize_t ma
     finally:
         PyBuffer_Release(&b)
     return out, off
+
+
+def record_indexes_of_type(payload, int rtype):
+    """Raft indexes of the records of type `rtype` in `payload` (whole records back to back,
+    as a leader's read() returns and append_replicated takes them). A walk over the headers'
+    size fields in C -- no CRC (append_replicated checks those): the node uses it to find the
+    rare META records among replicated messages without scanning the log again."""
+    cdef Py_buffer b
+    cdef const uint8_t *p
+    cdef Py_ssize_t off = 0, n
+    cdef uint32_t size
+    cdef list out = []
+    PyObject_GetBuffer(payload, &b, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>b.buf
+        n = b.len
+        while off + REC_HEADER <= n:
+            size = ld32(p + off + 4)
+            if size < REC_HEADER:
+                break            # not a record: append_replicated refuses the payload
+            if p[off + 11] == rtype:
+                out.append(ld64(p + off + 16))
+            off += size
+    finally:
+        PyBuffer_Release(&b)
+    return out

@@ -1,6 +1,13 @@
 # Consume queues (the store layer's per-(topic, queue) index) and the lazily decoded Message.
-# What other Cython modules may cimport: the mapped-file wrappers and the Message class.
+# What other Cython modules may cimport: the entry layout, the mapped-file wrappers, Message.
 from libc.stdint cimport int64_t, int32_t
+
+
+# One consume-queue entry (format.md "Store layer"): 20 bytes, little-endian, packed.
+cdef packed struct CQEntry:
+    int64_t position          # log position of the record
+    int32_t size              # its total size; 0: a hole (no entry)
+    int64_t tag_hash          # its tag hash (FNV-1a 64 of the tags; 0: none)
 
 
 cdef class SegmentView:

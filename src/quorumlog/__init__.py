@@ -1,6 +1,6 @@
 """quorumlog: a storage engine for message brokers.
 
-Public API: `quorumlog.open(path, ...)` -> MessageStore (one replica, see store/);
+Public API: `quorumlog.open(path, ...)` -> MessageStore (one replica, see quorumlog/store/);
 `quorumlog.open_replica(path, node_id=..., peers=...)` -> Replica (one member of a Raft group,
 see node/replica.py); `quorumlog.Client` / `AsyncClient` (client.py) for a running group;
 errors in quorumlog.errors; the native commit log in quorumlog.commitlog.

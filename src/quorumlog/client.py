@@ -31,7 +31,6 @@ from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
 from .net.errors import NetError, TransportClosedError
-from .net.framing import encode_header
 from .net.transport import TransportConfig, connect_client
 from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
 
@@ -59,8 +58,8 @@ def _addr(a) -> tuple[str, int]:
 
 
 class _EncodedProduce:
-    """A ProduceRequest whose frame payload was built by the Cython framer (see
-    AsyncClient._request_produce)."""
+    """A ProduceRequest whose frame payload was built by the Cython framer (sent with
+    ClientChannel.request_encoded)."""
 
     __slots__ = ("parts",)
 
@@ -87,7 +86,8 @@ class AsyncClient:
     def __init__(self, addresses, *, client_id: str | None = None, secret=None,
                  cluster_id: str = "quorumlog", insecure: bool = False,
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
-                 producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24):
+                 producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
+                 connect_timeout: float = 1.0):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -100,8 +100,13 @@ class AsyncClient:
         self.producer_id = producer_id if producer_id is not None else \
             random.getrandbits(63) or 1
         self._seq = 0
+        # a member that accepts TCP but does not answer (stopped, overloaded) must not hold
+        # a request for long: give up on it after connect_timeout and try the next one
+        self.connect_timeout = min(connect_timeout, request_timeout)
         self._tconfig = TransportConfig(max_frame_bytes=max_frame_bytes,
-                                        max_send_queue_bytes=max(64 << 20, max_frame_bytes))
+                                        max_send_queue_bytes=max(64 << 20, max_frame_bytes),
+                                        handshake_timeout_ms=int(self.connect_timeout * 1000),
+                                        connect_timeout_ms=int(self.connect_timeout * 1000))
         self._channel = None
         self._channel_addr = None
         self._leader_addr = None
@@ -114,7 +119,7 @@ class AsyncClient:
             self._connecting = asyncio.Lock()
         async with self._connecting:
             ch = self._channel
-            if ch is not None and not ch._conn.closed and (prefer is None
+            if ch is not None and not ch.closed and (prefer is None
                                                            or prefer == self._channel_addr):
                 return ch
             if ch is not None:
@@ -126,7 +131,7 @@ class AsyncClient:
             for host, port in order:
                 try:
                     ch = await connect_client(host, port, self.auth,
-                                              timeout=self.request_timeout,
+                                              timeout=self.connect_timeout,
                                               config=self._tconfig)
                 except (OSError, TimeoutError, NetError) as e:
                     last = e
@@ -140,8 +145,8 @@ class AsyncClient:
         ch = await self._connect(prefer, exact)
         self.stats["requests"] += 1
         if isinstance(msg, _EncodedProduce):
-            resp = await _request_encoded(ch, _PRODUCE_TYPE, msg.parts,
-                                          timeout or self.request_timeout)
+            resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
+                                            timeout or self.request_timeout)
         else:
             resp = await ch.request(msg, timeout or self.request_timeout)
         if isinstance(resp, m.ErrorResponse):
@@ -264,30 +269,6 @@ class AsyncClient:
     async def remove_member(self, node_id: str) -> m.AdminResponse:
         return await self._with_retries(m.AdminRequest(m.AdminOp.REMOVE_MEMBER, node_id),
                                         to_leader=True)
-
-
-async def _request_encoded(ch, type_code: int, payload_parts: list, timeout: float):
-    """ClientChannel.request for a payload already encoded (the Cython-framed produce)."""
-    conn = ch._conn
-    if conn.closed:
-        raise TransportClosedError("client connection is closed")
-    rid = ch._next_id
-    ch._next_id += 1
-    fut = conn.owner.loop.create_future()
-    ch._waiting[rid] = fut
-    try:
-        n = sum(len(p) for p in payload_parts)
-        if n + 24 > conn.cfg.max_frame_bytes:
-            from .net.errors import FrameTooLargeError
-            raise FrameTooLargeError(f"produce frame of {n + 24} bytes is over "
-                                     f"max_frame_bytes={conn.cfg.max_frame_bytes}",
-                                     n + 24, conn.cfg.max_frame_bytes)
-        parts = [encode_header(type_code, n, rid) + payload_parts[0], *payload_parts[1:]]
-        if not conn.send_parts(parts, control=False):
-            raise TransportClosedError("client connection closed or its send budget is full")
-        return await asyncio.wait_for(fut, timeout)
-    finally:
-        ch._waiting.pop(rid, None)
 
 
 class Client:

@@ -81,7 +81,7 @@ class ConfigError(QuorumlogError, ValueError):
     """Invalid configuration (file, environment or arguments)."""
 
 
-# --- message store (issue 3) ---------------------------------------------------------------
+# --- message store ---------------------------------------------------------------------------
 
 class BatchTooLargeError(InvalidArgumentError):
     """A put_batch exceeds max_batch_messages or max_batch_bytes; nothing was written."""

@@ -14,6 +14,7 @@ everything that encodes validates its arguments first and raises a specific
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import struct
 from typing import Iterator, Mapping, Sequence
@@ -27,7 +28,8 @@ from .errors import (
 )
 
 __all__ = [
-    "FORMAT_VERSION", "MAGIC", "HEADER_SIZE", "HEADER_STRUCT",
+    "FORMAT_VERSION", "MAGIC", "HEADER_SIZE", "HEADER_FIELDS", "HEADER_STRUCT", "HEADER_OFFSETS",
+    "header_dtype", "INDEX_ENTRY_FIELDS", "index_entry_dtype",
     "TYPE_MESSAGE", "TYPE_NOOP", "TYPE_CONFIG", "TYPE_META", "TYPE_BLANK", "TYPE_NAMES",
     "MAX_TOPIC_BYTES", "MAX_TAGS_BYTES", "MAX_KEY_BYTES", "MAX_KEYS_BYTES",
     "MAX_PROPERTY_BYTES", "MAX_PROPS_BYTES", "MAX_QUEUE_ID", "DEFAULT_MAX_MESSAGE_BYTES",
@@ -40,7 +42,8 @@ __all__ = [
     "encode_record", "encode", "encode_blank", "decode_record", "iter_records",
     "record_size", "fits_in_segment",
     "encode_index_entry", "decode_index_entry", "encode_checkpoint", "decode_checkpoint",
-    "segment_name", "index_file_name", "ReferenceWriter",
+    "FILE_NAME_DIGITS", "segment_name", "index_file_name", "parse_file_name", "check_topic_name",
+    "ReferenceWriter",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -78,14 +81,35 @@ U64_MAX = (1 << 64) - 1
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
-# crc, total_size, magic, version, type, flags, raft_index, raft_term, position, queue_offset,
-# born_ts, store_ts, tag_hash, queue_id, topic_len, tags_len, keys_len, props_len, body_len,
-# reserved
-HEADER_STRUCT = struct.Struct("<IIHBBIQQQQqqqIHHIIII")
+# The one Python declaration of the 96-byte header (format.md "Header"): (field, struct code)
+# in byte order, little-endian, no padding. HEADER_STRUCT, HEADER_OFFSETS and header_dtype()
+# (the numpy scanners' view) are all derived from it.
+HEADER_FIELDS = (
+    ("crc", "I"), ("total_size", "I"), ("magic", "H"), ("version", "B"), ("type", "B"),
+    ("flags", "I"), ("raft_index", "Q"), ("raft_term", "Q"), ("position", "Q"),
+    ("queue_offset", "Q"), ("born_timestamp_ms", "q"), ("store_timestamp_ms", "q"),
+    ("tag_hash", "q"), ("queue_id", "I"), ("topic_len", "H"), ("tags_len", "H"),
+    ("keys_len", "I"), ("props_len", "I"), ("body_len", "I"), ("reserved", "I"),
+)
+HEADER_STRUCT = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 assert HEADER_STRUCT.size == HEADER_SIZE
 
+
+def _offsets(fields) -> dict[str, int]:
+    out, off = {}, 0
+    for name, code in fields:
+        out[name] = off
+        off += struct.calcsize("<" + code)
+    return out
+
+
+HEADER_OFFSETS = _offsets(HEADER_FIELDS)    # field -> byte offset in the header
+
 INDEX_ENTRY_SIZE = 24
-INDEX_ENTRY_STRUCT = struct.Struct("<QQIB3x")   # position, term, size, type, 3 zero bytes
+# format.md "Raft index": position, term, size, type, then 3 zero bytes ("x" = padding).
+INDEX_ENTRY_FIELDS = (("position", "Q"), ("term", "Q"), ("size", "I"), ("type", "B"),
+                      ("pad", "3x"))
+INDEX_ENTRY_STRUCT = struct.Struct("<" + "".join(code for _, code in INDEX_ENTRY_FIELDS))
 assert INDEX_ENTRY_STRUCT.size == INDEX_ENTRY_SIZE
 
 CHECKPOINT_SIZE = 128
@@ -211,6 +235,11 @@ def _utf8(name, s, exc=InvalidArgumentError) -> bytes:
         raise exc(f"{name} is not encodable as UTF-8: {e}") from None
 
 
+def _topic_name_broken(b: bytes) -> bool:
+    """format.md "Limits": a topic is also a directory name."""
+    return b"\0" in b or b"/" in b or b in (b".", b"..")
+
+
 def check_topic_name(topic) -> bytes:
     """The topic-name rule (format.md "Limits"), the one place it is written: a str of
     1..MAX_TOPIC_BYTES bytes of UTF-8, no NUL, no '/', not '.' or '..' (a topic is also a
@@ -218,10 +247,13 @@ def check_topic_name(topic) -> bytes:
     b = _utf8("topic", topic, InvalidTopicError)
     if not 1 <= len(b) <= MAX_TOPIC_BYTES:
         raise InvalidTopicError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(b)}")
-    if b"\0" in b or b"/" in b or b in (b".", b".."):
+    if _topic_name_broken(b):
         raise InvalidTopicError(f"topic {topic!r} contains NUL or '/', or is '.' or '..' "
                                 "(a topic is also a directory name)")
     return b
+
+
+_topic_bytes = check_topic_name
 
 
 def _tags_bytes(tags) -> bytes:
@@ -457,7 +489,7 @@ def decode_record(buf, offset: int = 0, *, expected_position: int | None = None,
             raise _corrupt("NOOP record with a body", offset, path)
     p = offset + HEADER_SIZE
     topic = _dec_utf8("topic", mv[p:p + topic_len], offset, path)
-    if rtype == TYPE_MESSAGE and ("\0" in topic or "/" in topic or topic in (".", "..")):
+    if rtype == TYPE_MESSAGE and _topic_name_broken(topic.encode("utf-8")):
         raise _corrupt("topic contains NUL or '/', or is '.' or '..'", offset, path)
     p += topic_len
     tags_raw = bytes(mv[p:p + tags_len])
@@ -611,12 +643,48 @@ def decode_checkpoint(buf, path: str | None = None) -> Checkpoint:
     return Checkpoint(flags, *fields)
 
 
+FILE_NAME_DIGITS = 20   # segment, raft-index and consume-queue files: a zero-padded number
+
+
 def segment_name(start_position: int) -> str:
-    return f"{start_position:020d}"
+    return f"{start_position:0{FILE_NAME_DIGITS}d}"
 
 
 def index_file_name(first_index: int) -> str:
-    return f"{first_index:020d}"
+    return f"{first_index:0{FILE_NAME_DIGITS}d}"
+
+
+def parse_file_name(name: str) -> int | None:
+    """The number a segment / raft-index file is named by; None for any other name."""
+    if len(name) != FILE_NAME_DIGITS or not name.isascii() or not name.isdigit():
+        return None
+    return int(name)
+
+
+def _numpy_dtype(fields):
+    import numpy as np  # numpy is a dependency of the package, not of this codec's core
+
+    out = []
+    for name, code in fields:
+        if code.endswith("x"):
+            out.append((name, f"V{code[:-1] or 1}"))
+        else:
+            out.append((name, np.dtype("<" + code)))
+    dt = np.dtype(out)
+    assert dt.itemsize == struct.calcsize("<" + "".join(c for _, c in fields))
+    return dt
+
+
+@functools.cache
+def header_dtype():
+    """numpy structured dtype of one header (HEADER_FIELDS): view 96-byte rows with it."""
+    return _numpy_dtype(HEADER_FIELDS)
+
+
+@functools.cache
+def index_entry_dtype():
+    """numpy structured dtype of one raft-index entry (INDEX_ENTRY_FIELDS)."""
+    return _numpy_dtype(INDEX_ENTRY_FIELDS)
 
 # --------------------------------------------------------------------------------------------
 # Reference writer

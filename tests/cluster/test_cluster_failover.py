@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import threading
 import time
 
@@ -14,7 +15,8 @@ from cluster_support import assert_logs_identical, read_queue, wait_until
 from quorumlog.client import AsyncClient, Client
 
 TOPIC = "events"
-KILLS = 3
+# `make cluster-soak` sets more (QUORUMLOG_CLUSTER_KILLS=20); make test runs 3
+KILLS = int(os.environ.get("QUORUMLOG_CLUSTER_KILLS", "3"))
 
 
 class Producers:

@@ -4,27 +4,18 @@ the original and stored once, followers hold the topic (META) and redirect write
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
+from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 from quorumlog.node import Node, load_node_config
 from quorumlog.raft.messages import Role
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    try:
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
 async def _group(tmp_path, flush="async"):
     ids = ["n1", "n2", "n3"]
-    peers = {i: f"127.0.0.1:{_free_port()}" for i in ids}
+    peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{9000 + k}" for k, i in enumerate(ids)}   # names only
     nodes = []
     for i in ids:
@@ -81,6 +72,31 @@ def test_coalesced_puts_dedupe_meta_and_redirects(tmp_path, flush):
                 await f.put("t", b"x")
             assert ei.value.leader_id == leader.id
             assert ei.value.leader_address == clients[leader.id]
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+def test_backpressure_and_transfer_refuse_puts_with_their_errors(tmp_path):
+    from quorumlog.raft.errors import BackpressureError, LeaderTransferringError
+
+    async def run():
+        nodes, leader, _ = await _group(tmp_path)
+        try:
+            await leader.put("t", b"warm")
+            # more messages awaiting commit than max_pending_puts allows
+            leader.cfg = type(leader.cfg)(**{**leader.cfg.__dict__, "max_pending_puts": 8})
+            with pytest.raises(BackpressureError, match="max_pending_puts=8"):
+                await leader.put_batch("t", [b"x"] * 9, queue_id=0)
+            assert leader.pending_puts == 0
+            r = await leader.put_batch("t", [b"y"] * 8, queue_id=0)   # within the limit
+            assert len(r) == 8
+            # during a leadership transfer the leader refuses puts
+            target = next(n for n in nodes if n is not leader)
+            leader.transfer_leadership(target.id)
+            with pytest.raises(LeaderTransferringError):
+                await leader.put("t", b"z")
         finally:
             for n in nodes:
                 await n.stop()

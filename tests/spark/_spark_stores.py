@@ -14,7 +14,7 @@ import random
 
 from quorumlog import format as fmt
 
-try:  # the engine's writer (issue: native commit log), when built
+try:  # the engine's writer (the native commit log), when built
     from quorumlog.commitlog import CommitLog  # type: ignore
 except ImportError:  # pragma: no cover - depends on the build
     CommitLog = None

@@ -49,6 +49,15 @@ def log_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def ts_store(tmp_path_factory):
+    """Written by the reference writer, whose caller gives every store timestamp: record i
+    (controls included) is stamped TS0 + i ms, so timestamp ranges select known records."""
+    path = str(tmp_path_factory.mktemp("spark-ts") / "store")
+    st.write_store(path, st.message_plan(seed=5, n=400), engine="reference")
+    return path
+
+
+@pytest.fixture(scope="session")
 def torn_store(tmp_path_factory):
     """Committed prefix, then appended-but-uncommitted records whose last one is torn."""
     path = str(tmp_path_factory.mktemp("spark-torn") / "store")

@@ -99,3 +99,36 @@ def test_scan_corrupt_record_names_file_and_offset(log_store, tmp_path, crc_path
     n = sum(len(c["queue_id"]) for sp in qs.plan_splits(path)
             for c in qs.scan_split(sp, on_corrupt="skip", stats=stats))
     assert n == len(st.expected_messages(log_store)) - 1
+
+
+def _utc(ms):
+    import datetime
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+def test_python_reader_takes_pushed_filters_drops_rows_before_arrow_and_prunes_splits(ts_store):
+    """The Python source's reader (no Spark: the calls Spark's planner makes) with filters on
+    topic, queue_id and store_timestamp, plus two it cannot use."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.datasource import (EqualTo, GreaterThanOrEqual, In, IsNotNull, LessThan,
+                                        StringStartsWith)
+    from quorumlog.spark.datasource import QuorumlogPythonSource
+
+    lo, hi = st.TS0 + 100, st.TS0 + 300
+    filters = [EqualTo(("topic",), "orders"), In(("queue_id",), (1, 3)),
+               GreaterThanOrEqual(("store_timestamp",), _utc(lo)),
+               LessThan(("store_timestamp",), _utc(hi)), IsNotNull(("topic",)),
+               StringStartsWith(("topic",), "ord")]
+    opts = {"path": ts_store, "splitBytes": "65536", "pushdown": "true"}
+    reader = QuorumlogPythonSource(opts).reader(None)
+    assert list(reader.pushFilters(filters)) == filters  # Spark evaluates all of them again
+    parts = reader.partitions()
+    everything = QuorumlogPythonSource(opts).reader(None).partitions()
+    assert len(parts) < len(everything) // 2             # splits outside [lo, hi) not read
+    got = [r for p in parts for b in reader.read(p) for r in b.to_pylist()]
+    want = [t for t in st.expected_messages(ts_store)
+            if t[0] == "orders" and t[1] in (1, 3) and lo * 1000 <= t[7] < hi * 1000]
+    assert len(want) > 5
+    # only the matching records were turned into Arrow rows
+    assert [(r["raft_index"], r["queue_id"], r["body"]) for r in got] == \
+        [(t[3], t[1], t[11]) for t in want]

@@ -60,8 +60,10 @@ def test_reply_comes_after_dispatch_with_the_log_positions(open_store):
     replies = []
 
     def on_done(outcome):
-        # called by apply_committed after dispatch: the messages are readable here
-        replies.append((outcome, [m.body for m in s.get("t", 1, 0, 10)]))
+        # called by apply_committed after dispatch: the records are in the consume queue
+        # already (dispatched_position reads without dispatching; get() would dispatch)
+        dispatched = s.dispatched_position
+        replies.append((outcome, dispatched, [m.body for m in s.get("t", 1, 0, 10)]))
 
     req = s.prepare_put("t", [b"a", b"b", b"c"], queue_id=1, tags="x", on_done=on_done)
     assert (req.count, req.nbytes) == (3, 3) and not req.appended
@@ -71,8 +73,8 @@ def test_reply_comes_after_dispatch_with_the_log_positions(open_store):
     assert s.max_offset("t", 1) == 0                      # appended, not committed: invisible
     _drive(s, core)
     assert req.done and len(replies) == 1
-    result, seen = replies[0]
-    assert seen == [b"a", b"b", b"c"]
+    result, dispatched, seen = replies[0]
+    assert dispatched >= req.end_position and seen == [b"a", b"b", b"c"]
     assert result is req.result and req.wait(0) is result
     lg = s.commitlog
     assert result.first_index == first and result.topic == "t"

@@ -172,11 +172,27 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
     for name in svalues:
         if name not in STORE_FIELDS:
             raise ConfigError(f"unknown store setting {name!r}")
+    if not wire_carries_pre_vote():
+        if rvalues.get("pre_vote"):
+            raise ConfigError("pre_vote: the wire codec (quorumlog.net.codec) does not carry "
+                              "VoteRequest.pre / VoteResponse.pre yet; a pre-vote would arrive "
+                              "as a real vote. Set pre_vote = false")
+        rvalues["pre_vote"] = False
     cfg = NodeConfig(**values)
     rcfg = RaftConfig(**rvalues).validate()
     scfg = load_config(None, env, **svalues)
     _validate(cfg)
     return cfg, rcfg, scfg
+
+
+def wire_carries_pre_vote() -> bool:
+    """Whether the net codec encodes the Raft core's pre-vote flag (the core gained it after
+    the codec's tables were written: without it a pre-vote arrives as a real vote, elections
+    never settle -- seen as terms rising past 100 with no leader)."""
+    from ..net import codec
+    from ..raft.messages import VoteRequest, VoteResponse
+    return all("pre" in codec.spec_for(cls.__new__(cls)).all_names
+               for cls in (VoteRequest, VoteResponse))
 
 
 def _validate(cfg: NodeConfig) -> None:

@@ -27,7 +27,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     i = min(commit_index, core.persisted_index) (a follower learns the commit index from its
     leader and may hold it before its own flush finished); a later on_persisted applies the
     rest.
- 5. events: RoleChanged / ReadyToServe / ConfigChanged / TransferAborted / BehindRetention go
+ 5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
+    BehindRetention go
     to the listeners (the embedding API runs them on a thread of its own). Leaving LEADER
     fails every request still waiting for a commit (NotLeaderError: it may or may not commit
     under the next leader; an idempotent producer retries safely).
@@ -60,10 +61,10 @@ from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
 from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
 from ..net.transport import PeerTransport, TransportConfig
-from ..raft.core import (BehindRetention, ConfigChanged, RaftConfig, RaftCore, ReadyToServe,
-                         RoleChanged, TransferAborted)
+from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, RaftConfig, RaftCore,
+                         ReadyToServe, RoleChanged, TransferAborted)
 from ..raft.errors import BackpressureError, NotLeaderError
-from ..raft.log import decode_voters
+from ..raft.log import decode_config
 from ..raft.messages import Role
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
@@ -121,7 +122,7 @@ def _now_ms() -> int:
 
 
 def config_history(commitlog, initial_voters) -> list:
-    """[(0, initial voters), (index, voters), ...] from the log's CONFIG records."""
+    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records."""
     from ..commitlog import CONFIG
     hist = [(0, tuple(sorted(initial_voters)))]
     cl = commitlog
@@ -135,7 +136,7 @@ def config_history(commitlog, initial_voters) -> list:
         cfgs = info[info["type"] == CONFIG]
         for p, idx, off, n in zip(cfgs["position"].tolist(), cfgs["index"].tolist(),
                                   cfgs["body_offset"].tolist(), cfgs["body_len"].tolist()):
-            hist.append((idx, decode_voters(bytes(cl.record_at(p)[off:off + n]))))
+            hist.append((idx, *decode_config(bytes(cl.record_at(p)[off:off + n]))))
         pos = nxt
     return hist
 
@@ -183,6 +184,11 @@ class Node:
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         from ..store import MessageStore
+        from .config import wire_carries_pre_vote
+        if self.raft_cfg.pre_vote and not wire_carries_pre_vote():
+            from ..errors import ConfigError
+            raise ConfigError("RaftConfig.pre_vote needs a wire codec that carries the pre-vote "
+                              "flag (quorumlog.net.codec does not yet): pass pre_vote=False")
         self.loop = asyncio.get_running_loop()
         self._applied_changed = asyncio.Event()
         cfg = self.cfg
@@ -197,9 +203,12 @@ class Node:
             rlog = self.seam.raft_log()
             hs = self.hsfile.load()
             hist = config_history(cl, cfg.peers.keys())
+            # a replica that ran before may have acknowledged a leader whose lease still
+            # runs: the core then grants no vote for one leak period (docs/raft.md, leases)
+            restarted = hs.term > 0 or cl.last_index > 0
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
-                                 commit_index=cl.committed_index)
+                                 commit_index=cl.committed_index, restarted=restarted)
             self._applied = self._commit_target = cl.committed_index
             log.info("node %s: opened %s: log %d..%d (term %d), committed %d, hard state "
                      "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
@@ -258,17 +267,6 @@ class Node:
         if self._applied_changed is not None:
             self._applied_changed.set()
         log.info("node %s stopped", self.id)
-
-    def crash(self) -> None:
-        """Test hook: drop everything as kill -9 would (no flush, no checkpoint)."""
-        self._stopped = True
-        if self._ticker is not None:
-            self._ticker.cancel()
-        if self.transport is not None:
-            for c in list(self.transport._all):
-                c.abort()
-        if self.store is not None:
-            self.store._crash()
 
     # ---------------------------------------------------------------------------- inputs
     async def _tick_loop(self) -> None:
@@ -402,6 +400,10 @@ class Node:
             elif isinstance(ev, ReadyToServe):
                 log.info("node %s: ready to serve as leader of term %d", self.id, ev.term)
                 self.ready_to_serve = True
+            elif isinstance(ev, LeaseExpired):
+                log.info("node %s: leader lease of term %d expired: not serving", self.id,
+                         ev.term)
+                self.ready_to_serve = False
             elif isinstance(ev, ConfigChanged):
                 log.info("node %s: voters are now %s (CONFIG entry %d)", self.id, ev.voters,
                          ev.index)
@@ -451,8 +453,9 @@ class Node:
                 f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
         core.propose(req, req.count, req.nbytes)
-        self.pending_puts += req.count
-        self.pending_bytes += req.nbytes
+        if req.on_done is not None:     # (counted until _completion's callback runs)
+            self.pending_puts += req.count
+            self.pending_bytes += req.nbytes
         self.stats["proposals"] += 1
         self._schedule_drain()
 

@@ -27,7 +27,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from ..errors import LogClosedError
-from ..raft.core import ReadyToServe, RoleChanged
+from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config
 from .driver import Node
 
@@ -37,7 +37,7 @@ __all__ = ["open_replica", "Replica", "RoleChange"]
 
 
 class RoleChange(NamedTuple):
-    role: str              # "LEADER" | "FOLLOWER" | "CANDIDATE" | "READY_TO_SERVE"
+    role: str    # "LEADER" | "FOLLOWER" | "CANDIDATE" | "READY_TO_SERVE" | "LEASE_EXPIRED"
     term: int
     leader_id: str | None
 
@@ -53,11 +53,13 @@ def _new_loop():
 class Replica:
     """See the module docstring. Create with quorumlog.open_replica()."""
 
-    def __init__(self, path, cfg, raft_cfg, store_cfg, *, start_timeout: float = 30.0):
+    def __init__(self, path, cfg, raft_cfg, store_cfg, *, start_timeout: float = 30.0,
+                 on_role_change: Callable | None = None):
         self.path = path
         self.cfg = cfg
         self._timeout = cfg.put_timeout_ms / 1000
-        self._callbacks: list[Callable] = []
+        # registered before the node starts, so no role change is missed
+        self._callbacks: list[Callable] = [on_role_change] if on_role_change else []
         self._events = concurrent.futures.ThreadPoolExecutor(1, "quorumlog-role-change")
         self._ready = threading.Event()
         self._closed = False
@@ -117,6 +119,10 @@ class Replica:
         elif isinstance(ev, ReadyToServe):
             self._ready.set()
             ch = RoleChange("READY_TO_SERVE", ev.term, self.node.id)
+        elif isinstance(ev, LeaseExpired):
+            # still LEADER, but its lease ran out: stop acting as master until READY_TO_SERVE
+            self._ready.clear()
+            ch = RoleChange("LEASE_EXPIRED", ev.term, self.node.id)
         else:
             return
         for fn in list(self._callbacks):
@@ -266,15 +272,16 @@ class Replica:
 
 def open_replica(path, node_id: str = "n1", peers=None, *, secret=None, flush=None,
                  client_addr=None, config_file=None, environ=None, raft=None, store=None,
-                 **node_settings) -> Replica:
+                 on_role_change=None, **node_settings) -> Replica:
     """Open (creating if needed) one replica of a Raft group in directory `path` and start
     it. peers: {node id: "host:port" of its peer listener} for every voter, this one included.
     flush: "sync" | "async" (the store's flush mode; see docs/node.md for the loss window).
-    raft / store: RaftConfig / StoreConfig settings. Other settings: NodeConfig fields."""
+    raft / store: RaftConfig / StoreConfig settings. on_role_change: a callback registered
+    before the node starts (see Replica.on_role_change). Other settings: NodeConfig fields."""
     store = dict(store or {})
     if flush is not None:
         store["flush"] = flush
     cfg, rcfg, scfg = load_node_config(config_file, environ, raft=raft, store=store,
                                        node_id=node_id, peers=peers, secret=secret,
                                        client_addr=client_addr, **node_settings)
-    return Replica(path, cfg, rcfg, scfg)
+    return Replica(path, cfg, rcfg, scfg, on_role_change=on_role_change)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import InvalidArgumentError, QuorumlogError
+from .._clientframe import record_indexes_of_type as _meta_indexes
 from ..raft.log import EntryKind
 from . import meta
 
@@ -64,6 +65,13 @@ class _MetaRaftLog:
             return self._seam._append_meta(term, req)
         return self._inner.append_as_leader(term, req)
 
+    def append_replicated(self, payload) -> int:
+        last = self._inner.append_replicated(payload)
+        metas = _meta_indexes(payload, self._seam._META)
+        if metas:
+            self._seam._meta_indexes.extend(metas)
+        return last
+
 
 class MetaSeam:
     def __init__(self, store):
@@ -73,9 +81,12 @@ class MetaSeam:
         self._META = META
         self._rlog = _MetaRaftLog(self, store.raft_log())
         self._metas: list[MetaRequest] = []      # appended, waiting for their commit
-        # META records before the dispatched position were applied when they committed
-        # (their topics are in topics.json)
-        self._meta_pos = store.dispatched_position
+        # raft indexes of META records not applied yet: found in replicated payloads as they
+        # arrive (a C walk over the headers), and at open in the log after the dispatched
+        # position (records before it were applied when they committed: their topics are in
+        # topics.json). Applied when they commit, before the store commits them.
+        self._meta_indexes: list[int] = self._scan_meta(store.dispatched_position,
+                                                         self.cl.end_position)
         self._known_topics = set(store.topics())
 
     def raft_log(self):
@@ -94,8 +105,8 @@ class MetaSeam:
     def apply_committed(self, index: int) -> int:
         cl = self.cl
         index = min(index, cl.last_index)
-        if index > cl.committed_index:
-            self._apply_meta(cl.position_of(index) + cl.size_of(index))
+        if self._meta_indexes and index > cl.committed_index:
+            self._apply_meta(index)
         upto = self.store.apply_committed(index)
         if self._metas:
             self._complete_metas(index)
@@ -128,19 +139,36 @@ class MetaSeam:
                 r.finish(NotLeaderError("the META entry was replaced by a newer leader"))
         self._metas = keep
 
-    def _apply_meta(self, end: int) -> None:
+    def _scan_meta(self, pos: int, end: int) -> list[int]:
         cl = self.cl
-        pos = max(self._meta_pos, cl.min_position)
+        pos = max(pos, cl.min_position)
+        out = []
         while pos < end:
             info, nxt = cl.scan(pos, end, MAX_SCAN)
             if nxt == pos:
                 break
-            metas = info[info["type"] == self._META]
-            for p, off, n in zip(metas["position"].tolist(), metas["body_offset"].tolist(),
-                                 metas["body_len"].tolist()):
-                self._apply_payload(cl.record_at(p)[off:off + n], local=False, position=p)
+            out.extend(info["index"][info["type"] == self._META].tolist())
             pos = nxt
-        self._meta_pos = pos
+        return out
+
+    def _apply_meta(self, upto: int) -> None:
+        """Apply the META records with index <= upto (still META of the same bytes: a
+        truncation may have replaced an entry found earlier)."""
+        cl = self.cl
+        keep = []
+        for idx in sorted(set(self._meta_indexes)):
+            if idx > upto:
+                keep.append(idx)
+                continue
+            if idx > cl.last_index or idx < cl.first_index:
+                continue
+            pos = cl.position_of(idx)
+            info, _ = cl.scan(pos, pos + cl.size_of(idx), 1)
+            if len(info) != 1 or int(info["type"][0]) != self._META:
+                continue     # truncated and replaced by a message
+            off, n = int(info["body_offset"][0]), int(info["body_len"][0])
+            self._apply_payload(cl.record_at(pos)[off:off + n], local=False, position=pos)
+        self._meta_indexes = keep
 
     def _apply_payload(self, payload, *, local: bool, position: int = -1) -> None:
         try:

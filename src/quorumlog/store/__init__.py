@@ -10,8 +10,8 @@ All topics' messages go into one CommitLog; each (topic, queue) has a consume qu
 own per-queue counters and writes them into the records; the consume queues are derived data,
 filled by dispatch from the log's record headers and rebuilt from the log when lost.
 
-The package (each module imports only modules below it here; none reaches into another's
-internals):
+The package (each module imports only modules below it here -- services.py names PutRequest
+for type checkers only -- and none reaches into another's internals):
 
     message_store.py  MessageStore, the facade (lock, lifecycle, timer thread, public API),
                       and open()
@@ -32,8 +32,9 @@ together. A record is read through a consume queue only once the log calls it co
 reply is one call, `apply_committed(index)`.
 
 Single replica (`replicated=False`): put / put_batch append with the store's term (1), then
-apply the commit themselves: in async flush mode at once, in sync mode after the flush that
-covers the batch (waited for outside the lock: one flush serves every waiting producer).
+commit and dispatch through apply_committed's own step (Dispatcher.commit): in async flush
+mode at once, in sync mode after the flush that covers the batch (waited for outside the lock:
+one flush serves every waiting producer). Nothing is left pending: the put returns the result.
 
 Replicated, driven by a Raft core (quorumlog.raft.RaftCore) -- who calls what, in order:
 

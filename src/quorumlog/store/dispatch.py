@@ -148,7 +148,7 @@ class Dispatcher:
         self.slow_path = slow_path or self.place_slow
         self.position = 0           # dispatched up to here (a record boundary)
         self.index = 0              # raft index of the last dispatched record (0: unknown)
-        self._last_checkpoint = monotonic()
+        self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
 
     # -- recovery ----------------------------------------------------------------------------
     def recover(self, rebuild: bool, replicated: bool, counter: OffsetCounter) -> None:
@@ -206,13 +206,17 @@ class Dispatcher:
                     return
                 self.index = int(info["index"][-1])
             self.position = nxt
-        self.maybe_checkpoint(checkpoint)
+        if checkpoint or self._monotonic() >= self._checkpoint_due:
+            self.checkpoint()
 
-    def dispatch_committed(self, own: Iterable) -> None:
-        """Dispatch up to the commit limit. `own`: requests (writes.PutRequest) just committed,
-        in log order; while each is exactly the next undispatched committed stretch of one
-        segment, its append results are placed directly (no re-read, no re-CRC of headers)."""
-        committed = self.log.committed_position
+    def commit(self, index: int, own: Iterable) -> None:
+        """Commit the log up to raft index `index` and dispatch up to the new commit limit.
+        `own`: requests (writes.PutRequest) committed by it, in log order; while each is
+        exactly the next undispatched committed stretch of one segment, its append results
+        are placed directly (no re-read, no re-CRC of headers); the rest is scanned."""
+        lg = self.log
+        lg.commit(index)
+        committed = lg.committed_position
         seg = self.segment_size
         for req in own:
             pos, end = req.position, req.end_position
@@ -234,8 +238,8 @@ class Dispatcher:
             self.index = req.last_index
         if self.position < committed:
             self.dispatch()
-        else:
-            self.maybe_checkpoint()
+        elif self._monotonic() >= self._checkpoint_due:
+            self.checkpoint()
 
     def _place_batch(self, req) -> None:
         t: Topic = req.target
@@ -247,15 +251,15 @@ class Dispatcher:
         else:
             shared, per = 0, _cq.tag_hashes(list(tags))
         positions, end = req.positions, req.end_position
-        qids, offs = req.queue_ids, req.queue_offsets
+        queue_ids, offsets = req.queue_ids, req.queue_offsets
         n = len(positions)
         i = 0
         while True:
-            i = _cq.dispatch_batch(t.queues, positions, end, qids, offs, shared, per, i)
+            i = _cq.dispatch_batch(t.queues, positions, end, queue_ids, offsets, shared, per, i)
             if i >= n:
                 break
             size = (int(positions[i + 1]) if i + 1 < n else end) - int(positions[i])
-            self.slow_path(int(positions[i]), size, int(qids[i]), int(offs[i]),
+            self.slow_path(int(positions[i]), size, int(queue_ids[i]), int(offsets[i]),
                            shared if per is None else int(per[i]), t.hash)
             i += 1
         self.dispatched_records += n
@@ -343,20 +347,16 @@ class Dispatcher:
                   exc)
 
     # -- durability --------------------------------------------------------------------------
-    def maybe_checkpoint(self, now: bool = False) -> None:
-        """checkpoint() when `now` or every dispatch_checkpoint_interval_ms."""
-        if now or (self._monotonic() - self._last_checkpoint) * 1000 >= \
-                self.config.dispatch_checkpoint_interval_ms:
-            self.checkpoint()
-
     def checkpoint(self) -> None:
-        """msync the consume-queue files, then tell the log how far they are durable."""
+        """msync the consume-queue files, then tell the log how far they are durable. Dispatch
+        calls it every dispatch_checkpoint_interval_ms (the next time is set here)."""
         for t in self.topics.all():
             for cq in t.queues:
                 cq.flush()
         if self.position != self.log.dispatched_position:
             self.log.set_dispatched_position(self.position)
-        self._last_checkpoint = self._monotonic()
+        self._checkpoint_due = (self._monotonic()
+                                + self.config.dispatch_checkpoint_interval_ms / 1000.0)
 
     def segments_deleted(self, min_position: int) -> int:
         """Consume-queue files follow the log's new min position -> files deleted."""

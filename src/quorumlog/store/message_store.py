@@ -1,4 +1,4 @@
-"""MessageStore, the facade a broker embeds (lock, lifecycle, timer thread, public API), and open().
+"""MessageStore, the facade a broker embeds (lock, lifecycle, timer, public API), and open().
 
 The work is done by the package's parts (see quorumlog/store/__init__.py for the map and the
 commit seam): writes.Writer appends, dispatch.Dispatcher fills the consume queues,
@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from .. import _consumequeue as _cq
 from .._consumequeue import Message
 from ..config import StoreConfig, load_config
-from ..errors import (DiskFullError, DrivenStoreError, InvalidArgumentError, InvalidTypeError,
-                      LogClosedError, OffsetOutOfRangeError, QuorumlogError)
+from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
+                      InvalidArgumentError, InvalidTypeError, LogClosedError,
+                      OffsetOutOfRangeError, QuorumlogError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from .raftlog import StoreRaftLog
@@ -31,6 +32,8 @@ from .retention import Retention, default_disk_usage
 from .schedule import ScheduleService
 from .topics import TopicRegistry, check_user_topic
 from .writes import BatchResult, PutRequest, PutResult, Writer, complete
+
+_new_tuple = tuple.__new__
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +112,8 @@ class MessageStore:
             rebuild = self._topics.load()
             # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
             # fail as a consume-queue file that cannot be preallocated does.
-            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic, self._clock_ms, TagHashes(),
+            self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic,
+                                          self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
@@ -217,7 +221,11 @@ class MessageStore:
         if sharding_key is not None:
             req.sharding_key = sharding_key
         self._submit(req)
-        return req.first_result()
+        if req.positions is None:
+            # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a hot path)
+            return _new_tuple(PutResult, (req.first_index, req.position, req.target.name,
+                                          req.queue, req.first_offset, req.store_timestamp))
+        return req.result[0]
 
     def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
                      born_timestamp_ms) -> PutRequest:
@@ -270,7 +278,7 @@ class MessageStore:
             if self._replicated:
                 return          # committed by whoever runs Raft (commitlog.commit + dispatch)
             if not self._sync_flush:
-                self._apply_committed(last, (req,))
+                self._dispatcher.commit(last, (req,))
                 return
         if not self._log.wait_flushed(req.end_position):
             raise QuorumlogError(f"store {self._path}: flush up to {req.end_position} did "
@@ -279,7 +287,7 @@ class MessageStore:
             if self._closed:
                 raise LogClosedError(f"store {self._path} closed while waiting for a flush; "
                                      "the batch was flushed but not dispatched before close")
-            self._apply_committed(last, (req,))
+            self._dispatcher.commit(last, (req,))
 
     def prepare_put(self, topic: str, bodies, *, queue_id: int | None = None, tags=None,
                     keys=None, properties=None, delay_level: int = 0, sharding_key=None,
@@ -352,19 +360,14 @@ class MessageStore:
             raise InvalidArgumentError(f"index must be an int >= 0, got {index!r}")
         with self._lock:
             self._check_open()
-            done = self._apply_committed(index)
+            if index > self._log.last_index:
+                raise IndexOutOfRangeError(f"apply_committed({index}): the log ends at "
+                                           f"{self._log.last_index}")
+            done = self._writer.pending.take_upto(index)
+            self._dispatcher.commit(index, done)
             upto = self._dispatcher.dispatched_index()
         complete(done)
         return upto
-
-    def _apply_committed(self, index: int, own=None) -> list[PutRequest]:
-        """apply_committed under the lock -> the pending requests to complete. `own`: a single
-        replica's just-appended request (it is not pending: its put returns the result)."""
-        lg = self._log
-        lg.commit(index)
-        done = self._writer.pending.take_upto(lg.committed_index) if own is None else ()
-        self._dispatcher.dispatch_committed(done if own is None else own)
-        return done
 
     def abandon_pending(self, exc: BaseException) -> int:
         """Complete every pending request with `exc` (a leader that lost leadership: whether
@@ -539,23 +542,23 @@ class MessageStore:
             lg = self._log
             topics = self._topics.all()
             d, w, r = self._dispatcher, self._writer, self.retention
-            s = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
-                     messages_got=self._messages_got, dispatched_records=d.dispatched_records,
-                     rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
-                     cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
-                     dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
-                     dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
-                     topics=len([t for t in topics if not t.system]),
-                     queues=sum(len(t.queues) for t in topics),
-                     messages=int(sum(int(t.counters.sum()) for t in topics)),
-                     dispatched_position=self._dispatcher.position,
-                     committed_position=lg.committed_position,
-                     end_position=lg.end_position, min_position=lg.min_position,
-                     flushed_position=lg.flushed_position, disk_full=r.disk_full,
-                     disk_used_ratio=r.disk_ratio,
-                     pending_requests=len(self._writer.pending),
-                     delayed_pending=self.schedule.pending(), log=lg.stats())
-            return s
+            out = dict(puts=w.puts, messages_put=w.messages_put, gets=self._gets,
+                       messages_got=self._messages_got, dispatched_records=d.dispatched_records,
+                       rebuilt=d.rebuilt, segments_deleted=r.segments_deleted,
+                       cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
+                       dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
+                       dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
+                       topics=len([t for t in topics if not t.system]),
+                       queues=sum(len(t.queues) for t in topics),
+                       messages=int(sum(int(t.counters.sum()) for t in topics)),
+                       dispatched_position=self._dispatcher.position,
+                       committed_position=lg.committed_position,
+                       end_position=lg.end_position, min_position=lg.min_position,
+                       flushed_position=lg.flushed_position, disk_full=r.disk_full,
+                       disk_used_ratio=r.disk_ratio,
+                       pending_requests=len(self._writer.pending),
+                       delayed_pending=self.schedule.pending(), log=lg.stats())
+            return out
 
     def _start_timer(self):
         self._timer = threading.Thread(target=self._timer_loop, name="quorumlog-store-timer",

@@ -25,7 +25,7 @@ def tag_filter(tags) -> tuple[tuple[int, ...], set[bytes]]:
     if isinstance(tags, str):
         tags = (tags,)
     try:
-        encoded = {s.encode() for s in tags}
+        encoded = {tag.encode() for tag in tags}
     except (TypeError, AttributeError):
         raise InvalidArgumentError("tags must be a str or a collection of str") from None
     if not 1 <= len(encoded) <= _cq.MAX_TAG_FILTER_TAGS:

@@ -41,9 +41,9 @@ FORCE = "force"
 
 def default_disk_usage(path: str) -> float:
     """Used fraction as df reports it: used / (used + available to unprivileged users)."""
-    st = os.statvfs(path)
-    used = st.f_blocks - st.f_bfree
-    denom = used + st.f_bavail
+    fs = os.statvfs(path)
+    used = fs.f_blocks - fs.f_bfree
+    denom = used + fs.f_bavail
     return used / denom if denom > 0 else 0.0
 
 
@@ -60,7 +60,7 @@ class Retention:
         self.disk_ratio = 0.0           # the last measurement
         self.rejects = 0                # puts refused by the gate
         self.segments_deleted = 0
-        self._last_check = -1e18
+        self._next_check = -1e18       # monotonic time of the next measurement
 
     def check_disk(self, force: bool = False) -> float:
         """Measure disk use, update the write gate -> used fraction."""
@@ -76,20 +76,20 @@ class Retention:
                             ratio * 100)
         self.disk_full = full
         self.disk_ratio = ratio
-        self._last_check = self._monotonic()
+        self._next_check = self._monotonic() + s.config.disk_check_interval_ms / 1000.0
         return ratio
 
     def check_writes(self) -> None:
         """Before a write: re-measure when the last measurement is older than
         disk_check_interval_ms; DiskFullError while the gate is closed."""
-        cfg = self.store.config
-        if (self._monotonic() - self._last_check) * 1000 >= cfg.disk_check_interval_ms:
+        if self._monotonic() >= self._next_check:
             self.check_disk()
         if self.disk_full:
             self.rejects += 1
             raise DiskFullError(
                 f"disk use {self.disk_ratio:.1%} above disk_reject_ratio "
-                f"{cfg.disk_reject_ratio:.0%}; writes resume when space is freed")
+                f"{self.store.config.disk_reject_ratio:.0%}; writes resume when space is "
+                "freed")
 
     def mode(self, now_ms: int, ratio: float):
         cfg = self.store.config

@@ -255,14 +255,14 @@ class ScheduleService:
             props0 = msgs[i].properties
             topic = props0[PROP_REAL_TOPIC]
             j = i
-            bodies, qids, tags, keys, props, born = [], [], [], [], [], []
+            bodies, queue_ids, tags, keys, props, born = [], [], [], [], [], []
             while j < len(msgs):
                 p = props0 if j == i else msgs[j].properties
                 if p[PROP_REAL_TOPIC] != topic:
                     break
                 m = msgs[j]
                 bodies.append(m.body)
-                qids.append(int(p.pop(PROP_REAL_QID)))
+                queue_ids.append(int(p.pop(PROP_REAL_QID)))
                 del p[PROP_REAL_TOPIC]
                 p.pop(PROP_DELAY, None)
                 p[PROP_SCHEDULE_OFFSET] = f"{lvl}:{m.queue_offset}"
@@ -271,7 +271,7 @@ class ScheduleService:
                 keys.append(m.keys)
                 born.append(m.born_timestamp_ms)
                 j += 1
-            submit(self.store.prepare_delivery(topic, bodies, qids, tags, keys, props, born,
-                                               FLAG_FROM_SCHEDULE))
+            submit(self.store.prepare_delivery(topic, bodies, queue_ids, tags, keys, props,
+                                               born, FLAG_FROM_SCHEDULE))
             i = j
         return len(msgs)

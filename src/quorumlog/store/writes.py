@@ -79,26 +79,29 @@ class BatchResult:
                 f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
 
 
-_new_tuple = tuple.__new__
 _WAITERS = threading.Lock()     # creation of a request's Event (two waiters, one Event)
 _OK = object()                  # PutRequest._outcome of a request completed with its result
 
 
 class PutRequest:
     """One put of `count` messages of one topic (`nbytes` body bytes), validated and not
-    written yet: made by MessageStore.prepare_put (or put / put_batch inside the store).
+    written yet: made by MessageStore.prepare_put for a Raft driver to propose (and inside
+    the store by put, put_batch and the schedule service's deliveries).
 
     After the append (the store's one append path) it holds where the messages went:
     `target` (the topic written: the schedule topic for a delayed put), `first_index`,
     `last_index`, `store_timestamp`, `position` (of the first record), `end_position` (after
-    the last), and per message either `queue` + `first_offset` (one message: `positions`,
-    `queue_ids`, `queue_offsets` are None) or the int64 arrays `positions`, `queue_ids`,
-    `queue_offsets` (`queue` is -1). `result` is the BatchResult.
+    the last), and per message either `queue` + `first_offset` (a `single` request, put's one
+    message: `positions`, `queue_ids`, `queue_offsets` stay None) or the int64 arrays
+    `positions`, `queue_ids`, `queue_offsets`; `queue` is -1 when the messages went to
+    several queues (`counters_after`: the topic's counters once the batch is in). `result`
+    is the BatchResult.
 
-    Once its last index is committed and dispatched, MessageStore.apply_committed completes
-    it: `on_done(result)` is called (outside the store lock) and `wait()` returns the result.
-    MessageStore.abandon_pending (or a Raft truncation of its entries) completes it with an
-    exception instead: `on_done(exc)`, `wait()` raises it."""
+    A request appended through a Raft core waits for its commit: MessageStore.apply_committed
+    completes it once its last index is committed and dispatched (`on_done(result)` is called
+    outside the store lock, `wait()` returns the result); MessageStore.abandon_pending, a Raft
+    truncation of its entries or close() complete it with an exception instead (`on_done(exc)`,
+    `wait()` raises it). put / put_batch return their results themselves."""
 
     __slots__ = ("owner", "topic", "bodies", "count", "nbytes", "queue_id", "tags", "keys",
                  "properties", "born", "single", "sharding_key", "explicit_queue_ids",
@@ -155,16 +158,6 @@ class PutRequest:
                                            self.queue_ids, self.queue_offsets,
                                            self.store_timestamp)
         return self._result
-
-    def first_result(self) -> PutResult:
-        """The first message's PutResult (what MessageStore.put returns)."""
-        if self.positions is None:
-            # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a put's hot path)
-            return _new_tuple(PutResult, (self.first_index, self.position, self.target.name,
-                                          self.queue, self.first_offset, self.store_timestamp))
-        return PutResult(self.first_index, int(self.positions[0]), self.target.name,
-                         int(self.queue_ids[0]), int(self.queue_offsets[0]),
-                         self.store_timestamp)
 
     def wait(self, timeout: float | None = None) -> BatchResult:
         """Block until completed -> result; raises the exception it was completed with, or
@@ -333,14 +326,14 @@ class Writer:
     def prepare_delivery(self, topic, bodies, queue_ids, tags, keys, properties,
                          born_timestamps_ms, flags) -> PutRequest:
         """A schedule-service delivery: explicit queues, created at append if missing."""
-        qids = np.asarray(queue_ids, dtype=np.int64)
-        if len(qids) != len(bodies) or not len(qids) or int(qids.min()) < 0 or \
-                int(qids.max()) >= self.config.max_queues_per_topic:
+        ids = np.asarray(queue_ids, dtype=np.int64)
+        if len(ids) != len(bodies) or not len(ids) or int(ids.min()) < 0 or \
+                int(ids.max()) >= self.config.max_queues_per_topic:
             raise InvalidArgumentError(f"delivery queue ids {queue_ids!r} outside "
                                        f"[0, {self.config.max_queues_per_topic})")
         req = PutRequest(self, topic, bodies, len(bodies), _cq.body_bytes(bodies), None, tags,
                          keys, properties, born_timestamps_ms)
-        req.explicit_queue_ids = qids
+        req.explicit_queue_ids = ids
         req.flags = flags
         return req
 
@@ -418,9 +411,9 @@ class Writer:
         (True) when missing."""
         topics = self.topics
         dispatched = self.dispatcher.position
-        qids = req.explicit_queue_ids
-        if qids is not None:            # a delivery: its topic and queues must exist
-            need = int(qids.max()) + 1
+        ids = req.explicit_queue_ids
+        if ids is not None:             # a delivery: its topic and queues must exist
+            need = int(ids.max()) + 1
             if t is None:
                 return topics.add(req.topic, max(self.config.default_topic_queues, need),
                                   False, self._clock_ms(), dispatched), True
@@ -442,32 +435,36 @@ class Writer:
         n = req.count
         nq = len(t.queues)
         next_rr = None
+        queue_ids = None            # one queue id per message (int64), or None: all in `queue`
         if req.explicit_queue_ids is not None:
-            qids = req.explicit_queue_ids
+            queue_ids = req.explicit_queue_ids
         elif req.queue_id is not None:
             check_queue_id(req.queue_id, nq, t.name)
             if req.sharding_key is not None:
                 raise InvalidArgumentError("give queue_id or sharding_key, not both")
-            qids = req.queue_id
+            queue = req.queue_id
         elif req.sharding_key is not None:
             key = req.sharding_key
-            qids = (np.fromiter((sharding_queue(k, nq) for k in key), dtype=np.int64, count=n)
-                    if isinstance(key, list) else sharding_queue(key, nq))
+            if isinstance(key, list):
+                queue_ids = np.fromiter((sharding_queue(k, nq) for k in key), dtype=np.int64,
+                                        count=n)
+            else:
+                queue = sharding_queue(key, nq)
         else:
-            qids = t.rr
-            next_rr = (qids + n) % nq
+            queue = t.rr
+            next_rr = (queue + n) % nq
             if n > 1 and nq > 1:
                 req.queue = -1
                 req.queue_ids, req.queue_offsets, req.counters_after = _cq.round_robin(
-                    t.counters, qids, n)
+                    t.counters, queue, n)
                 return next_rr
-        if type(qids) is int:
-            req.queue = qids
-            req.first_offset = int(t.counters[qids])
+        if queue_ids is None:
+            req.queue = queue
+            req.first_offset = int(t.counters[queue])
         else:
             req.queue = -1
-            req.queue_ids = qids
-            req.queue_offsets, req.counters_after = _cq.queue_offsets(t.counters, qids)
+            req.queue_ids = queue_ids
+            req.queue_offsets, req.counters_after = _cq.queue_offsets(t.counters, queue_ids)
         return next_rr
 
     def _delay(self, t: Topic, req: PutRequest):
@@ -477,17 +474,17 @@ class Writer:
         records' properties); the request's placement becomes the schedule queue's."""
         real = (req.queue_ids.tolist() if req.queue < 0 else [req.queue] * req.count)
         properties = delayed_properties(t.name, real, req.delay_level, req.properties)
-        st = self.topics.by_name.get(SCHEDULE_TOPIC)
+        sched = self.topics.by_name.get(SCHEDULE_TOPIC)
         dispatched = self.dispatcher.position
-        if st is None:
-            st = self.topics.add(SCHEDULE_TOPIC, self.delay_levels, True, self._clock_ms(),
-                                 dispatched)
-        elif len(st.queues) < self.delay_levels:
-            self.topics.extend(st, self.delay_levels, dispatched)
+        if sched is None:
+            sched = self.topics.add(SCHEDULE_TOPIC, self.delay_levels, True, self._clock_ms(),
+                                    dispatched)
+        elif len(sched.queues) < self.delay_levels:
+            self.topics.extend(sched, self.delay_levels, dispatched)
         q = req.delay_level - 1
-        req.queue, req.first_offset = q, int(st.counters[q])
+        req.queue, req.first_offset = q, int(sched.counters[q])
         req.queue_ids = req.queue_offsets = req.counters_after = None
-        return st, properties
+        return sched, properties
 
     # -- the other appends a Raft leader's log sees ------------------------------------------
     def append_control(self, term: int, rtype: int, data: bytes) -> int:

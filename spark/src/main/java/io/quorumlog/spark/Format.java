@@ -50,6 +50,20 @@ public final class Format {
     public static final int CHECKPOINT_SIZE = 128;
     public static final int CHECKPOINT_MAGIC = 0x50434C51;
 
+    public static final int MAX_TOPIC_BYTES = 255;
+
+    /**
+     * Why a topic name breaks format.md's rule (1..255 bytes of UTF-8, no NUL or '/', not "."
+     * or ".." -- a topic is also a directory name), or null when it is valid.
+     */
+    public static String topicProblem(String topic) {
+        int n = topic.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+        if (n < 1 || n > MAX_TOPIC_BYTES) return "must be 1.." + MAX_TOPIC_BYTES + " bytes of UTF-8";
+        if (topic.indexOf('/') >= 0 || topic.indexOf('\0') >= 0) return "contains NUL or '/'";
+        if (topic.equals(".") || topic.equals("..")) return "is '.' or '..'";
+        return null;
+    }
+
     /** Segment and index files are named by a 20-digit decimal number. */
     public static boolean isNumberedName(String name) {
         if (name.length() != 20) return false;

@@ -13,13 +13,13 @@
  *   index). A bad record at or after the committed position -- only reachable with
  *   committed_only off -- is a torn tail and ends the segment, the rule recovery applies.
  * - BLANK, NOOP, CONFIG and META records are skipped (quorumlog.include.control=true keeps
- *   NOOP/CONFIG/META); with a topic filter, other topics are skipped after comparing only the
- *   topic bytes.
+ *   NOOP/CONFIG/META); MESSAGE records that fail the RecordFilter (topics, queue ids, store
+ *   timestamps: options and pushed-down filters) are skipped on their header and topic bytes
+ *   before anything is decoded.
  */
 package io.quorumlog.spark;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
@@ -38,7 +38,7 @@ import org.slf4j.LoggerFactory;
 public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogRecord> {
     private static final Logger LOG = LoggerFactory.getLogger(QuorumlogRecordReader.class);
 
-    public static final String CONF_TOPICS = "quorumlog.topics";             // '/'-separated
+    public static final String CONF_TOPICS = RecordFilter.CONF_TOPICS;       // '/'-separated
     public static final String CONF_COMMITTED_ONLY = "quorumlog.committed.only";
     public static final String CONF_ON_CORRUPT = "quorumlog.on.corrupt";     // fail | skip
     public static final String CONF_INCLUDE_CONTROL = "quorumlog.include.control";
@@ -68,7 +68,7 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
     private int bufLen;
     private long streamPos;           // log position the stream will read next
 
-    private byte[][] topics;          // null: all topics
+    private RecordFilter filter;      // topics, queue ids, store timestamps
     private boolean skipCorrupt;
     private boolean includeControl;
     private boolean done;
@@ -104,7 +104,7 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             limit = conf.getBoolean(CONF_COMMITTED_ONLY, true) ? committedPosition : Long.MAX_VALUE;
             indexFileEntries = meta.indexFileEntries;
         }
-        topics = parseTopics(conf.get(CONF_TOPICS));
+        filter = RecordFilter.fromConf(conf);
         skipCorrupt = "skip".equals(conf.get(CONF_ON_CORRUPT, "fail"));
         includeControl = conf.getBoolean(CONF_INCLUDE_CONTROL, false);
 
@@ -136,15 +136,6 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         streamPos = pos;
         bufStart = pos;
         bufLen = 0;
-    }
-
-    static byte[][] parseTopics(String s) {
-        if (s == null) return null;
-        if (s.isEmpty()) return new byte[0][];
-        String[] parts = s.split("/", -1);
-        byte[][] out = new byte[parts.length][];
-        for (int i = 0; i < parts.length; i++) out[i] = parts[i].getBytes(StandardCharsets.UTF_8);
-        return out;
     }
 
     private RaftIndex openIndex() throws IOException {
@@ -237,22 +228,13 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             pos += total;
             if (type == Format.TYPE_BLANK) continue;
             if (type != Format.TYPE_MESSAGE && !includeControl) continue;
-            int topicLen = Format.u16(buf, off + Format.OFF_TOPIC_LEN);
-            if (topics != null && type == Format.TYPE_MESSAGE && !topicWanted(off + Format.HEADER_SIZE, topicLen)) {
-                continue;
-            }
-            fill(off, recPos, type, total, topicLen);
+            // Filtered on the header (and topic bytes) before any field is decoded.
+            if (type == Format.TYPE_MESSAGE && !filter.accepts(buf, off)) continue;
+            fill(off, recPos, type, total, Format.u16(buf, off + Format.OFF_TOPIC_LEN));
             returned++;
             return true;
         }
         done = true;
-        return false;
-    }
-
-    private boolean topicWanted(int at, int len) {
-        for (byte[] t : topics) {
-            if (t.length == len && Arrays.equals(buf, at, at + len, t, 0, len)) return true;
-        }
         return false;
     }
 

@@ -4,25 +4,30 @@
  * columnar batches (OnHeapColumnVector), so no record crosses into Python and only the
  * columns a query needs are filled (count + sum(length(body)) touches just the body).
  *
- *   spark.read().format("io.quorumlog.spark.QuorumlogSource")       // or "quorumlog-jvm"
+ *   spark.read().format("quorumlog")           // registered by META-INF/services
  *        .option("topics", "a/b").option("committedOnly", "true")
- *        .option("splitBytes", "67108864").option("onCorrupt", "fail").load(storeDir)
+ *        .option("splitBytes", "67108864").option("onCorrupt", "fail").load(storeDir, ...)
  */
 package io.quorumlog.spark;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapreduce.InputSplit;
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -39,8 +44,10 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -66,8 +73,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
 
+    /** spark.read.format("quorumlog"): registered through META-INF/services, so the name
+     *  works in any session whose classpath has the jar. */
     @Override
-    public String shortName() { return "quorumlog-jvm"; }
+    public String shortName() { return "quorumlog"; }
+
+    /** The same source under the name it had first ("quorumlog-jvm"). */
+    public static final class JvmAlias extends QuorumlogSource {
+        @Override
+        public String shortName() { return "quorumlog-jvm"; }
+    }
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) { return SCHEMA; }
@@ -80,32 +95,115 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         return new StoreTable(new CaseInsensitiveStringMap(props));
     }
 
+    /**
+     * The store roots of a load: "path" (load(p)) and/or "paths" (load(p1, p2, ...): Spark
+     * passes them as a JSON array).
+     */
+    static Path[] storeRoots(CaseInsensitiveStringMap options) {
+        List<String> out = new ArrayList<>();
+        if (options.get("path") != null) out.add(options.get("path"));
+        if (options.get("paths") != null) {
+            try {
+                out.addAll(Arrays.asList(new ObjectMapper().readValue(options.get("paths"),
+                    String[].class)));
+            } catch (JsonProcessingException e) {
+                throw new IllegalArgumentException("quorumlog: option 'paths' is not a JSON "
+                    + "array of strings: " + options.get("paths"), e);
+            }
+        }
+        if (out.isEmpty()) {
+            throw new IllegalArgumentException("quorumlog: no store path given (load(path))");
+        }
+        Path[] roots = new Path[out.size()];
+        for (int i = 0; i < roots.length; i++) roots[i] = new Path(out.get(i));
+        return roots;
+    }
+
+    static String joined(Path[] roots) {
+        StringBuilder sb = new StringBuilder();
+        for (Path p : roots) sb.append(sb.length() == 0 ? "" : ",").append(p);
+        return sb.toString();
+    }
+
+    /**
+     * One load() of one or more stores. The stores are checked and their checkpoints read
+     * here, once: the Table lives as long as the DataFrame (and those derived from it), so
+     * every action on it plans its scan from the same committed positions -- count() and
+     * agg() agree while a writer appends; a new load() sees the new records.
+     */
     static final class StoreTable implements Table, SupportsRead {
-        private final CaseInsensitiveStringMap options;
+        private final Path[] roots;
+        private final StoreMeta[] metas;
 
-        StoreTable(CaseInsensitiveStringMap options) { this.options = options; }
+        StoreTable(CaseInsensitiveStringMap options) {
+            roots = storeRoots(options);
+            metas = new StoreMeta[roots.length];
+            Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
+            try {
+                for (int i = 0; i < roots.length; i++) {
+                    StoreMeta.checkRoot(roots[i], conf);
+                    metas[i] = StoreMeta.load(roots[i], conf);
+                }
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            } catch (AnalysisException e) {
+                throw StoreMeta.<RuntimeException>sneakyThrow(e);
+            }
+        }
 
-        @Override public String name() { return "quorumlog:" + options.get("path"); }
+        @Override public String name() { return "quorumlog:" + joined(roots); }
         @Override public StructType schema() { return SCHEMA; }
         @Override public Set<TableCapability> capabilities() {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
-            return new StoreScan(opts);
+            return new StoreScan(opts, roots, metas);
         }
     }
 
-    static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
+    static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns,
+            SupportsPushDownFilters, Scan, Batch {
         private final CaseInsensitiveStringMap options;
+        private final Path[] roots;
+        private final StoreMeta[] metas;
+        private final RecordFilter filter = new RecordFilter();
+        private Filter[] pushed = new Filter[0];
         private StructType required = SCHEMA;
         private transient Configuration conf;
 
-        StoreScan(CaseInsensitiveStringMap options) { this.options = options; }
+        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas) {
+            this.options = options;
+            this.roots = roots;
+            this.metas = metas;
+            Set<String> topics = RecordFilter.parseTopics(options.get("topics"));
+            if (topics != null) filter.andTopics(topics);
+        }
 
         @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
+
+        /**
+         * Takes the filters a record's header answers (FilterPushdown) into the reader's
+         * RecordFilter and returns every filter: Spark evaluates them again on what is left.
+         */
+        @Override public Filter[] pushFilters(Filter[] filters) {
+            List<Filter> used = new ArrayList<>();
+            // option pushdown=false: the reader sees no filter (to measure what pushdown saves)
+            for (Filter f : options.getBoolean("pushdown", true) ? filters : new Filter[0]) {
+                if (FilterPushdown.push(filter, f)) used.add(f);
+            }
+            pushed = used.toArray(new Filter[0]);
+            return filters;
+        }
+
+        @Override public Filter[] pushedFilters() { return pushed; }
         @Override public Scan build() { return this; }
         @Override public StructType readSchema() { return required; }
-        @Override public String description() { return "quorumlog store " + options.get("path"); }
+
+        /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
+        @Override public String description() {
+            return "quorumlog store " + joined(roots) + " PushedFilters: "
+                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "]";
+        }
         @Override public Batch toBatch() { return this; }
 
         @Override public CustomMetric[] supportedCustomMetrics() {
@@ -116,8 +214,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (conf == null) {
                 SparkContext sc = SparkSession.active().sparkContext();
                 conf = new Configuration(sc.hadoopConfiguration());
-                String topics = options.get("topics");
-                if (topics != null) conf.set(QuorumlogRecordReader.CONF_TOPICS, topics);
+                filter.writeTo(conf);
                 conf.setBoolean(QuorumlogRecordReader.CONF_COMMITTED_ONLY,
                     options.getBoolean("committedOnly", true));
                 String onCorrupt = options.getOrDefault("onCorrupt", "fail");
@@ -133,11 +230,9 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public InputPartition[] planInputPartitions() {
-            String path = options.get("path");
-            if (path == null) throw new IllegalArgumentException("quorumlog: no store path given");
             try {
-                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(),
-                    new Path[] { new Path(path) }, options.getLong("splitBytes", -1));
+                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(), roots, metas,
+                    options.getLong("splitBytes", -1));
                 InputPartition[] out = new InputPartition[splits.size()];
                 for (int i = 0; i < out.length; i++) {
                     out[i] = new SplitPartition((QuorumlogSplit) splits.get(i));

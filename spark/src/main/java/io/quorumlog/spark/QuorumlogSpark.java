@@ -25,18 +25,27 @@ public final class QuorumlogSpark {
      */
     public static Dataset<Row> readStore(SparkSession spark, String path, List<String> topics,
                                          boolean committedOnly, long splitBytes, String onCorrupt) {
+        return readStores(spark, List.of(path), topics, committedOnly, splitBytes, onCorrupt);
+    }
+
+    /** readStore over several stores: one DataFrame, the splits of every store. */
+    public static Dataset<Row> readStores(SparkSession spark, List<String> paths,
+                                          List<String> topics, boolean committedOnly,
+                                          long splitBytes, String onCorrupt) {
         DataFrameReader r = spark.read().format(QuorumlogSource.class.getName())
             .option("committedOnly", committedOnly)
             .option("splitBytes", splitBytes)
             .option("onCorrupt", onCorrupt);
         if (topics != null) {
             for (String t : topics) {
-                if (t.isEmpty() || t.indexOf('/') >= 0 || t.indexOf('\0') >= 0) {
-                    throw new IllegalArgumentException("quorumlog: invalid topic name '" + t + "'");
+                String why = Format.topicProblem(t);
+                if (why != null) {
+                    throw new IllegalArgumentException("quorumlog: invalid topic name '" + t
+                        + "': " + why);
                 }
             }
             r = r.option("topics", String.join("/", topics));
         }
-        return r.load(path);
+        return r.load(paths.toArray(new String[0]));
     }
 }

@@ -17,6 +17,11 @@ import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.QueryContext;
+import org.apache.spark.sql.AnalysisException;
+
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
 
 public final class StoreMeta implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -41,6 +46,58 @@ public final class StoreMeta implements Serializable {
         this.minPosition = minPos;
         this.segmentSizeBytes = segSize;
         this.indexFileEntries = idxEntries;
+    }
+
+    /** Files a store directory holds from the moment it is opened (an empty directory is a
+     *  store with nothing written yet). */
+    static final String[] STORE_MARKERS = { "checkpoint", "commitlog" };
+
+    /**
+     * Fails unless root is a store directory, as Spark's file sources fail at load():
+     * [PATH_NOT_FOUND] when nothing is there, "not a quorumlog store" for a file or a
+     * non-empty directory with neither a checkpoint nor commitlog/.
+     */
+    public static void checkRoot(Path root, Configuration conf)
+            throws IOException, AnalysisException {
+        FileSystem fs = root.getFileSystem(conf);
+        Path q = fs.makeQualified(root);
+        FileStatus st;
+        try {
+            st = fs.getFileStatus(root);
+        } catch (FileNotFoundException e) {
+            throw new AnalysisException("PATH_NOT_FOUND", scalaMap("path", q.toString()));
+        }
+        if (!st.isDirectory()) throw notAStore(q, "a file, not a store directory");
+        FileStatus[] names = fs.listStatus(root);
+        if (names.length == 0) return;
+        for (String m : STORE_MARKERS) {
+            if (fs.exists(new Path(root, m))) return;
+        }
+        throw notAStore(q, "no " + String.join(" or ", STORE_MARKERS));
+    }
+
+    private static AnalysisException notAStore(Path q, String why) {
+        // No Spark error condition says this; a message-only AnalysisException is what a
+        // caller catching analysis errors (as for a missing path) expects.
+        return new AnalysisException("[QUORUMLOG_NOT_A_STORE] not a quorumlog store: " + q
+            + " (" + why + ")", Option.empty(), Option.empty(), Option.empty(), Option.empty(),
+            scalaMap(), new QueryContext[0]);
+    }
+
+    private static scala.collection.immutable.Map<String, String> scalaMap(String... kv) {
+        java.util.Map<String, String> m = new java.util.LinkedHashMap<>();
+        for (int i = 0; i + 1 < kv.length; i += 2) m.put(kv[i], kv[i + 1]);
+        return scala.collection.immutable.Map$.MODULE$.from(CollectionConverters.asScala(m));
+    }
+
+    /**
+     * Throws t unchecked. Spark's AnalysisException is a checked exception to javac but the
+     * DataSource V2 interfaces (written in Scala) cannot declare it; Scala sources throw it
+     * the same way.
+     */
+    @SuppressWarnings("unchecked")
+    static <E extends Throwable> RuntimeException sneakyThrow(Throwable t) throws E {
+        throw (E) t;
     }
 
     /** The store root of a segment file: <root>/commitlog/<20 digits>. */

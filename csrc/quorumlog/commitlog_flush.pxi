@@ -1,0 +1,117 @@
+# Included by _commitlog.pyx: durability -- flush (msync of the appended range, GIL
+# released), group commit (wait_flushed: one flush covers every waiter), the background
+# flusher thread (async mode), and the commit index.
+
+cdef int64_t flush_log(CommitLog self) except -1:
+    cdef int64_t target, tindex, lo, S = self.segment_size_bytes, a, b, k
+    cdef Mapping m
+    cdef int err = 0
+    with self._flush_lock:
+        # a consistent snapshot: both values change together under the GIL
+        target = self._end
+        tindex = self._next_index - 1
+        lo = self._flushed_pos
+        if target <= lo and tindex <= self._flushed_index:
+            return self._flushed_pos
+        segs = [_seg(self, k) for k in range(lo // S, (max(target, lo + 1) - 1) // S + 1)]
+        for m in segs:
+            if m is None:
+                continue
+            a = max(lo, m.start)
+            b = min(target, m.start + S)
+            if b > a:
+                # msync of the appended range, not fdatasync of the file: for a
+                # MAP_SHARED file both end in the same range writeback + journal
+                # commit + device flush on Linux (measured equal, ~3.5 ms here), but
+                # fdatasync would also write the zero pages the preparer has faulted
+                # in ahead of the end.
+                with nogil:
+                    err = ql_msync(m.addr, a - m.start, b - a)
+                if err:
+                    raise OSError(err, os.strerror(err), m.path)
+        # The raft-index entries are not synced here: recovery rewrites the entries of
+        # every record after the checkpoint's flushed position from the log itself, so
+        # they only need to be durable up to the checkpoint's flushed_index, which
+        # write_checkpoint ensures. One device flush per group commit instead of two
+        # (each costs a journal commit) doubles the flushes per second.
+        self.n_flushes += 1
+        with self._cv:
+            if target > self._flushed_pos:
+                self._flushed_pos = target
+                self._flushed_index = tindex
+            self._cv.notify_all()
+    return self._flushed_pos
+
+
+cdef bint wait_flushed_to(CommitLog self, int64_t position, timeout) except -1:
+    cdef double deadline
+    if self._flushed_pos >= position:
+        return True
+    _check_open(self)
+    if position > self._end:
+        raise InvalidArgumentError(
+            f"wait_flushed({position}) is beyond end_position {self._end}")
+    deadline = time.monotonic() + (timeout if timeout is not None else 1e18)
+    with self._cv:
+        if position > self._flush_request:
+            self._flush_request = position
+            self._cv.notify_all()
+        while self._flushed_pos < position:
+            if self._closed or self._stopping:
+                return self._flushed_pos >= position
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._cv.wait(min(remaining, 1.0))
+    return True
+
+
+cdef flush_loop(CommitLog self):
+    # Flush when a waiter asks (group commit: everything appended so far goes in one
+    # msync) or when flush_interval_ms has passed with unflushed data.
+    interval = self.flush_interval_ms / 1000.0
+    while True:
+        deadline = time.monotonic() + interval
+        with self._cv:
+            while not self._stopping and self._flush_request <= self._flushed_pos:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if self._end > self._flushed_pos:
+                        break
+                    deadline = time.monotonic() + interval
+                    remaining = interval
+                self._cv.wait(remaining)
+            if self._stopping:
+                return
+        try:
+            flush_log(self)
+            if self.checkpoint_interval_ms >= 0 and (
+                    time.monotonic() - self._last_cp) * 1000 >= self.checkpoint_interval_ms:
+                self.checkpoint()
+        except Exception as e:   # keep flushing; report once per distinct error
+            if repr(e) != repr(self._flush_error):
+                log.error("background flush of %s failed: %s", self.path, e)
+            self._flush_error = e
+            with self._cv:
+                self._cv.wait(interval)
+
+
+cdef int commit_to(CommitLog self, int64_t index) except -1:
+    cdef const IdxEntry *e
+    _check_open(self)
+    if index > self._next_index - 1:
+        raise IndexOutOfRangeError(f"commit {index} beyond last_index {self._next_index - 1}")
+    if index <= self._committed_index:
+        return 0
+    e = _entry_checked(self, index)
+    self._committed_pos = e.position + e.size
+    self._committed_index = index
+    return 0
+
+
+cdef _fsync_dir(str d):
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,128 @@
+# Included by _commitlog.pyx: the log's life -- configuration checks, the directory lock
+# (LOCK, one opener), the write lock, the background threads, close and the kill -9 test hook.
+
+cdef check_config(segment_size_bytes, index_file_entries, flush, flush_interval_ms,
+                  checkpoint_interval_ms, max_message_bytes):
+    for name, v in (("segment_size_bytes", segment_size_bytes),
+                    ("index_file_entries", index_file_entries),
+                    ("flush_interval_ms", flush_interval_ms),
+                    ("checkpoint_interval_ms", checkpoint_interval_ms),
+                    ("max_message_bytes", max_message_bytes)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ArgumentTypeError(f"{name} must be an int")
+    if segment_size_bytes < 65536 or segment_size_bytes % 4096 or segment_size_bytes > (1 << 40):
+        raise InvalidArgumentError(
+            "segment_size_bytes must be a multiple of 4096 in [65536, 2**40]")
+    if index_file_entries < 1 or index_file_entries > (1 << 30):
+        raise InvalidArgumentError("index_file_entries must be in [1, 2**30]")
+    if flush not in ("async", "sync"):
+        raise InvalidArgumentError("flush must be 'async' or 'sync'")
+    if flush_interval_ms < 1 or checkpoint_interval_ms < 0:
+        raise InvalidArgumentError("flush_interval_ms >= 1 and checkpoint_interval_ms >= 0")
+    if max_message_bytes < 0 or max_message_bytes > 0xFFFFFFFF - 2 * HDR:
+        # the whole record must also fit a segment; that is checked per record
+        raise InvalidArgumentError("max_message_bytes must be in [0, 2**32 - 192]")
+    if segment_size_bytes > 0xFFFFFFFF:
+        # total_size is a u32 and a BLANK spans the rest of a segment
+        raise InvalidArgumentError("segment_size_bytes must be < 2**32")
+
+
+cdef inline int _check_open(CommitLog self) except -1:
+    if self._closed:
+        raise LogClosedError(f"commit log {self.path} is closed")
+    return 0
+
+
+cdef inline void _acquire(CommitLog self) noexcept:
+    if not PyThread_acquire_lock(self._wlock, NOWAIT_LOCK):
+        with nogil:
+            PyThread_acquire_lock(self._wlock, WAIT_LOCK)
+
+
+cdef inline void _release(CommitLog self) noexcept:
+    PyThread_release_lock(self._wlock)
+
+
+cdef take_lock(CommitLog self):
+    fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockedError(f"{self.path} is open elsewhere (LOCK is held)") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    self._lock_fd = fd
+
+
+cdef start_threads(CommitLog self):
+    self._stopping = False
+    self._last_cp = time.monotonic()
+    t = threading.Thread(target=self._flush_loop, name=f"quorumlog-flush:{self.path}",
+                         daemon=True)
+    t.start()
+    self._threads.append(t)
+    if self.preallocate_next:
+        t = threading.Thread(target=self._prepare_loop,
+                             name=f"quorumlog-prepare:{self.path}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+
+cdef stop_threads(CommitLog self):
+    self._stopping = True
+    with self._cv:
+        self._cv.notify_all()
+    with self._prep_cv:
+        self._prep_cv.notify_all()
+    for t in self._threads:
+        if t is not threading.current_thread():
+            t.join()
+    self._threads = []
+
+
+cdef close_log(CommitLog self):
+    if self._closed:
+        return
+    stop_threads(self)
+    _acquire(self)
+    try:
+        flush_log(self)
+        with self._flush_lock:
+            write_checkpoint(self, True)
+        self._closed = True
+        drop_mappings(self)
+        try:
+            os.unlink(os.path.join(self.path, "abort"))
+        except FileNotFoundError:
+            pass
+        _fsync_dir(self.path)
+    finally:
+        _release(self)
+        _unlock(self)
+        self._closed = True
+        with self._cv:
+            self._cv.notify_all()
+
+
+cdef crash_log(CommitLog self):
+    if self._closed:
+        return
+    stop_threads(self)
+    _acquire(self)
+    try:
+        self._closed = True
+        forget_mappings(self)
+        self._prepared = None       # kept on disk, as a crash would leave it
+    finally:
+        _release(self)
+        _unlock(self)
+        with self._cv:
+            self._cv.notify_all()
+
+
+cdef _unlock(CommitLog self):
+    if self._lock_fd >= 0:
+        os.close(self._lock_fd)
+        self._lock_fd = -1

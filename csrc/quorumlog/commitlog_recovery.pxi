@@ -1,0 +1,332 @@
+# Included by _commitlog.pyx: recovery at open -- check the segment and raft-index files,
+# scan from the checkpoint's verified anchor checking every record's CRC, refuse damage with
+# intact data after it (mid-log corruption names file and offset), cut a torn tail, make the
+# raft index agree with the log, and restore the durable positions.
+
+# What the scan of the log at open found.
+cdef struct Scan:
+    int64_t min_pos          # start of the first segment
+    int64_t start            # where the scan began: the checkpoint's anchor, or min_pos
+    int64_t idx              # next raft index expected (-1: take the first record's)
+    int64_t term             # term of the last intact record
+    int64_t stop_pos         # end of the last intact record: the end of the log
+    int64_t first_index      # first raft index scanned (0: none)
+    int64_t last_index       # last raft index of the log (0: none)
+    int stop_rc              # why the scan stopped (V_OK: clean end)
+
+
+cdef recover(CommitLog self):
+    cdef Scan r
+    abort_path = os.path.join(self.path, "abort")
+    self.unclean_open = os.path.exists(abort_path)
+    with open(abort_path, "wb"):
+        pass
+    cp = read_checkpoint(self)
+    starts = _segment_starts(self, cp)
+    self._first_seg = starts[0] // self.segment_size_bytes
+    for s in starts:
+        # a short file past the durable point (cut by a crash of a file tool) is
+        # re-extended; its missing bytes read as zero, i.e. a torn tail
+        _install_recovered(self, map_file(os.path.join(self._segdir, numbered_name(s)),
+                                          self.segment_size_bytes, s, True, False, "segment"))
+    _map_index_files(self)
+    memset(&r, 0, sizeof(Scan))
+    _scan_start(self, cp, &r)
+    _scan_records(self, &r)
+    _refuse_damage_before_intact(self, &r)
+    _cut_tail(self, &r)
+    _set_first_index(self, &r)
+    self._end = r.stop_pos
+    self._next_index = r.last_index + 1 if r.last_index > 0 else r.first_index
+    self._last_term = r.term
+    _rewrite_index(self, r.start, r.stop_pos)
+    _restore_durable_state(self, cp, &r)
+
+
+cdef _install_recovered(CommitLog self, Mapping m):
+    self._segs.append(m)
+    self._views.append(memoryview(m))
+
+
+cdef list list_numbered(str d):
+    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed."""
+    out = []
+    for name in os.listdir(d):
+        if is_numbered_name(name):
+            out.append(int(name))
+        elif name.endswith(".tmp"):
+            os.unlink(os.path.join(d, name))
+    out.sort()
+    return out
+
+
+cdef _check_numbered(str d, list starts, int64_t step, int64_t first, str what, str unit):
+    """The files of d (their numbers in `starts`, sorted) each cover `step` positions or
+    raft indexes from `first` on: aligned to that, and no gap between them."""
+    for s in starts:
+        if (s - first) % step:
+            raise CorruptLogError(f"{what} {s} is not aligned to {unit} {step}",
+                                  os.path.join(d, numbered_name(s)), 0)
+    for a, b in zip(starts, starts[1:]):
+        if b != a + step:
+            raise CorruptLogError(f"{what}s are not contiguous: {a} then {b}",
+                                  os.path.join(d, numbered_name(b)), 0)
+
+
+cdef list _segment_starts(CommitLog self, cp):
+    """Start positions of the segment files: aligned, contiguous, and holding every byte
+    the checkpoint says is durable. No file: the checkpoint's min position."""
+    cdef int64_t S = self.segment_size_bytes
+    starts = list_numbered(self._segdir)
+    _check_numbered(self._segdir, starts, S, 0, "segment file", "segment_size_bytes")
+    if not starts:
+        start = cp["min_position"] if cp else 0
+        if start % S:
+            raise CorruptLogError("checkpoint min_position not segment-aligned",
+                                  os.path.join(self.path, "checkpoint"), 48)
+        starts = [start]
+    if cp:
+        _check_durable_segments(self, cp, starts)
+    return starts
+
+
+cdef _check_durable_segments(CommitLog self, dict cp, list starts):
+    # Durable bytes (before the checkpoint's flushed position) must all be there: a
+    # missing or short segment below it is lost data, not a torn tail.
+    cdef int64_t S = self.segment_size_bytes
+    fp = cp["flushed_position"]
+    if fp <= cp["min_position"]:
+        return
+    if starts[0] > cp["min_position"] and starts[0] < fp:
+        miss = os.path.join(self._segdir, numbered_name(cp["min_position"]))
+        raise CorruptLogError(f"{miss}: segment holding durable data is missing", miss, 0)
+    need_last = ((fp - 1) // S) * S
+    if starts[len(starts) - 1] < need_last:
+        miss = os.path.join(self._segdir, numbered_name(starts[len(starts) - 1] + S))
+        raise CorruptLogError(f"{miss}: segment holding durable data is missing", miss, 0)
+    for s0 in starts:
+        if s0 < fp:
+            f = os.path.join(self._segdir, numbered_name(s0))
+            sz = os.path.getsize(f)
+            if sz < S and s0 + sz < fp:
+                raise CorruptLogError(
+                    f"{f}: segment is {sz} bytes, shorter than {S}, and held "
+                    f"durable data", f, sz)
+
+
+cdef _map_index_files(CommitLog self):
+    cdef int64_t N = self.index_file_entries
+    idx_starts = list_numbered(self._idxdir)
+    _check_numbered(self._idxdir, idx_starts, N, 1, "raft index file", "index_file_entries")
+    if idx_starts:
+        self._first_idxf = (idx_starts[0] - 1) // N
+        for a in idx_starts:
+            self._idx.append(map_file(os.path.join(self._idxdir, numbered_name(a)),
+                                      N * IDX_ENTRY, a, False, False, "raft index file"))
+
+
+cdef bint _intact_entry(CommitLog self, const IdxEntry *e, int64_t index) noexcept:
+    """The record raft-index entry e names is in the log, intact, and carries `index`."""
+    cdef int64_t S = self.segment_size_bytes
+    cdef Mapping m = _seg(self, <int64_t>e.position // S)
+    cdef const char *p
+    if m is None:
+        return False
+    p = m.addr + (e.position - m.start)
+    return (verify_record(p, m.start + S - e.position, e.position, True) == V_OK and
+            (<const RecHeader *>p).raft_index == <uint64_t>index)
+
+
+cdef _scan_start(CommitLog self, cp, Scan *r):
+    # where the scan starts: the checkpoint's flushed position when its anchor record
+    # (the last one before it) checks out; else the first segment
+    cdef char *ep
+    cdef const IdxEntry *e
+    r.min_pos = self._first_seg * self.segment_size_bytes
+    r.start = r.min_pos
+    r.idx = -1
+    r.term = 0
+    if cp and cp["flushed_position"] > r.min_pos and cp["flushed_index"] > 0:
+        fi = cp["flushed_index"]
+        ep = _entry(self, fi, False)
+        if ep != NULL:
+            e = <const IdxEntry *>ep
+            if e.position + e.size == cp["flushed_position"] and _intact_entry(self, e, fi):
+                r.start = cp["flushed_position"]
+                r.idx = fi + 1
+                r.term = e.term
+    elif cp and cp["flushed_position"] == r.min_pos and cp["flushed_index"] > 0:
+        r.idx = cp["flushed_index"] + 1   # empty after retention + truncation
+
+
+cdef _scan_records(CommitLog self, Scan *r):
+    # pass 1: verify only (nothing changes until the corruption checks pass)
+    cdef int64_t S = self.segment_size_bytes, pos = r.start, k
+    cdef int rc
+    cdef Mapping m
+    cdef const RecHeader *h
+    r.stop_pos = r.start
+    r.last_index = r.idx - 1 if r.idx > 0 else 0
+    r.first_index = 0
+    r.stop_rc = V_OK
+    while True:
+        k = pos // S
+        m = _seg(self, k)
+        if m is None:
+            break
+        rc = verify_record(m.addr + (pos - m.start), m.start + S - pos, pos, True)
+        if rc != V_OK:
+            r.stop_rc = rc
+            break
+        h = <const RecHeader *>(m.addr + (pos - m.start))
+        if h.type == T_BLANK:
+            pos = m.start + S    # counts only once a record follows it
+            continue
+        if (r.idx > 0 and h.raft_index != <uint64_t>r.idx) or h.raft_term < <uint64_t>r.term:
+            r.stop_rc = V_LENGTHS
+            break
+        if r.first_index == 0:
+            r.first_index = h.raft_index
+        r.idx = h.raft_index + 1
+        r.term = h.raft_term
+        r.last_index = h.raft_index
+        pos += h.total_size
+        r.stop_pos = pos
+
+
+cdef _refuse_damage_before_intact(CommitLog self, const Scan *r):
+    # an intact record beyond the stop point means damage in the middle
+    cdef int64_t i = r.last_index + 1, j
+    cdef char *ep
+    cdef const IdxEntry *e
+    cdef Mapping m
+    while True:
+        ep = _entry(self, i, False)
+        if ep == NULL:
+            break
+        e = <const IdxEntry *>ep
+        if e.size == 0:
+            break
+        if e.position >= <uint64_t>r.stop_pos and _intact_entry(self, e, i):
+            raise_stop(self, r.stop_pos, r.stop_rc,
+                       f"raft index {i} at position {e.position} is intact")
+        i += 1
+    for j in range(r.stop_pos // self.segment_size_bytes + 1 - self._first_seg, len(self._segs)):
+        m = <Mapping>self._segs[j]
+        if verify_record(m.addr, self.segment_size_bytes, m.start, True) == V_OK:
+            raise_stop(self, r.stop_pos, r.stop_rc,
+                       f"segment {m.path} starts with an intact record")
+
+
+cdef _cut_tail(CommitLog self, const Scan *r):
+    # pass 2: the tail is torn (or clean): zero it, drop later segments
+    cdef int64_t S = self.segment_size_bytes, k = r.stop_pos // S, stop = r.stop_pos
+    cdef Mapping m = _seg(self, k), mm
+    if m is None:        # stop exactly at a segment start that has no file
+        m = map_file(_seg_path(self, k), S, k * S, True, True, "segment")
+        _install_recovered(self, m)
+    tail_dirty = self.unclean_open or any(
+        (<const unsigned char *>(m.addr + (stop - m.start)))[x] != 0
+        for x in range(min(HDR, m.start + S - stop)))
+    if tail_dirty:
+        bpath = os.fsencode(m.path)
+        ql_zero_range(bpath, m.addr, stop - m.start, m.start + S - stop)
+        ql_msync(m.addr, stop - m.start, m.start + S - stop)
+        log.warning("%s: %s open; log ends at position %d (index %d)", self.path,
+                    "unclean" if self.unclean_open else "clean", stop, r.last_index)
+    while len(self._segs) > k - self._first_seg + 1:
+        mm = <Mapping>self._segs.pop()
+        self._views.pop()
+        os.unlink(mm.path)
+    self._cur = <Mapping>self._segs[len(self._segs) - 1]
+    self._cur_start = self._cur.start
+
+
+cdef _set_first_index(CommitLog self, Scan *r):
+    cdef Mapping m = <Mapping>self._segs[0]
+    if r.first_index == 0:
+        # nothing scanned: the first record of the log (if any) names first_index
+        if r.stop_pos > r.min_pos and verify_record(m.addr, self.segment_size_bytes,
+                                                    m.start, False) == V_OK:
+            r.first_index = (<const RecHeader *>m.addr).raft_index
+        elif r.last_index > 0:
+            r.first_index = r.last_index + 1 if r.stop_pos == r.min_pos else 1
+        else:
+            r.first_index = 1
+    if r.start > r.min_pos:
+        if verify_record(m.addr, self.segment_size_bytes, m.start, False) == V_OK:
+            r.first_index = (<const RecHeader *>m.addr).raft_index
+    self._first_index = r.first_index
+
+
+cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
+    # index entries of the scanned records, rewritten where they disagree
+    cdef int64_t S = self.segment_size_bytes, pos = start, i
+    cdef Mapping m
+    cdef const RecHeader *h
+    cdef char *ep
+    cdef const IdxEntry *e
+    while pos < stop_pos:
+        m = _seg(self, pos // S)
+        h = <const RecHeader *>(m.addr + (pos - m.start))
+        if h.type == T_BLANK:
+            pos = m.start + S
+            continue
+        ep = _entry(self, h.raft_index, True)
+        e = <const IdxEntry *>ep
+        if (e.position != <uint64_t>pos or e.term != h.raft_term or e.size != h.total_size
+                or e.type != h.type or e.pad0 or e.pad1 or e.pad2):
+            write_index(ep, pos, h.raft_term, h.total_size, h.type)
+        pos += h.total_size
+    # entries beyond the last record are zeroed
+    i = self._next_index
+    while True:
+        ep = _entry(self, i, False)
+        if ep == NULL or (<const IdxEntry *>ep).size == 0:
+            break
+        memset(ep, 0, IDX_ENTRY)
+        i += 1
+    if self._next_index >= 1:
+        _entry(self, self._next_index, True)
+
+
+cdef _restore_durable_state(CommitLog self, cp, const Scan *r):
+    # flushed, committed and dispatched positions after recovery, then a checkpoint
+    cdef const IdxEntry *e
+    self._flushed_pos = r.start
+    if r.start > r.min_pos:
+        self._flushed_index = cp["flushed_index"]   # the verified anchor
+    else:
+        self._flushed_index = (0 if r.idx <= 0 or cp is None
+                               else min(cp["flushed_index"], r.last_index))
+    if cp:
+        self._committed_index = min(cp["committed_index"], r.last_index)
+        if self._committed_index >= self._first_index and self._committed_index > 0:
+            e = <const IdxEntry *>_entry(self, self._committed_index, False)
+            self._committed_pos = e.position + e.size
+        else:
+            if self._committed_index < self._first_index:
+                self._committed_index = 0
+            self._committed_pos = r.min_pos
+        self._dispatched = min(cp["dispatched_position"], r.stop_pos)
+    else:
+        self._committed_pos = r.min_pos
+        self._dispatched = r.min_pos
+    self._flush_lock = threading.Lock()
+    self._idx_synced = 0        # entries were rewritten above: the checkpoint syncs them
+    self._flushed_pos = min(self._flushed_pos, r.stop_pos)
+    if self._flushed_pos < r.stop_pos or self._flushed_index < r.last_index:
+        self._flushed_index = min(self._flushed_index, r.last_index)
+        flush_log(self)
+    write_checkpoint(self, False)
+    _note_last_store(self)
+
+
+cdef raise_stop(CommitLog self, int64_t stop_pos, int rc, str why):
+    cdef int64_t S = self.segment_size_bytes
+    m = _seg(self, stop_pos // S)
+    path = m.path if m is not None else _seg_path(self, stop_pos // S)
+    off = stop_pos - (stop_pos // S) * S
+    raise CorruptLogError(
+        f"{path} offset {off}: damaged record ({_VERIFY_REASONS.get(rc, 'bad record')}) "
+        f"with intact data after it: {why}", path, off)

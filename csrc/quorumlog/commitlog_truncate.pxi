@@ -1,0 +1,139 @@
+# Included by _commitlog.pyx: cutting the log -- truncate_after (drop the uncommitted tail a
+# new leader overrules; durable before it returns) and delete_segments_before (retention:
+# whole segments and the raft-index files wholly below them).
+
+cdef int truncate_log(CommitLog self, int64_t i) except -1:
+    cdef int64_t new_end, new_term
+    cdef const IdxEntry *e
+    _check_open(self)
+    if i >= self._next_index - 1:
+        return 0    # nothing after i
+    if i < self._first_index - 1 or i < 0:
+        raise IndexOutOfRangeError(f"cannot truncate after {i}: first_index is {self._first_index}")
+    if i < self._committed_index:
+        raise InvalidArgumentError(
+            f"cannot truncate after {i}: entries up to {self._committed_index} are committed")
+    _acquire(self)
+    # no flush may be in flight: it would raise flushed_position past the new end
+    self._flush_lock.acquire()
+    try:
+        if i >= self._first_index:
+            e = _entry_checked(self, i)
+            new_end = e.position + e.size
+            new_term = e.term
+        else:
+            new_end = self.min_position
+            new_term = 0
+        if new_end < self._flushed_pos:
+            # the checkpoint must never claim records that are about to disappear
+            self._flushed_pos = new_end
+            self._flushed_index = i
+            write_checkpoint(self, False)
+        _cut_segments(self, new_end)
+        _cut_index(self, i)
+        self._end = new_end
+        self._next_index = i + 1
+        self._last_term = new_term if i >= 1 else 0
+        if self._dispatched > new_end:
+            self._dispatched = new_end
+        _forget_beyond(self, new_end)
+        _fsync_dir(self._segdir)
+        _fsync_dir(self._idxdir)
+    finally:
+        self._flush_lock.release()
+        _release(self)
+    return 0
+
+
+cdef int _cut_segments(CommitLog self, int64_t new_end) except -1:
+    """Zero [new_end, old end) of its segment (durably) and unlink every later segment."""
+    cdef int64_t S = self.segment_size_bytes, k_new = new_end // S, seg_old_end
+    cdef Mapping m = _seg(self, k_new)
+    cdef bytes bpath = os.fsencode(m.path)
+    cdef const char *cpath = bpath
+    cdef int err
+    seg_old_end = min(self._end, m.start + S)
+    # The zeroed range is synced whether or not it was flushed: the kernel may have
+    # written the dropped records back on its own, and a crash must not bring them back
+    # (recovery would find intact records after the end, or resurrect dropped entries).
+    # Truncation is rare; one sync each is cheap.
+    with nogil:
+        err = ql_zero_range(cpath, m.addr, new_end - m.start, seg_old_end - new_end)
+        if err == 0:
+            err = ql_msync(m.addr, new_end - m.start, seg_old_end - new_end)
+    if err:
+        raise OSError(err, os.strerror(err), m.path)
+    # later segments: unlink now; their memory goes with the last view
+    while len(self._segs) > k_new - self._first_seg + 1:
+        m = <Mapping>self._segs.pop()
+        self._views.pop()
+        try:
+            os.unlink(m.path)
+        except FileNotFoundError:
+            pass
+    self._cur = <Mapping>self._segs[len(self._segs) - 1]
+    self._cur_start = self._cur.start
+    return 0
+
+
+cdef int _cut_index(CommitLog self, int64_t i) except -1:
+    """Zero the raft-index entries after i (durably)."""
+    cdef int64_t j
+    cdef char *ep
+    for j in range(i + 1, self._next_index):
+        ep = _entry(self, j, False)
+        if ep != NULL:
+            memset(ep, 0, IDX_ENTRY)
+    _msync_index(self, i + 1, self._next_index - 1)
+    return 0
+
+
+cdef int _forget_beyond(CommitLog self, int64_t new_end) except -1:
+    """After a truncation: no flush request or prepared segment may stay beyond the end."""
+    with self._cv:
+        # the flusher would spin on a request it can never reach
+        if self._flush_request > new_end:
+            self._flush_request = new_end
+    with self._prep_cv:
+        # a preparation in flight targets the old next segment: let it land, then
+        # drop it (a file past the new end would break the contiguity of segments)
+        while self._prep_busy:
+            self._prep_cv.wait()
+        self._prep_request = -1
+        if self._prepared is not None:
+            _discard_prepared(self)
+    return 0
+
+
+cdef int64_t delete_segments(CommitLog self, int64_t position) except -1:
+    cdef int64_t S = self.segment_size_bytes, count = 0
+    cdef Mapping m, mi
+    cdef const RecHeader *h
+    _check_open(self)
+    _acquire(self)
+    try:
+        while len(self._segs) > 1:
+            m = <Mapping>self._segs[0]
+            if m.start + S > position or m is self._cur:
+                break
+            os.unlink(m.path)
+            self._segs.pop(0)
+            self._views.pop(0)
+            self._first_seg += 1
+            count += 1
+        if count:
+            m = <Mapping>self._segs[0]
+            h = <const RecHeader *>m.addr
+            if self._end > m.start and h.magic == MAGIC and h.type != T_BLANK:
+                self._first_index = h.raft_index
+            # raft index files wholly below first_index go too
+            while len(self._idx) > 1 and (self._first_idxf + 1) * self.index_file_entries < self._first_index:
+                mi = <Mapping>self._idx.pop(0)
+                os.unlink(mi.path)
+                self._first_idxf += 1
+            _fsync_dir(self._segdir)
+    finally:
+        _release(self)
+    if count:
+        self.checkpoint()
+    return count

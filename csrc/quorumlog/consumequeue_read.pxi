@@ -1,0 +1,230 @@
+# Included by _consumequeue.pyx: the read side of the store -- SegmentView (a read-only
+# buffer over one commit-log segment), Message (a record decoded on access) and collect()
+# (the Messages of a range of consume-queue entries, get()'s hot path).
+
+cdef inline const RecHeader *_header(const unsigned char *p) noexcept nogil:
+    return <const RecHeader *>p
+
+
+cdef inline Py_ssize_t _keys_offset(const RecHeader *h) noexcept nogil:
+    return HDR + h.topic_len + h.tags_len
+
+
+cdef inline Py_ssize_t _body_offset(const RecHeader *h) noexcept nogil:
+    return HDR + h.topic_len + h.tags_len + h.keys_len + h.props_len
+
+
+cdef class SegmentView:
+    def __cinit__(self, object owner, int64_t start):
+        PyObject_GetBuffer(owner, &self._buf, PyBUF_SIMPLE)
+        self._has_buf = True
+        self.base = <const unsigned char *>self._buf.buf
+        self.length = self._buf.len
+        self.start = start
+        self.owner = owner
+
+    def __dealloc__(self):
+        if self._has_buf:
+            PyBuffer_Release(&self._buf)
+            self._has_buf = False
+
+    def store_timestamp_at(self, int64_t position):
+        """store_timestamp_ms of the record at `position` (inside this segment)."""
+        if position < self.start or position + HDR > self.start + self.length:
+            raise IndexError(position)
+        return _header(self.base + (position - self.start)).store_ts
+
+
+@cython.freelist(512)
+cdef class Message:
+    """One message as stored: a pointer into the commit log, decoded on access.
+
+    `body` is a bytes copy (cheap for small bodies, safe to keep); `body_view` is a zero-copy
+    memoryview of the mapping. Either stays valid after retention deletes the segment."""
+
+    def __init__(self):
+        raise TypeError("Message objects are created by MessageStore.get()")
+
+    @property
+    def body(self):
+        cdef const RecHeader *h = _header(self._p)
+        return PyBytes_FromStringAndSize(<const char *>self._p + _body_offset(h), h.body_len)
+
+    @property
+    def body_view(self):
+        cdef const RecHeader *h = _header(self._p)
+        cdef Py_ssize_t start = (self.position - self._seg.start) + _body_offset(h)
+        return memoryview(self._seg.owner)[start:start + h.body_len].toreadonly()
+
+    @property
+    def body_len(self):
+        return _header(self._p).body_len
+
+    @property
+    def topic(self):
+        return (<const char *>self._p + HDR)[:_header(self._p).topic_len].decode("utf-8")
+
+    @property
+    def tags(self):
+        cdef const RecHeader *h = _header(self._p)
+        if h.tags_len == 0:
+            return None
+        return (<const char *>self._p + HDR + h.topic_len)[:h.tags_len].decode("utf-8")
+
+    @property
+    def keys(self):
+        cdef const unsigned char *p = self._p
+        cdef Py_ssize_t off = _keys_offset(_header(p))
+        cdef Py_ssize_t end = off + _header(p).keys_len
+        cdef uint16_t n
+        out = []
+        while off + 2 <= end:
+            memcpy(&n, p + off, 2)
+            off += 2
+            out.append((<const char *>p + off)[:n].decode("utf-8"))
+            off += n
+        return tuple(out)
+
+    @property
+    def properties(self):
+        """dict[str, str] (decoded once, then cached; a copy is returned)."""
+        cdef const unsigned char *p = self._p
+        cdef Py_ssize_t off, end
+        cdef uint16_t n
+        if self._props is None:
+            off = _keys_offset(_header(p)) + _header(p).keys_len
+            end = off + _header(p).props_len
+            d = {}
+            while off + 2 <= end:
+                memcpy(&n, p + off, 2)
+                off += 2
+                k = (<const char *>p + off)[:n].decode("utf-8")
+                off += n
+                memcpy(&n, p + off, 2)
+                off += 2
+                d[k] = (<const char *>p + off)[:n].decode("utf-8")
+                off += n
+            self._props = d
+        return dict(self._props)
+
+    @property
+    def queue_id(self):
+        return _header(self._p).queue_id
+
+    @property
+    def queue_offset(self):
+        return <int64_t>_header(self._p).queue_offset
+
+    @property
+    def index(self):
+        return <int64_t>_header(self._p).raft_index
+
+    @property
+    def term(self):
+        return <int64_t>_header(self._p).raft_term
+
+    @property
+    def flags(self):
+        return _header(self._p).flags
+
+    @property
+    def tag_hash(self):
+        return _header(self._p).tag_hash
+
+    @property
+    def born_timestamp_ms(self):
+        return _header(self._p).born_ts
+
+    @property
+    def store_timestamp_ms(self):
+        return _header(self._p).store_ts
+
+    def raw(self):
+        """The whole record as a read-only memoryview (zero copy)."""
+        cdef Py_ssize_t start = self.position - self._seg.start
+        return memoryview(self._seg.owner)[start:start + self.size].toreadonly()
+
+    def __repr__(self):
+        return (f"Message(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, position={self.position}, "
+                f"body_len={self.body_len}, tags={self.tags!r})")
+
+
+def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out,
+            Py_ssize_t limit, tuple tag_hashes=None, object tag_names=None):
+    """Append Message objects for entries [lo, hi) of `f` to `out` until `out` holds `limit`.
+
+    With `tag_hashes` (a tuple of int64, at most 32) only entries whose stored tag hash is one
+    of them are taken, and of those only records whose tags (bytes) are in `tag_names` (a set)
+    — the hash comparison reads only the consume queue; the string check touches the record.
+    Entries of size 0 are holes (the start of a rebuilt queue) and are skipped.
+    `segment_for(position)` returns the SegmentView holding a position.
+    Returns the entry index where it stopped (hi when the range was exhausted)."""
+    cdef SegmentView seg = None
+    cdef int64_t pos, pf, th
+    cdef int32_t size
+    cdef const CQEntry *e
+    cdef const unsigned char *p
+    cdef const RecHeader *h
+    cdef Message m
+    cdef Py_ssize_t i, j, have = len(out), nh = 0
+    cdef int64_t hashes[MAX_TAG_FILTER]
+    cdef bint match
+    if hi > f.capacity:
+        hi = f.capacity
+    if tag_hashes is not None:
+        nh = len(tag_hashes)
+        if nh > MAX_TAG_FILTER:
+            raise ValueError("too many tags in filter")
+        for j in range(nh):
+            hashes[j] = tag_hashes[j]
+    for i in range(lo, hi):
+        if have >= limit:
+            return i
+        e = _cq_entry(f, i)
+        size = e.size
+        if size <= 0:
+            continue
+        pos = e.position
+        if tag_hashes is not None:
+            th = e.tag_hash
+            match = False
+            for j in range(nh):
+                if hashes[j] == th:
+                    match = True
+                    break
+            if not match:
+                continue
+        if seg is None or pos < seg.start or pos + size > seg.start + seg.length:
+            seg = segment_for(pos)
+            if pos < seg.start or pos + size > seg.start + seg.length:
+                raise CorruptLogError(
+                    f"consume queue {f.path} entry {f.first_offset + i} points outside "
+                    f"its segment (position {pos}, size {size})", str(f.path), i * ENTRY_SIZE)
+        p = seg.base + (pos - seg.start)
+        h = _header(p)
+        # Consumers read records spread across the log (one queue's messages interleave with
+        # every other queue's); start the cache misses of the next records now so they overlap.
+        if i + PREFETCH_AHEAD < hi:
+            pf = (e + PREFETCH_AHEAD).position
+            if pf >= seg.start and pf + 128 <= seg.start + seg.length:
+                ql_prefetch(seg.base + (pf - seg.start))
+                ql_prefetch(seg.base + (pf - seg.start) + 64)
+        # Cheap pairing check of the index against the record it names (the record's CRC was
+        # verified when it was dispatched).
+        if h.magic != MAGIC or <int64_t>h.position != pos:
+            raise CorruptLogError(
+                f"consume queue {f.path} entry {f.first_offset + i} does not point at a "
+                f"record (position {pos})", str(f.path), i * ENTRY_SIZE)
+        if tag_names is not None:
+            if PyBytes_FromStringAndSize(<const char *>p + HDR + h.topic_len,
+                                         h.tags_len) not in tag_names:
+                continue
+        m = Message.__new__(Message)
+        m._seg = seg
+        m._p = p
+        m.position = pos
+        m.size = size
+        out.append(m)
+        have += 1
+    return hi

@@ -1,0 +1,126 @@
+/*
+ * Which MESSAGE records a read returns, decided on the record's header fields and topic
+ * bytes before any row is built: topics, queue ids (a set and/or a range) and a store
+ * timestamp range in milliseconds (the header's unit). Travels to the tasks in the Hadoop
+ * Configuration; FilterPushdown builds it from the filters Spark pushes down.
+ */
+package io.quorumlog.spark;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.LinkedHashSet;
+import java.util.Set;
+import java.util.TreeSet;
+
+import org.apache.hadoop.conf.Configuration;
+
+public final class RecordFilter {
+    public static final String CONF_TOPICS = "quorumlog.topics";              // '/'-separated
+    public static final String CONF_QUEUE_IDS = "quorumlog.filter.queue.ids";  // ','-separated
+    public static final String CONF_QUEUE_MIN = "quorumlog.filter.queue.min";
+    public static final String CONF_QUEUE_MAX = "quorumlog.filter.queue.max";
+    public static final String CONF_STORE_TS_MIN = "quorumlog.filter.store.ts.min.ms";
+    public static final String CONF_STORE_TS_MAX = "quorumlog.filter.store.ts.max.ms";
+
+    /** null: every topic. */
+    Set<String> topics;
+    /** null: every queue id. */
+    Set<Long> queueIds;
+    long queueMin = Long.MIN_VALUE, queueMax = Long.MAX_VALUE;
+    /** Inclusive bounds of store_timestamp_ms. */
+    long storeTsMin = Long.MIN_VALUE, storeTsMax = Long.MAX_VALUE;
+
+    private byte[][] topicBytes;
+    private long[] queueIdArray;
+
+    public static RecordFilter fromConf(Configuration conf) {
+        RecordFilter f = new RecordFilter();
+        f.topics = parseTopics(conf.get(CONF_TOPICS));
+        String q = conf.get(CONF_QUEUE_IDS);
+        if (q != null) {
+            f.queueIds = new TreeSet<>();
+            for (String s : q.isEmpty() ? new String[0] : q.split(",")) f.queueIds.add(Long.parseLong(s));
+        }
+        f.queueMin = conf.getLong(CONF_QUEUE_MIN, Long.MIN_VALUE);
+        f.queueMax = conf.getLong(CONF_QUEUE_MAX, Long.MAX_VALUE);
+        f.storeTsMin = conf.getLong(CONF_STORE_TS_MIN, Long.MIN_VALUE);
+        f.storeTsMax = conf.getLong(CONF_STORE_TS_MAX, Long.MAX_VALUE);
+        return f;
+    }
+
+    /** The '/'-separated topics option (a topic name never holds '/'); null stays null. */
+    static Set<String> parseTopics(String s) {
+        if (s == null) return null;
+        return new LinkedHashSet<>(s.isEmpty() ? Set.of() : Arrays.asList(s.split("/", -1)));
+    }
+
+    public void writeTo(Configuration conf) {
+        if (topics != null) conf.set(CONF_TOPICS, String.join("/", topics));
+        if (queueIds != null) {
+            StringBuilder sb = new StringBuilder();
+            for (long id : queueIds) sb.append(sb.length() == 0 ? "" : ",").append(id);
+            conf.set(CONF_QUEUE_IDS, sb.toString());
+        }
+        conf.setLong(CONF_QUEUE_MIN, queueMin);
+        conf.setLong(CONF_QUEUE_MAX, queueMax);
+        conf.setLong(CONF_STORE_TS_MIN, storeTsMin);
+        conf.setLong(CONF_STORE_TS_MAX, storeTsMax);
+    }
+
+    /** This filter AND topic in ts. */
+    void andTopics(Set<String> ts) {
+        if (topics == null) topics = new LinkedHashSet<>(ts);
+        else topics.retainAll(ts);
+    }
+
+    /** This filter AND queue_id in ids. */
+    void andQueueIds(Set<Long> ids) {
+        if (queueIds == null) queueIds = new TreeSet<>(ids);
+        else queueIds.retainAll(ids);
+    }
+
+    public boolean hasStoreTs() {
+        return storeTsMin != Long.MIN_VALUE || storeTsMax != Long.MAX_VALUE;
+    }
+
+    /** Can a record with a store timestamp in [lo, hi] (ms) pass? */
+    public boolean mayHoldStoreTs(long lo, long hi) {
+        return lo <= storeTsMax && hi >= storeTsMin;
+    }
+
+    /** Does the MESSAGE record whose header starts at b[off] pass? Reads the header fields
+     *  first and the topic bytes (right after the header) only when they do. */
+    public boolean accepts(byte[] b, int off) {
+        long q = Format.u32(b, off + Format.OFF_QUEUE_ID);
+        if (q < queueMin || q > queueMax) return false;
+        if (queueIdArray == null && queueIds != null) {
+            queueIdArray = queueIds.stream().mapToLong(Long::longValue).sorted().toArray();
+        }
+        if (queueIdArray != null && Arrays.binarySearch(queueIdArray, q) < 0) return false;
+        long ts = Format.i64(b, off + Format.OFF_STORE_TS);
+        if (ts < storeTsMin || ts > storeTsMax) return false;
+        if (topics == null) return true;
+        if (topicBytes == null) {
+            topicBytes = topics.stream().map(t -> t.getBytes(StandardCharsets.UTF_8))
+                .toArray(byte[][]::new);
+        }
+        int len = Format.u16(b, off + Format.OFF_TOPIC_LEN);
+        int at = off + Format.HEADER_SIZE;
+        for (byte[] t : topicBytes) {
+            if (t.length == len && Arrays.equals(b, at, at + len, t, 0, len)) return true;
+        }
+        return false;
+    }
+
+    /** What explain() shows. */
+    public String describe() {
+        StringBuilder sb = new StringBuilder();
+        if (topics != null) sb.append("topic IN ").append(topics).append(", ");
+        if (queueIds != null) sb.append("queue_id IN ").append(queueIds).append(", ");
+        if (queueMin != Long.MIN_VALUE) sb.append("queue_id >= ").append(queueMin).append(", ");
+        if (queueMax != Long.MAX_VALUE) sb.append("queue_id <= ").append(queueMax).append(", ");
+        if (storeTsMin != Long.MIN_VALUE) sb.append("store_timestamp_ms >= ").append(storeTsMin).append(", ");
+        if (storeTsMax != Long.MAX_VALUE) sb.append("store_timestamp_ms <= ").append(storeTsMax).append(", ");
+        return sb.length() == 0 ? "" : sb.substring(0, sb.length() - 2);
+    }
+}

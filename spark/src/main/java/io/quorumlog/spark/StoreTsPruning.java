@@ -1,0 +1,65 @@
+/*
+ * Drops the splits that cannot hold a record in a pushed store_timestamp range. Store
+ * timestamps never decrease along the log (a leader stamps max(clock, last stamp)), so every
+ * record of a split is stamped between the first record at or after the split's start and
+ * the first record at or after its end: one raft-index search and one 96-byte header read per
+ * split boundary, at planning time. Anything unknown (no index, no such record, a header
+ * that does not check out) keeps the split.
+ */
+package io.quorumlog.spark;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+
+final class StoreTsPruning {
+    private StoreTsPruning() {}
+
+    /** The splits of one store (in log order) that may hold a record filter accepts. */
+    static List<QuorumlogSplit> prune(List<QuorumlogSplit> splits, Path root, long indexEntries,
+            List<FileStatus> segments, RecordFilter filter, Configuration conf) throws IOException {
+        if (!filter.hasStoreTs() || splits.isEmpty() || indexEntries <= 0) return splits;
+        List<QuorumlogSplit> out = new ArrayList<>();
+        try (RaftIndex index = new RaftIndex(root, indexEntries, conf)) {
+            if (index.isEmpty()) return splits;
+            FileSystem fs = root.getFileSystem(conf);
+            for (QuorumlogSplit s : splits) {
+                long base = Long.parseLong(s.getPath().getName());
+                long lo = stampAtOrAfter(index, fs, segments, base + s.getStart(), Long.MIN_VALUE);
+                long hi = stampAtOrAfter(index, fs, segments, base + s.getStart() + s.getLength(),
+                    Long.MAX_VALUE);
+                if (filter.mayHoldStoreTs(lo, hi)) out.add(s);
+            }
+        }
+        return out;
+    }
+
+    /** store_timestamp_ms of the first indexed record at or after pos, else unknown. */
+    private static long stampAtOrAfter(RaftIndex index, FileSystem fs, List<FileStatus> segments,
+            long pos, long unknown) throws IOException {
+        long p = index.firstPositionAtOrAfter(pos);
+        if (p < 0) return unknown;
+        FileStatus seg = null;
+        for (FileStatus st : segments) {
+            if (Long.parseLong(st.getPath().getName()) <= p) seg = st;
+        }
+        if (seg == null) return unknown;
+        long off = p - Long.parseLong(seg.getPath().getName());
+        if (off + Format.HEADER_SIZE > seg.getLen()) return unknown;
+        byte[] h = new byte[Format.HEADER_SIZE];
+        try (FSDataInputStream in = fs.open(seg.getPath())) {
+            in.readFully(off, h, 0, h.length);
+        }
+        if (Format.u16(h, Format.OFF_MAGIC) != Format.MAGIC
+                || Format.i64(h, Format.OFF_POSITION) != p) {
+            return unknown;
+        }
+        return Format.i64(h, Format.OFF_STORE_TS);
+    }
+}
