@@ -786,7 +786,130 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _prepare(h: Harness, cfg: RunConfig, rng: random.Random, notes: list):
+    """Choose the power-loss model and mount the full-disk victim's volume -> the volume
+    (None without one)."""
+    if (cfg.power_cuts or cfg.lagging_power_losses) and cfg.power_model == "dirty-pages":
+        why = nem.dirty_page_model_available()
+        if why is not None:
+            notes.append(f"power cuts use the checkpoint model: dirty pages are not "
+                         f"visible here ({why})")
+            _say(notes[-1])
+            cfg.power_model = h.power_model = "checkpoint"
+    if not cfg.disk_fulls:
+        return None
+    victim = rng.choice(h.cluster.ids)
+    volume = DiskVolume(h.cluster.data_dir(victim), cfg.disk_size_mb)
+    if volume.mount():
+        h.disk_victim = victim
+        _say(f"disk-full victim {victim}: {volume.kind} of {cfg.disk_size_mb} MiB")
+        return volume
+    notes.append(f"disk-full nemesis skipped: could not mount a small file system "
+                 f"({volume.reason})")
+    _say(notes[-1])
+    return None
+
+
+def _apply(h: Harness, name: str) -> nem.Nemesis | None:
+    """Start nemesis `name` (three tries, waiting for health between) -> it, or None."""
+    n = nem.NEMESES[name]()
+    for _attempt in range(3):
+        if n.start(h):
+            return n
+        h.wait_healthy(f"{name} could not start")
+    return None
+
+
+def _nemesis_phase(h: Harness, cfg: RunConfig, rng: random.Random, workload: "Workload",
+                   notes: list, t_start: float) -> None:
+    """Every nemesis of the plan in turn: quiet load, inject, hold, heal, wait for health."""
+    counts = collections.Counter()
+    plan = build_plan(cfg, rng)
+    plan = [p for p in plan if p != "disk-full" or h.disk_victim is not None]
+    deadline = t_start + cfg.duration_s
+    postponed: set = set()
+    for k, name in enumerate(plan):
+        if time.monotonic() > deadline:
+            notes.append(f"duration cap {cfg.duration_s} s reached after {k} of "
+                         f"{len(plan)} nemeses")
+            _say(notes[-1])
+            break
+        time.sleep(rng.uniform(*cfg.quiet_s))
+        n = _apply(h, name)
+        if n is None:
+            if k not in postponed:           # try once more at the end of the plan
+                postponed.add(len(plan))
+                plan.append(name)
+            else:
+                notes.append(f"{name} could not be applied (no leader, or nothing to act "
+                             "on yet)")
+            continue
+        counts[n.counter] += 1
+        time.sleep(rng.uniform(*cfg.hold_s))
+        n.stop(h)
+        after = h.wait_healthy(f"{name} healed")
+        if (k + 1) % 10 == 0 or after is None:
+            _say(f"[{time.monotonic() - t_start:6.1f}s] {k + 1}/{len(plan)} nemeses; "
+                 f"{dict(counts)}; workload {dict(workload.counts)}; last heal -> "
+                 f"{'not converged' if after is None else f'{after:.2f} s'}")
+
+
+def _end_phase(h: Harness, cfg: RunConfig, workload: "Workload", notes: list):
+    """Stop the load, heal everything, wait for convergence, read every replica, stop
+    them, compare their logs, check -> (CheckResult, files to close)."""
+    workload.stop(cfg.op_timeout_s + 30)
+    up = h.heal_everything()
+    after = h.wait_healthy("final heal", final=True)
+    _say(f"final heal: replicas converged in "
+         f"{'(not within limit)' if after is None else f'{after:.2f} s'}")
+    if len(up) < cfg.nodes:
+        notes.append(f"only {up} are running at the end: reads and log comparison "
+                     "cover them alone")
+    reads = read_all(h, up)
+    h.close()
+    codes = h.cluster.stop()
+    bad_exit = {n: c for n, c in codes.items() if c != 0 and n in up}
+    if bad_exit:
+        notes.append(f"replicas exited with {bad_exit} on SIGTERM")
+    logs, opened = replica_logs(h.cluster, up)
+    return check(h.history.ops, h.history.events, reads, logs, nodes_total=cfg.nodes,
+                 converge_limit_s=cfg.converge_limit_s), opened
+
+
+def _summary(cfg: RunConfig, history: History, result: CheckResult, workload, notes,
+             elapsed: float) -> dict:
+    c = result.counts
+    s = {"seed": cfg.seed, "flush": cfg.flush, "nodes": cfg.nodes,
+         "elapsed_s": round(elapsed, 1), "ops": c.get("ops", 0),
+         "acked_batches": c.get("acked_batches", 0),
+         "acked_messages": c.get("acked_messages", 0),
+         "failed_batches": c.get("failed_batches", 0),
+         "indeterminate_batches": c.get("indeterminate_batches", 0)}
+    for key, kind in COUNTERS:
+        s[key] = history.count_events(kind)
+    s.update({"acked_lost": c.get("acked_lost", 0),
+              "acked_lost_by_short_acks": c.get("acked_lost_by_short_acks", 0),
+              "short_acks": result.by_kind().get("short-ack", 0),
+              "wrong_data": c.get("wrong_data", 0),
+              "duplicates": c.get("duplicates", 0),
+              "failed_appeared": c.get("failed_appeared", 0),
+              "findings": c.get("findings", 0), "by_kind": result.by_kind(),
+              "compared_bytes": c.get("compared_bytes", 0),
+              "max_converge_s": round(c.get("max_converge_s", 0), 2),
+              "damaged_unreadable": c.get("damaged_unreadable", 0),
+              "restarts_after_disk_full": history.count_events("restart-after-disk-full"),
+              "refused_starts": history.count_events("refused-start"),
+              "power_model_violations": history.count_events("power-model-violation"),
+              "restart_failures": history.count_events("restart-failed"),
+              "retried_batches": workload.counts["retried"] if workload else 0,
+              "power_model": cfg.power_model
+              if cfg.power_cuts or cfg.lagging_power_losses else None,
+              "notes": notes})
+    return s
+
+
 def run(cfg: RunConfig) -> Report:
+    """One run: start, load + nemeses, heal, read, check; prints the seed and a summary."""
     cfg.validate()
     rng = random.Random(cfg.seed)
     _say(f"quorumlog jepsen: seed {cfg.seed} (flush={cfg.flush}, nodes={cfg.nodes})")
@@ -806,32 +929,11 @@ def run(cfg: RunConfig) -> Report:
                              segment_size_bytes=cfg.segment_size_bytes, env=env,
                              log_level=cfg.log_level)
     h = Harness(cfg, cluster, proxy, history, rng, io)
-    volume = None
-    workload = None
-    counts = collections.Counter()
+    volume = workload = result = None
     t_start = time.monotonic()
-    result = None
-    summary: dict = {}
     opened: list = []
     try:
-        if cfg.power_cuts and cfg.power_model == "dirty-pages":
-            why = nem.dirty_page_model_available()
-            if why is not None:
-                notes.append(f"power cuts use the checkpoint model: dirty pages are not "
-                             f"visible here ({why})")
-                _say(notes[-1])
-                cfg.power_model = h.power_model = "checkpoint"
-        if cfg.disk_fulls:
-            victim = rng.choice(cluster.ids)
-            volume = DiskVolume(cluster.data_dir(victim), cfg.disk_size_mb)
-            if volume.mount():
-                h.disk_victim = victim
-                _say(f"disk-full victim {victim}: {volume.kind} of {cfg.disk_size_mb} MiB")
-            else:
-                notes.append(f"disk-full nemesis skipped: could not mount a small file system "
-                             f"({volume.reason})")
-                _say(notes[-1])
-                volume = None
+        volume = _prepare(h, cfg, rng, notes)
         cluster.start()
         cluster.wait_started(timeout=60)
         for n in cluster.ids:
@@ -841,57 +943,8 @@ def run(cfg: RunConfig) -> Report:
         _say(f"cluster up in {directory}; bit-flip victim {h.flip_victim}")
         workload = Workload(h, cfg, rng.getrandbits(32))
         workload.start()
-        plan = build_plan(cfg, rng)
-        plan = [p for p in plan if p != "disk-full" or h.disk_victim is not None]
-        deadline = t_start + cfg.duration_s
-        postponed: set = set()
-        for k, name in enumerate(plan):
-            if time.monotonic() > deadline:
-                notes.append(f"duration cap {cfg.duration_s} s reached after {k} of "
-                             f"{len(plan)} nemeses")
-                _say(notes[-1])
-                break
-            time.sleep(rng.uniform(*cfg.quiet_s))
-            n = nem.NEMESES[name]()
-            started = False
-            for _attempt in range(3):
-                if n.start(h):
-                    started = True
-                    break
-                h.wait_healthy(f"{name} could not start")
-            if not started:
-                if k not in postponed:           # try once more at the end of the plan
-                    postponed.add(len(plan))
-                    plan.append(name)
-                    continue
-                notes.append(f"{name} could not be applied (no leader, or nothing to act "
-                             "on yet)")
-                continue
-            counts[n.counter] += 1
-            time.sleep(rng.uniform(*cfg.hold_s))
-            n.stop(h)
-            after = h.wait_healthy(f"{name} healed")
-            if (k + 1) % 10 == 0 or after is None:
-                _say(f"[{time.monotonic() - t_start:6.1f}s] {k + 1}/{len(plan)} nemeses; "
-                     f"{dict(counts)}; workload {dict(workload.counts)}; last heal -> "
-                     f"{'not converged' if after is None else f'{after:.2f} s'}")
-        workload.stop(cfg.op_timeout_s + 30)
-        up = h.heal_everything()
-        after = h.wait_healthy("final heal", final=True)
-        _say(f"final heal: replicas converged in "
-             f"{'(not within limit)' if after is None else f'{after:.2f} s'}")
-        if len(up) < cfg.nodes:
-            notes.append(f"only {up} are running at the end: reads and log comparison "
-                         "cover them alone")
-        reads = read_all(h, up)
-        h.close()
-        codes = cluster.stop()
-        bad_exit = {n: c for n, c in codes.items() if c != 0 and n in up}
-        if bad_exit:
-            notes.append(f"replicas exited with {bad_exit} on SIGTERM")
-        logs, opened = replica_logs(cluster, up)
-        result = check(history.ops, history.events, reads, logs, nodes_total=cfg.nodes,
-                       converge_limit_s=cfg.converge_limit_s)
+        _nemesis_phase(h, cfg, rng, workload, notes, t_start)
+        result, opened = _end_phase(h, cfg, workload, notes)
     except BaseException as e:
         notes.append(f"FATAL {type(e).__name__}: {e}")
         log.exception("jepsen run failed")
@@ -907,41 +960,11 @@ def run(cfg: RunConfig) -> Report:
             o.close()
         cluster.kill_all()
         h.stop_tracing()
-        for n in cluster.ids:
-            pid = cluster.pid(n)
-            if pid and cluster.alive(n):
-                os.kill(pid, signal.SIGKILL)
         if volume is not None:
             volume.unmount()
         proxy.close()
         io.close()
-    elapsed = time.monotonic() - t_start
-    c = result.counts
-    summary = {"seed": cfg.seed, "flush": cfg.flush, "nodes": cfg.nodes,
-               "elapsed_s": round(elapsed, 1), "ops": c.get("ops", 0),
-               "acked_batches": c.get("acked_batches", 0),
-               "acked_messages": c.get("acked_messages", 0),
-               "failed_batches": c.get("failed_batches", 0),
-               "indeterminate_batches": c.get("indeterminate_batches", 0)}
-    for key, kind in COUNTERS:
-        summary[key] = history.count_events(kind)
-    summary.update({"acked_lost": c.get("acked_lost", 0),
-                    "acked_lost_by_short_acks": c.get("acked_lost_by_short_acks", 0),
-                    "short_acks": result.by_kind().get("short-ack", 0),
-                    "wrong_data": c.get("wrong_data", 0),
-                    "duplicates": c.get("duplicates", 0),
-                    "failed_appeared": c.get("failed_appeared", 0),
-                    "findings": c.get("findings", 0), "by_kind": result.by_kind(),
-                    "compared_bytes": c.get("compared_bytes", 0),
-                    "max_converge_s": round(c.get("max_converge_s", 0), 2),
-                    "damaged_unreadable": c.get("damaged_unreadable", 0),
-                    "restarts_after_disk_full": history.count_events("restart-after-disk-full"),
-                    "refused_starts": history.count_events("refused-start"),
-                    "power_model_violations": history.count_events("power-model-violation"),
-                    "restart_failures": history.count_events("restart-failed"),
-                    "retried_batches": workload.counts["retried"] if workload else 0,
-                    "power_model": cfg.power_model if cfg.power_cuts else None,
-                    "notes": notes})
+    summary = _summary(cfg, history, result, workload, notes, time.monotonic() - t_start)
     report = Report(cfg.seed, result, summary, directory, notes)
     _write_artifacts(directory, history, result, summary)
     _print_summary(report)
