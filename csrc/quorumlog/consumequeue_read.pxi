@@ -15,13 +15,14 @@ cdef inline Py_ssize_t _body_offset(const RecHeader *h) noexcept nogil:
 
 
 cdef class SegmentView:
-    def __cinit__(self, object owner, int64_t start):
+    def __cinit__(self, object owner, int64_t start, object path=None):
         PyObject_GetBuffer(owner, &self._buf, PyBUF_SIMPLE)
         self._has_buf = True
         self.base = <const unsigned char *>self._buf.buf
         self.length = self._buf.len
         self.start = start
         self.owner = owner
+        self.path = path
 
     def __dealloc__(self):
         if self._has_buf:
@@ -35,78 +36,113 @@ cdef class SegmentView:
         return _header(self.base + (position - self.start)).store_ts
 
 
+cdef str _utf8(Message m, const unsigned char *p, Py_ssize_t n, str what):
+    try:
+        return (<const char *>p)[:n].decode("utf-8")
+    except UnicodeDecodeError:
+        _damaged(m, f"its {what} is not valid UTF-8")
+
+
+cdef int _damaged(Message m, str why) except -1:
+    path = m._seg.path
+    raise CorruptLogError(f"{path} offset {m.position - m._seg.start}: record at position "
+                          f"{m.position} is damaged: {why}", path, m.position - m._seg.start)
+
+
+cdef inline const RecHeader *_checked(Message m) except NULL:
+    """The header of m's record with its lengths checked: the fields add up to the record's
+    size, which collect() checked to lie inside the mapping. Every offset an accessor computes
+    is then inside the record, whatever the bytes say now (they are re-read on each access
+    and may have changed on disk since get() returned)."""
+    cdef const RecHeader *h = _header(m._p)
+    if (h.total_size != <uint32_t>m.size or <uint64_t>HDR + h.topic_len + h.tags_len
+            + <uint64_t>h.keys_len + h.props_len + h.body_len != <uint64_t>m.size):
+        _damaged(m, "its field lengths disagree with its size")
+    return h
+
+
+cdef Py_ssize_t _string_end(Message m, Py_ssize_t off, Py_ssize_t end) except -1:
+    """End of the u16-length-prefixed string at `off`, which must end by `end`."""
+    cdef uint16_t n
+    if end - off < 2:
+        _damaged(m, "a key or property runs past its field")
+    memcpy(&n, m._p + off, 2)
+    if n > end - off - 2:
+        _damaged(m, "a key or property runs past its field")
+    return off + 2 + n
+
+
 @cython.freelist(512)
 cdef class Message:
     """One message as stored: a pointer into the commit log, decoded on access.
 
     `body` is a bytes copy (cheap for small bodies, safe to keep); `body_view` is a zero-copy
-    memoryview of the mapping. Either stays valid after retention deletes the segment."""
+    memoryview of the mapping. Either stays valid after retention deletes the segment.
+    Every length is checked before it is used: a record damaged after get() returned raises
+    CorruptLogError from the accessor that meets the damage."""
 
     def __init__(self):
         raise TypeError("Message objects are created by MessageStore.get()")
 
     @property
     def body(self):
-        cdef const RecHeader *h = _header(self._p)
+        cdef const RecHeader *h = _checked(self)
         return PyBytes_FromStringAndSize(<const char *>self._p + _body_offset(h), h.body_len)
 
     @property
     def body_view(self):
-        cdef const RecHeader *h = _header(self._p)
+        cdef const RecHeader *h = _checked(self)
         cdef Py_ssize_t start = (self.position - self._seg.start) + _body_offset(h)
         return memoryview(self._seg.owner)[start:start + h.body_len].toreadonly()
 
     @property
     def body_len(self):
-        return _header(self._p).body_len
+        return _checked(self).body_len
 
     @property
     def topic(self):
-        return (<const char *>self._p + HDR)[:_header(self._p).topic_len].decode("utf-8")
+        return _utf8(self, self._p + HDR, _checked(self).topic_len, "topic")
 
     @property
     def tags(self):
-        cdef const RecHeader *h = _header(self._p)
+        cdef const RecHeader *h = _checked(self)
         if h.tags_len == 0:
             return None
-        return (<const char *>self._p + HDR + h.topic_len)[:h.tags_len].decode("utf-8")
+        return _utf8(self, self._p + HDR + h.topic_len, h.tags_len, "tags")
 
     @property
     def keys(self):
-        cdef const unsigned char *p = self._p
-        cdef Py_ssize_t off = _keys_offset(_header(p))
-        cdef Py_ssize_t end = off + _header(p).keys_len
-        cdef uint16_t n
+        cdef const RecHeader *h = _checked(self)
+        cdef Py_ssize_t off = _keys_offset(h), e
+        cdef Py_ssize_t end = off + h.keys_len
         out = []
-        while off + 2 <= end:
-            memcpy(&n, p + off, 2)
-            off += 2
-            out.append((<const char *>p + off)[:n].decode("utf-8"))
-            off += n
+        while off < end:
+            e = _string_end(self, off, end)
+            out.append(_utf8(self, self._p + off + 2, e - off - 2, "keys"))
+            off = e
         return tuple(out)
 
     @property
     def properties(self):
         """dict[str, str] (decoded once, then cached; a copy is returned)."""
-        cdef const unsigned char *p = self._p
-        cdef Py_ssize_t off, end
-        cdef uint16_t n
+        cdef const RecHeader *h
+        cdef Py_ssize_t off, end, e
         if self._props is None:
-            off = _keys_offset(_header(p)) + _header(p).keys_len
-            end = off + _header(p).props_len
+            h = _checked(self)
+            off = _keys_offset(h) + h.keys_len
+            end = off + h.props_len
             d = {}
-            while off + 2 <= end:
-                memcpy(&n, p + off, 2)
-                off += 2
-                k = (<const char *>p + off)[:n].decode("utf-8")
-                off += n
-                memcpy(&n, p + off, 2)
-                off += 2
-                d[k] = (<const char *>p + off)[:n].decode("utf-8")
-                off += n
+            while off < end:
+                e = _string_end(self, off, end)
+                k = _utf8(self, self._p + off + 2, e - off - 2, "properties")
+                off = e
+                e = _string_end(self, off, end)
+                d[k] = _utf8(self, self._p + off + 2, e - off - 2, "properties")
+                off = e
             self._props = d
         return dict(self._props)
 
+    # The fixed header fields involve no length; the header lies inside the record.
     @property
     def queue_id(self):
         return _header(self._p).queue_id
@@ -185,6 +221,10 @@ def collect(object segment_for, CQFile f, Py_ssize_t lo, Py_ssize_t hi, list out
         size = e.size
         if size <= 0:
             continue
+        if size < HDR:
+            raise CorruptLogError(
+                f"consume queue {f.path} entry {f.first_offset + i} has size {size}, less than "
+                f"a record header", str(f.path), i * ENTRY_SIZE)
         pos = e.position
         if tag_hashes is not None:
             th = e.tag_hash

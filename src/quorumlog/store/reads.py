@@ -47,12 +47,13 @@ class SegmentReader:
         start = pos - pos % self.segment_size_bytes
         v = self._views.get(start)
         if v is None:
-            fd = os.open(os.path.join(self.dir, segment_name(start)), os.O_RDONLY)
+            path = os.path.join(self.dir, segment_name(start))
+            fd = os.open(path, os.O_RDONLY)
             try:
                 mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             finally:
                 os.close(fd)
-            v = SegmentView(mm, start)
+            v = SegmentView(mm, start, path)
             self._views[start] = v
         return v
 
