@@ -215,6 +215,21 @@ cdef class ConsumeQueue:
                 break
         self.min_offset_cache = None
 
+    def reset(self):
+        """Forget every entry: unlink the queue's files (live views of them stay valid) and
+        start empty, for a rebuild from the log."""
+        for first in self.starts:
+            try:
+                os.unlink(os.path.join(self.dir, file_name(first)))
+            except FileNotFoundError:
+                pass
+        self.files = {}
+        self.starts = []
+        self.cur = None
+        self.empty = True
+        self.next_offset = 0
+        self.min_offset_cache = None
+
     def put(self, int64_t offset, int64_t position, int32_t size, int64_t tag_hash):
         """Slow-path write of one entry (first entry of an empty queue, a new file, a gap).
         Returns False for an offset that is already dispatched."""

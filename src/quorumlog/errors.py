@@ -59,6 +59,20 @@ class CorruptLogError(QuorumlogError):
         self.offset = offset
 
 
+class CorruptQueueError(CorruptLogError):
+    """A consume-queue entry does not name a record of its queue (derived data is damaged;
+    the log is not). The store rebuilds the queue from the log when it meets one; it reaches
+    a caller only when the rebuild did not cure it.
+
+    `path` is the consume-queue file, `offset` the entry's byte offset in it; `topic` and
+    `queue_id` name the queue."""
+
+    def __init__(self, message, path=None, offset=None, *, topic=None, queue_id=None):
+        super().__init__(message, path, offset)
+        self.topic = topic
+        self.queue_id = queue_id
+
+
 class DiskFullError(QuorumlogError, OSError):
     """No space to preallocate a segment or index file (or disk use above the write limit).
 

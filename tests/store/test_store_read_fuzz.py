@@ -31,3 +31,11 @@ def test_damage_under_a_live_message_never_crashes():
     value or raises CorruptLogError; no length read from the record is used unchecked."""
     out = run_fuzzer("after", 400, 5)
     assert "'corrupt': 0" not in out          # the damage was noticed, not just survived
+
+
+@pytest.mark.timeout(900)
+def test_damage_on_disk_is_never_returned():
+    """Bits flipped in a stored record before get(): get() raises CorruptLogError or returns
+    the message exactly as it was put (every accessor)."""
+    out = run_fuzzer("before", 400, 7)
+    assert "'corrupt': 0" not in out

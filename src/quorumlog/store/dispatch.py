@@ -140,6 +140,7 @@ class Dispatcher:
         self.stalls = 0              # dispatch stopped: a consume-queue file could not grow
         self.conflicts = 0           # records claiming an offset their queue holds elsewhere
         self.rejected = 0            # records naming a bad topic / queue id / offset
+        self.queue_rebuilds = 0      # topics whose queues were rebuilt from the log
         self.path = commitlog.path
         self.segment_size = commitlog.segment_size_bytes
         self._monotonic = monotonic
@@ -201,6 +202,7 @@ class Dispatcher:
                     self._place_columns(info["position"], info["size"], info["queue_id"],
                                         info["queue_offset"], info["tag_hash"],
                                         info["topic_hash"], info["type"])
+                    self.dispatched_records += len(info)
                 except DiskFullError as exc:
                     self._stalled(exc)
                     return
@@ -276,7 +278,6 @@ class Dispatcher:
             self.slow_path(int(position[i]), int(size[i]), int(queue_id[i]),
                            int(queue_offset[i]), int(tag_hash[i]), int(topic_hash[i]))
             i += 1
-        self.dispatched_records += n
         # Records that arrived by replication advance the queues, not the counters: keep the
         # counters at or past every queue's end so no offset is handed out twice.
         for th in np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist():
@@ -285,6 +286,33 @@ class Dispatcher:
                 np.maximum(t.counters, np.fromiter((cq.next_offset for cq in t.queues),
                                                    dtype=np.int64, count=len(t.queues)),
                            out=t.counters)
+
+    def rebuild_topic(self, name: str) -> None:
+        """Rebuild the consume queues of topic `name` from the log (a wrong entry was found:
+        the queues are derived data, the log is the truth). The log is verified first, so a
+        damaged log raises CorruptLogError naming its file and offset and nothing changes;
+        then the topic's queue files are dropped and its dispatched records placed again.
+        The counters never go down (an offset once handed out is not handed out again)."""
+        lg = self.log
+        t = self.topics.by_name[name]
+        lg.verify(lg.min_position)
+        for cq in t.queues:
+            cq.reset()
+        pos, limit = lg.min_position, self.position
+        while pos < limit:
+            info, nxt = lg.scan(pos, limit, MAX_SCAN_RECORDS)
+            if nxt == pos:
+                break
+            mine = info[(info["topic_hash"] == t.hash) & (info["type"] == TYPE_MESSAGE)]
+            if len(mine):
+                self._place_columns(mine["position"], mine["size"], mine["queue_id"],
+                                    mine["queue_offset"], mine["tag_hash"],
+                                    mine["topic_hash"], mine["type"])
+            pos = nxt
+        for cq in t.queues:
+            cq.flush()
+        self.queue_rebuilds += 1
+        log.warning("store %s: consume queues of topic %r rebuilt from the log", self.path, name)
 
     def place_slow(self, pos, size, qid, qoff, th, topic_hash) -> None:
         """One record the Cython loop could not place: unknown topic or queue, an empty queue,

@@ -117,7 +117,9 @@ class MessageStore:
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
-            self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
+            self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position,
+                                         lambda: self._dispatcher.position,
+                                         self._dispatcher.rebuild_topic)
             self._writer = Writer(lg, self._topics, self._dispatcher, counter, config,
                                   self._clock_ms, replicated=self._replicated)
             services = Services(config, self._path, lg, self._replicated, self._topics,
@@ -548,6 +550,7 @@ class MessageStore:
                        cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
                        dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
                        dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
+                       queue_rebuilds=d.queue_rebuilds,
                        topics=len([t for t in topics if not t.system]),
                        queues=sum(len(t.queues) for t in topics),
                        messages=int(sum(int(t.counters.sum()) for t in topics)),
