@@ -35,7 +35,7 @@ import os
 
 import numpy as np
 
-from .errors import CorruptLogError, CorruptQueueError, DiskFullError
+from .errors import CorruptLogError, CorruptQueueError, DiskFullError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,16 @@ MAX_TAG_FILTER_TAGS = MAX_TAG_FILTER
 
 cdef extern from "crc32c.h" nogil:
     uint32_t ql_crc32c(const void *buf, size_t length)
+
+cdef extern from "qlsys.h" nogil:
+    int ql_msync(char *base, int64_t off, int64_t length)
+    void ql_fail_msync(int err, int skip)
+
+
+def _fail_msync(int err, int skip=0):
+    """Test hook: after `skip` more msyncs of consume-queue files, one fails with `err` (see
+    qlsys.h)."""
+    ql_fail_msync(err, skip)
 
 cdef extern from *:
     """

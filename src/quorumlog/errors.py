@@ -79,6 +79,27 @@ class DiskFullError(QuorumlogError, OSError):
     The log stays readable and consistent; appends succeed again once space is freed."""
 
 
+class StorageError(QuorumlogError, OSError):
+    """An operating-system error on one of the store's files (an I/O error, a directory where
+    a file belongs, a file that cannot be opened): `path` names the file, `errno` the error
+    when there is one."""
+
+    def __init__(self, message, path=None, errno=None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+        self.filename = path
+
+
+class LogFailedError(StorageError):
+    """A flush of the log failed (an I/O error under the filesystem). A failed flush is never
+    retried into success -- the kernel reports a write-back error once, and the data it
+    failed to write is not written by a retry -- so the log refuses every write (appends,
+    flushes, checkpoints, truncation, retention) until it is closed and reopened; recovery
+    then keeps what reached the disk. The puts waiting for that flush fail with this error
+    (their outcome is unknown); reads keep working."""
+
+
 class ReplicationError(QuorumlogError):
     """A replicated byte range failed validation (CRC, index continuity, position, term)."""
 

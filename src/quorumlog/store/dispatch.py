@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _consumequeue as _cq
 from ..config import StoreConfig
-from ..errors import DiskFullError, InvalidTopicError
+from ..errors import DiskFullError, InvalidTopicError, StorageError
 from ..format import TYPE_MESSAGE, check_topic_name
 from .schedule import SCHEDULE_TOPIC
 from .topics import TOPICS_FILE, Topic, TopicRegistry
@@ -141,6 +141,7 @@ class Dispatcher:
         self.conflicts = 0           # records claiming an offset their queue holds elsewhere
         self.rejected = 0            # records naming a bad topic / queue id / offset
         self.queue_rebuilds = 0      # topics whose queues were rebuilt from the log
+        self.durable_failed = None   # why consume-queue files are no longer made durable
         self.path = commitlog.path
         self.segment_size = commitlog.segment_size_bytes
         self._monotonic = monotonic
@@ -309,8 +310,7 @@ class Dispatcher:
                                     mine["queue_offset"], mine["tag_hash"],
                                     mine["topic_hash"], mine["type"])
             pos = nxt
-        for cq in t.queues:
-            cq.flush()
+        self.checkpoint()            # entries below the dispatched position are durable again
         self.queue_rebuilds += 1
         log.warning("store %s: consume queues of topic %r rebuilt from the log", self.path, name)
 
@@ -377,11 +377,24 @@ class Dispatcher:
     # -- durability --------------------------------------------------------------------------
     def checkpoint(self) -> None:
         """msync the consume-queue files, then tell the log how far they are durable. Dispatch
-        calls it every dispatch_checkpoint_interval_ms (the next time is set here)."""
-        for t in self.topics.all():
-            for cq in t.queues:
-                cq.flush()
-        if self.position != self.log.dispatched_position:
+        calls it every dispatch_checkpoint_interval_ms (the next time is set here).
+
+        A failed msync (StorageError) is never retried into success: the kernel reports a
+        write-back error once, so the durable dispatched position stays where it was for
+        as long as this store is open (stats "dispatch_durable_failed"); puts and reads go
+        on (the queues are derived data and the log is intact), and the next open
+        re-dispatches from that position."""
+        if self.durable_failed is None:
+            try:
+                for t in self.topics.all():
+                    for cq in t.queues:
+                        cq.flush()
+            except StorageError as exc:
+                self.durable_failed = str(exc)
+                log.error("store %s: %s; the consume queues are not made durable again until "
+                          "the store is reopened (it re-dispatches from position %d)",
+                          self.path, exc, self.log.dispatched_position)
+        if self.durable_failed is None and self.position != self.log.dispatched_position:
             self.log.set_dispatched_position(self.position)
         self._checkpoint_due = (self._monotonic()
                                 + self.config.dispatch_checkpoint_interval_ms / 1000.0)

@@ -551,6 +551,7 @@ class MessageStore:
                        dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
                        dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
                        queue_rebuilds=d.queue_rebuilds,
+                       dispatch_durable_failed=d.durable_failed,
                        topics=len([t for t in topics if not t.system]),
                        queues=sum(len(t.queues) for t in topics),
                        messages=int(sum(int(t.counters.sum()) for t in topics)),
