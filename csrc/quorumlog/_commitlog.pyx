@@ -46,8 +46,9 @@ import numpy as np
 
 from quorumlog.errors import (CorruptLogError, DiskFullError, IndexOutOfRangeError,
                               InvalidArgumentError, InvalidQueueError, InvalidTopicError,
-                              LockedError, LogClosedError, MessageTooLargeError,
-                              ReplicationError, ConfigError, TopicTypeError, QueueTypeError,
+                              LockedError, LogClosedError, LogFailedError,
+                              MessageTooLargeError, ReplicationError, ConfigError,
+                              StorageError, TopicTypeError, QueueTypeError,
                               NotAStoreError, ReadOnlyError)
 # wrong types: InvalidTypeError (alias ArgumentTypeError) is both TypeError and
 # InvalidArgumentError; the topic/queue variants derive from InvalidTopicError/InvalidQueueError
@@ -70,6 +71,7 @@ cdef extern from "qlsys.h" nogil:
     int ql_populate_write(char *base, int64_t off, int64_t length)
     void ql_copy_nt(char *dst, const char *src, size_t n)
     void ql_store_fence()
+    void ql_fail_msync(int err, int skip)
 
 cdef extern from "<sys/mman.h>" nogil:
     int munmap(void *addr, size_t length)
@@ -88,6 +90,11 @@ cdef enum:
     BG_POPULATE_AHEAD = 67108864
     BG_POPULATE_LOW = 50331648
     BG_POPULATE_CHUNK = 4194304
+
+def _fail_msync(int err, int skip=0):
+    """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
+    ql_fail_msync(err, skip)
+
 
 HEADER_SIZE = HDR
 MESSAGE = T_MESSAGE
@@ -176,6 +183,8 @@ cdef class CommitLog:
     cdef int _lock_fd
     cdef double _last_cp
     cdef object _flush_error
+    # why the log failed (a flush hit an I/O error): then it refuses every write
+    cdef object _failed
 
     def __cinit__(self, *args, **kwargs):
         self._wlock = PyThread_allocate_lock()
@@ -293,6 +302,11 @@ cdef class CommitLog:
     @property
     def dispatched_position(self):
         return self._dispatched
+
+    @property
+    def failure(self):
+        """None, or why the log refuses writes: a flush failed (see LogFailedError)."""
+        return self._failed
 
     def stats(self):
         """Counters for benchmarks: flushes << appends under load shows group commit."""

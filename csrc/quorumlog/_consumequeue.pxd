@@ -19,6 +19,7 @@ cdef class SegmentView:
     cdef readonly int64_t start
     cdef readonly int64_t length
     cdef readonly object owner
+    cdef readonly object path         # the segment file (named in errors)
 
 
 cdef class Message:

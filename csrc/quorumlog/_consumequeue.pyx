@@ -22,11 +22,11 @@ the record header comes from _format.pxd, the entry layout (CQEntry) from _consu
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.string cimport memcpy, memset
-from libc.stdint cimport int64_t, int32_t, uint32_t, uint16_t, uint8_t, uint64_t
+from libc.string cimport memcpy, memset, memcmp
+from libc.stdint cimport int64_t, int32_t, uint32_t, uint16_t, uint8_t, uint64_t, INT64_MAX
 
-from quorumlog._format cimport (HDR, MAGIC, T_MESSAGE, RecHeader, fnv1a, numbered_name,
-                                is_numbered_name)
+from quorumlog._format cimport (HDR, MAGIC, VERSION, T_MESSAGE, RecHeader, fnv1a,
+                                numbered_name, is_numbered_name)
 
 import bisect
 import logging
@@ -35,7 +35,7 @@ import os
 
 import numpy as np
 
-from .errors import CorruptLogError, DiskFullError
+from .errors import CorruptLogError, CorruptQueueError, DiskFullError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,24 @@ assert sizeof(RecHeader) == HDR
 cdef enum:
     MAX_TAG_FILTER = 32       # tags one get() may filter on
     PREFETCH_AHEAD = 6        # collect(): records whose cache misses are started early
+    PREFETCH_BYTES = 4096     # ... up to this many bytes of each
     ZERO_CHUNK = 4096         # recovery zeroes stale entries chunk by chunk
 
 MAX_TAG_FILTER_TAGS = MAX_TAG_FILTER
 
+
+cdef extern from "crc32c.h" nogil:
+    uint32_t ql_crc32c(const void *buf, size_t length)
+
+cdef extern from "qlsys.h" nogil:
+    int ql_msync(char *base, int64_t off, int64_t length)
+    void ql_fail_msync(int err, int skip)
+
+
+def _fail_msync(int err, int skip=0):
+    """Test hook: after `skip` more msyncs of consume-queue files, one fails with `err` (see
+    qlsys.h)."""
+    ql_fail_msync(err, skip)
 
 cdef extern from *:
     """

@@ -31,8 +31,8 @@ cdef void _note_last_store(CommitLog self) noexcept:
 
 
 cdef int _check_append(CommitLog self, int64_t term) except -1:
-    """Write lock held: the log is open and `term` does not go back."""
-    _check_open(self)
+    """Write lock held: the log is open, has not failed, and `term` does not go back."""
+    _check_writable(self)
     if term < self._last_term:
         raise InvalidArgumentError(
             f"term {term} is below the log's last term {self._last_term}")

@@ -6,8 +6,14 @@
 _CHECKPOINT = struct.Struct("<IHHQQQQQQQQq44x")
 
 
-cdef write_checkpoint(CommitLog self, bint clean):
+cdef write_checkpoint(CommitLog self, bint clean, int64_t min_position=-1):
+    """Write the checkpoint (flushed_position as of the last flush). min_position >= 0
+    records that instead of the log's (retention writes its intent before unlinking). An
+    I/O error fails the log (LogFailedError); a full disk (ENOSPC) leaves the old
+    checkpoint and raises DiskFullError."""
     cdef int64_t ci, cp
+    if self._failed is not None:
+        _raise_failed(self)
     # the checkpoint's flushed_index is recovery's anchor: its raft-index entries (and
     # all before it) must be durable first (see flush_log)
     if self._idx_synced > self._flushed_index:
@@ -22,19 +28,28 @@ cdef write_checkpoint(CommitLog self, bint clean):
         cp = self._flushed_pos
     body = _CHECKPOINT.pack(CP_MAGIC, 1, 1 if clean else 0,
                             self._flushed_pos, self._flushed_index, ci, cp,
-                            min(self._dispatched, self._flushed_pos), self.min_position,
+                            min(self._dispatched, self._flushed_pos),
+                            self.min_position if min_position < 0 else min_position,
                             self.segment_size_bytes, self.index_file_entries,
                             int(time.time() * 1000))
     data = body + struct.pack("<I", crc32c(body))
     tmp = os.path.join(self.path, "checkpoint.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, os.path.join(self.path, "checkpoint"))
-    _fsync_dir(self.path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(_errno.ENOSPC, "short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(self.path, "checkpoint"))
+        _fsync_dir(self.path)
+    except OSError as exc:
+        if exc.errno in (ENOSPC, EDQUOT):
+            raise DiskFullError(exc.errno, f"no space to write the checkpoint of {self.path}",
+                                tmp) from None
+        # an fsync error cannot be retried into success: the log stops here
+        _fail(self, f"writing the checkpoint {tmp}", exc.errno or _errno.EIO)
     self._last_cp = time.monotonic()
     self.n_checkpoints += 1
 

@@ -7,6 +7,8 @@ cdef int64_t flush_log(CommitLog self) except -1:
     cdef Mapping m
     cdef int err = 0
     with self._flush_lock:
+        if self._failed is not None:
+            _raise_failed(self)
         # a consistent snapshot: both values change together under the GIL
         target = self._end
         tindex = self._next_index - 1
@@ -29,7 +31,7 @@ cdef int64_t flush_log(CommitLog self) except -1:
                 with nogil:
                     err = ql_msync(m.addr, a - m.start, b - a)
                 if err:
-                    raise OSError(err, os.strerror(err), m.path)
+                    _fail(self, f"msync of {m.path}", err)
         # The raft-index entries are not synced here: recovery rewrites the entries of
         # every record after the checkpoint's flushed position from the log itself, so
         # they only need to be durable up to the checkpoint's flushed_index, which
@@ -66,7 +68,7 @@ cdef bint wait_flushed_to(CommitLog self, int64_t position, timeout) except -1:
     cdef double deadline
     if self._flushed_pos >= position:
         return True
-    _check_open(self)
+    _check_writable(self)
     if position > self._end:
         raise InvalidArgumentError(
             f"wait_flushed({position}) is beyond end_position {self._end}")
@@ -76,6 +78,8 @@ cdef bint wait_flushed_to(CommitLog self, int64_t position, timeout) except -1:
             self._flush_request = position
             self._cv.notify_all()
         while self._flushed_pos < position:
+            if self._failed is not None:
+                _raise_failed(self)
             if self._closed or self._stopping:
                 return self._flushed_pos >= position
             remaining = deadline - time.monotonic()
@@ -102,11 +106,16 @@ cdef flush_loop(CommitLog self):
                 self._cv.wait(remaining)
             if self._stopping:
                 return
+            if self._failed is not None:     # nothing more is flushed: wait for close
+                self._cv.wait()
+                continue
         try:
             flush_log(self)
             if self.checkpoint_interval_ms >= 0 and (
                     time.monotonic() - self._last_cp) * 1000 >= self.checkpoint_interval_ms:
                 self.checkpoint()
+        except LogFailedError:
+            pass                 # logged by _fail; the loop now waits for close
         except Exception as e:   # keep flushing; report once per distinct error
             if repr(e) != repr(self._flush_error):
                 log.error("background flush of %s failed: %s", self.path, e)

@@ -66,9 +66,10 @@ cdef const IdxEntry *_entry_checked(CommitLog self, int64_t i) except NULL:
 
 
 cdef _msync_index(CommitLog self, int64_t lo, int64_t hi):
-    """msync the raft-index entries lo..hi (inclusive)."""
+    """msync the raft-index entries lo..hi (inclusive); an error fails the log."""
     cdef int64_t f, a, b, N = self.index_file_entries
     cdef Mapping m
+    cdef int err
     if hi < lo or lo < 1:
         return
     for f in range((lo - 1) // N, (hi - 1) // N + 1):
@@ -78,4 +79,6 @@ cdef _msync_index(CommitLog self, int64_t lo, int64_t hi):
         a = max(lo - 1, f * N) - f * N
         b = min(hi - 1, f * N + N - 1) - f * N + 1
         with nogil:
-            ql_msync(m.addr, a * IDX_ENTRY, (b - a) * IDX_ENTRY)
+            err = ql_msync(m.addr, a * IDX_ENTRY, (b - a) * IDX_ENTRY)
+        if err:
+            _fail(self, f"msync of {m.path}", err)

@@ -34,9 +34,32 @@ cdef inline int _check_open(CommitLog self) except -1:
 
 
 cdef inline int _check_writable(CommitLog self) except -1:
+    """Open, writable and not failed: a write may go ahead."""
+    _check_open(self)
     if self.read_only:
         raise ReadOnlyError(f"commit log {self.path} was opened read-only")
+    if self._failed is not None:
+        _raise_failed(self)
     return 0
+
+
+cdef int _raise_failed(CommitLog self) except -1:
+    raise LogFailedError(f"commit log {self.path} refuses writes: {self._failed}; what was "
+                         "appended since the last good flush may not be durable; close and "
+                         "reopen the log (recovery keeps what reached the disk)", self.path)
+
+
+cdef int _fail(CommitLog self, str what, int err) except -1:
+    """A flush-side I/O error: from now on the log refuses writes and every waiter of a
+    flush fails; raises LogFailedError. Never retried: the kernel reports a write-back error
+    once and a retry would return 0 without the data on the device."""
+    if self._failed is None:
+        self._failed = f"{what} failed: {os.strerror(err)} (errno {err})"
+        log.error("commit log %s failed: %s", self.path, self._failed)
+    with self._cv:
+        self._cv.notify_all()
+    raise LogFailedError(f"commit log {self.path}: {what} failed: {os.strerror(err)}; the "
+                         "log refuses writes until reopened", self.path, err)
 
 
 cdef inline void _acquire(CommitLog self) noexcept:
@@ -98,6 +121,14 @@ cdef close_log(CommitLog self):
     stop_threads(self)
     _acquire(self)
     try:
+        if self._failed is not None:
+            # nothing more is written: the abort marker stays, so the next open is an
+            # unclean one and recovery checks what reached the disk
+            log.error("commit log %s closed after a failure (%s): not flushed, no clean "
+                      "checkpoint", self.path, self._failed)
+            self._closed = True
+            drop_mappings(self)
+            return
         flush_log(self)
         with self._flush_lock:
             write_checkpoint(self, True)

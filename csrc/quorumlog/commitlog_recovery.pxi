@@ -226,6 +226,7 @@ cdef _cut_tail(CommitLog self, const Scan *r):
     # pass 2: the tail is torn (or clean): zero it, drop later segments
     cdef int64_t S = self.segment_size_bytes, k = r.stop_pos // S, stop = r.stop_pos
     cdef Mapping m = _seg(self, k), mm
+    cdef int err
     if m is None:        # stop exactly at a segment start that has no file
         if self.read_only:
             m = map_file_private(_seg_path(self, k), S, k * S, "segment")   # zeros
@@ -245,8 +246,12 @@ cdef _cut_tail(CommitLog self, const Scan *r):
         for x in range(min(HDR, m.start + S - stop)))
     if tail_dirty:
         bpath = os.fsencode(m.path)
-        ql_zero_range(bpath, m.addr, stop - m.start, m.start + S - stop)
-        ql_msync(m.addr, stop - m.start, m.start + S - stop)
+        err = ql_zero_range(bpath, m.addr, stop - m.start, m.start + S - stop)
+        if err == 0:
+            err = ql_msync(m.addr, stop - m.start, m.start + S - stop)
+        if err:
+            raise StorageError(f"{m.path}: zeroing the torn tail from offset {stop - m.start} "
+                               f"failed: {os.strerror(err)}", m.path, err)
         log.warning("%s: %s open; log ends at position %d (index %d)", self.path,
                     "unclean" if self.unclean_open else "clean", stop, r.last_index)
     while len(self._segs) > k - self._first_seg + 1:

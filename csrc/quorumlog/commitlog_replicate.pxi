@@ -34,7 +34,7 @@ cdef int64_t append_replicated_range(CommitLog self, raw) except? -1:
     p = <const char *>&v[0]
     _acquire(self)
     try:
-        _check_open(self)
+        _check_writable(self)
         plan.pos = self._end
         plan.cs = self._cur_start
         plan.expect = self._next_index

@@ -5,7 +5,7 @@
 cdef int truncate_log(CommitLog self, int64_t i) except -1:
     cdef int64_t new_end, new_term
     cdef const IdxEntry *e
-    _check_open(self)
+    _check_writable(self)
     if i >= self._next_index - 1:
         return 0    # nothing after i
     if i < self._first_index - 1 or i < 0:
@@ -62,7 +62,7 @@ cdef int _cut_segments(CommitLog self, int64_t new_end) except -1:
         if err == 0:
             err = ql_msync(m.addr, new_end - m.start, seg_old_end - new_end)
     if err:
-        raise OSError(err, os.strerror(err), m.path)
+        _fail(self, f"zeroing the truncated tail of {m.path}", err)
     # later segments: unlink now; their memory goes with the last view
     while len(self._segs) > k_new - self._first_seg + 1:
         m = <Mapping>self._segs.pop()
@@ -109,7 +109,7 @@ cdef int64_t delete_segments(CommitLog self, int64_t position) except -1:
     cdef int64_t S = self.segment_size_bytes, count = 0
     cdef Mapping m, mi
     cdef const RecHeader *h
-    _check_open(self)
+    _check_writable(self)
     _acquire(self)
     try:
         while len(self._segs) > 1:

@@ -96,9 +96,17 @@ cdef class CQFile:
         _put_entry(self, i, position, size, tag_hash)
 
     def flush(self):
+        """msync the file when it was written to. StorageError when that fails; the file
+        then stays dirty, but a later msync returning 0 proves nothing (the kernel reports
+        a write-back error once): the caller must not count on these entries again."""
+        cdef int err
         if self.dirty:
+            with nogil:
+                err = ql_msync(<char *>self.base, 0, self.capacity * sizeof(CQEntry))
+            if err:
+                raise StorageError(f"msync of consume queue file {self.path} failed: "
+                                   f"{os.strerror(err)}", str(self.path), err)
             self.dirty = False
-            self.mm.flush()
 
 
 cdef inline void _put_entry(CQFile f, Py_ssize_t i, int64_t position, int32_t size,
@@ -248,6 +256,21 @@ cdef class ConsumeQueue:
                 self.empty = False
                 self.cur = f
                 break
+        self.min_offset_cache = None
+
+    def reset(self):
+        """Forget every entry: unlink the queue's files (live views of them stay valid) and
+        start empty, for a rebuild from the log."""
+        for first in self.starts:
+            try:
+                os.unlink(os.path.join(self.dir, file_name(first)))
+            except FileNotFoundError:
+                pass
+        self.files = {}
+        self.starts = []
+        self.cur = None
+        self.empty = True
+        self.next_offset = 0
         self.min_offset_cache = None
 
     def put(self, int64_t offset, int64_t position, int32_t size, int64_t tag_hash):

@@ -77,10 +77,32 @@ static int ql_map_file_private(const char *path, int64_t size, void **out_addr) 
     return 0;
 }
 
+/* Test hook (the extensions' _fail_msync): after `ql_fault_skip` more msyncs, one msync fails
+ * with `ql_fault_errno` without syncing anything, then msync works again -- what a device
+ * error under the filesystem looks like: Linux reports a write-back error to one
+ * msync/fsync and then clears it, so a retry returns 0 although the data never reached the
+ * device. One copy per extension (a static in this header). */
+static int ql_fault_errno = 0;
+static int ql_fault_skip = 0;
+
+static inline void ql_fail_msync(int err, int skip) {
+    ql_fault_skip = skip;
+    ql_fault_errno = err;
+}
+
 /* msync [off, off+len) of a mapping starting at `base` (page-aligned by mmap). */
 static int ql_msync(char *base, int64_t off, int64_t len) {
     int64_t page = 4096, a = off & ~(page - 1);
     if (len <= 0) return 0;
+    if (ql_fault_errno) {
+        if (ql_fault_skip > 0) {
+            ql_fault_skip--;
+        } else {
+            int err = ql_fault_errno;
+            ql_fault_errno = 0;
+            return err;
+        }
+    }
     if (msync(base + a, (size_t)(off + len - a), MS_SYNC) != 0) return errno;
     return 0;
 }

@@ -69,10 +69,45 @@ class CorruptLogError(QuorumlogError):
         self.offset = offset
 
 
+class CorruptQueueError(CorruptLogError):
+    """A consume-queue entry does not name a record of its queue (derived data is damaged;
+    the log is not). The store rebuilds the queue from the log when it meets one; it reaches
+    a caller only when the rebuild did not cure it.
+
+    `path` is the consume-queue file, `offset` the entry's byte offset in it; `topic` and
+    `queue_id` name the queue."""
+
+    def __init__(self, message, path=None, offset=None, *, topic=None, queue_id=None):
+        super().__init__(message, path, offset)
+        self.topic = topic
+        self.queue_id = queue_id
+
+
 class DiskFullError(QuorumlogError, OSError):
     """No space to preallocate a segment or index file (or disk use above the write limit).
 
     The log stays readable and consistent; appends succeed again once space is freed."""
+
+
+class StorageError(QuorumlogError, OSError):
+    """An operating-system error on one of the store's files (an I/O error, a directory where
+    a file belongs, a file that cannot be opened): `path` names the file, `errno` the error
+    when there is one."""
+
+    def __init__(self, message, path=None, errno=None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+        self.filename = path
+
+
+class LogFailedError(StorageError):
+    """A flush of the log failed (an I/O error under the filesystem). A failed flush is never
+    retried into success -- the kernel reports a write-back error once, and the data it
+    failed to write is not written by a retry -- so the log refuses every write (appends,
+    flushes, checkpoints, truncation, retention) until it is closed and reopened; recovery
+    then keeps what reached the disk. The puts waiting for that flush fail with this error
+    (their outcome is unknown); reads keep working."""
 
 
 class ReplicationError(QuorumlogError):

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import _consumequeue as _cq
 from ..config import StoreConfig
-from ..errors import DiskFullError, InvalidTopicError
+from ..errors import DiskFullError, InvalidTopicError, StorageError
 from ..format import TYPE_MESSAGE, TYPE_META, check_topic_name
 from .schedule import SCHEDULE_TOPIC
 from .topics import TOPICS_FILE, Topic, TopicRegistry
@@ -140,6 +140,8 @@ class Dispatcher:
         self.stalls = 0              # dispatch stopped: a consume-queue file could not grow
         self.conflicts = 0           # records claiming an offset their queue holds elsewhere
         self.rejected = 0            # records naming a bad topic / queue id / offset
+        self.queue_rebuilds = 0      # topics whose queues were rebuilt from the log
+        self.durable_failed = None   # why consume-queue files are no longer made durable
         self.path = commitlog.path
         self.segment_size = commitlog.segment_size_bytes
         self._monotonic = monotonic
@@ -218,6 +220,7 @@ class Dispatcher:
                     self._place_columns(info["position"], info["size"], info["queue_id"],
                                         info["queue_offset"], info["tag_hash"],
                                         info["topic_hash"], info["type"])
+                    self.dispatched_records += len(info)
                 except DiskFullError as exc:
                     self._stalled(exc)
                     return
@@ -301,7 +304,6 @@ class Dispatcher:
             self.slow_path(int(position[i]), int(size[i]), int(queue_id[i]),
                            int(queue_offset[i]), int(tag_hash[i]), int(topic_hash[i]))
             i += 1
-        self.dispatched_records += n
         # Records that arrived by replication advance the queues, not the counters: keep the
         # counters at or past every queue's end so no offset is handed out twice.
         for th in np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist():
@@ -310,6 +312,32 @@ class Dispatcher:
                 np.maximum(t.counters, np.fromiter((cq.next_offset for cq in t.queues),
                                                    dtype=np.int64, count=len(t.queues)),
                            out=t.counters)
+
+    def rebuild_topic(self, name: str) -> None:
+        """Rebuild the consume queues of topic `name` from the log (a wrong entry was found:
+        the queues are derived data, the log is the truth). The log is verified first, so a
+        damaged log raises CorruptLogError naming its file and offset and nothing changes;
+        then the topic's queue files are dropped and its dispatched records placed again.
+        The counters never go down (an offset once handed out is not handed out again)."""
+        lg = self.log
+        t = self.topics.by_name[name]
+        lg.verify(lg.min_position)
+        for cq in t.queues:
+            cq.reset()
+        pos, limit = lg.min_position, self.position
+        while pos < limit:
+            info, nxt = lg.scan(pos, limit, MAX_SCAN_RECORDS)
+            if nxt == pos:
+                break
+            mine = info[(info["topic_hash"] == t.hash) & (info["type"] == TYPE_MESSAGE)]
+            if len(mine):
+                self._place_columns(mine["position"], mine["size"], mine["queue_id"],
+                                    mine["queue_offset"], mine["tag_hash"],
+                                    mine["topic_hash"], mine["type"])
+            pos = nxt
+        self.checkpoint()            # entries below the dispatched position are durable again
+        self.queue_rebuilds += 1
+        log.warning("store %s: consume queues of topic %r rebuilt from the log", self.path, name)
 
     def place_slow(self, pos, size, qid, qoff, th, topic_hash) -> None:
         """One record the Cython loop could not place: unknown topic or queue, an empty queue,
@@ -374,15 +402,28 @@ class Dispatcher:
     # -- durability --------------------------------------------------------------------------
     def checkpoint(self) -> None:
         """msync the consume-queue files, then tell the log how far they are durable. Dispatch
-        calls it every dispatch_checkpoint_interval_ms (the next time is set here)."""
+        calls it every dispatch_checkpoint_interval_ms (the next time is set here).
+
+        A failed msync (StorageError) is never retried into success: the kernel reports a
+        write-back error once, so the durable dispatched position stays where it was for
+        as long as this store is open (stats "dispatch_durable_failed"); puts and reads go
+        on (the queues are derived data and the log is intact), and the next open
+        re-dispatches from that position."""
         if getattr(self.log, "read_only", False):
             return      # a read-only store dispatches into memory only
-        for t in self.topics.all():
-            for cq in t.queues:
-                cq.flush()
-        if self.before_checkpoint is not None:
+        if self.durable_failed is None:
+            try:
+                for t in self.topics.all():
+                    for cq in t.queues:
+                        cq.flush()
+            except StorageError as exc:
+                self.durable_failed = str(exc)
+                log.error("store %s: %s; the consume queues are not made durable again until "
+                          "the store is reopened (it re-dispatches from position %d)",
+                          self.path, exc, self.log.dispatched_position)
+        if self.durable_failed is None and self.before_checkpoint is not None:
             self.before_checkpoint(self.position)
-        if self.position != self.log.dispatched_position:
+        if self.durable_failed is None and self.position != self.log.dispatched_position:
             self.log.set_dispatched_position(self.position)
         self._checkpoint_due = (self._monotonic()
                                 + self.config.dispatch_checkpoint_interval_ms / 1000.0)

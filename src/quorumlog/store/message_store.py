@@ -144,7 +144,9 @@ class MessageStore:
             self._keys = None
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
-            self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position)
+            self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position,
+                                         lambda: self._dispatcher.position,
+                                         self._dispatcher.rebuild_topic)
             if config.key_index:
                 self._keys = KeyIndex(self._path, lg, self._reader.segment_for,
                                       slots=config.key_index_slots,
@@ -755,6 +757,8 @@ class MessageStore:
                        cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
                        dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
                        dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
+                       queue_rebuilds=d.queue_rebuilds,
+                       dispatch_durable_failed=d.durable_failed,
                        topics=len([t for t in topics if not t.system]),
                        queues=sum(len(t.queues) for t in topics),
                        messages=int(sum(int(t.counters.sum()) for t in topics)),
