@@ -125,9 +125,9 @@ class ClientService:
                                  producer_id=req.producer_id, sequence=req.sequence)
         if hasattr(r, "positions"):
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
-                                     int(r.queue_offsets[0]), r.store_timestamp,
+                                     int(r.queue_offsets[0]), r.store_timestamp_ms,
                                      tuple(r.positions.tolist()))
-        return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp,
+        return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp_ms,
                                  (r.position,))
 
     async def _fetch(self, req: m.FetchRequest) -> m.FetchResponse:

@@ -114,7 +114,7 @@ def _split_result(f: asyncio.Future, items) -> None:
             lo, hi = it.lo, it.hi
             it.fut.set_result(BatchResult(r.first_index + lo, r.positions[lo:hi], r.topic,
                                           r.queue_ids[lo:hi], r.queue_offsets[lo:hi],
-                                          r.store_timestamp))
+                                          r.store_timestamp_ms))
 
 
 def _now_ms() -> int:

@@ -177,6 +177,8 @@ class MetaSeam:
             log.error("store %s: META record at position %d is malformed (%s); skipped",
                       self.store.path, position, e)
             return
+        if d["op"] == "offset":
+            return        # consumer offsets: the store applies them itself at dispatch
         if d["op"] != "topic":
             log.warning("store %s: META record at position %d: unknown op %r; skipped",
                         self.store.path, position, d["op"])
