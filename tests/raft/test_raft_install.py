@@ -239,3 +239,28 @@ def test_a_late_append_answer_does_not_empty_an_installs_window():
     cl.settle(cl.now + 2000)
     assert cl.logs["n3"].first_index() == 100
     assert cl.logs["n3"].last_index() == cl.logs["n1"].last_index()
+
+
+def test_leader_whose_commit_index_is_below_its_first_entry_answers_reads():
+    # after an install (or a restart recovering such a state) the commit index can be
+    # first - 1, a term the log may not keep; elected, read_index and the membership checks
+    # looked that term up and raised IndexOutOfRangeError (simulation seed 33441)
+    import random
+
+    from quorumlog.raft import HardState, RaftCore
+    lg = MemLog(keep_head_term=False)
+    for _ in range(20):
+        lg.append_as_leader(1, [b"x"])
+    lg.flush()
+    lg.drop_before(15, (("n1",), ()))
+    c = RaftCore("n1", lg, random.Random(1), RaftConfig(), hard_state=HardState(1, None),
+                 config_history=lg.config_history(("n1",)), peers=("n1",), commit_index=14)
+    c.tick(c.next_time_to_request_vote)
+    assert c.role == Role.LEADER and c.commit_index == 14
+    c.read_index("r")  # its NOOP is not flushed, so nothing of its term has committed yet
+    assert c.lease_read_index() is None
+    assert not [e for e in c.ready().events if type(e).__name__ == "ReadReady"]
+    c.on_persisted(lg.flush())
+    c.tick(c.now_ms + 1)
+    events = c.ready().events
+    assert [(e.ctx, e.index) for e in events if type(e).__name__ == "ReadReady"] == [("r", 21)]

@@ -545,7 +545,7 @@ class RaftCore:
         """A lease read: the index a read must wait for (dispatch >= it) to be linearizable,
         or None (no valid lease, or this leader's first entry has not committed yet: use
         read_index)."""
-        if not self.lease_valid(now_ms) or self.log.term_at(self.commit_index) != self.term:
+        if not self.lease_valid(now_ms) or not self._committed_in_term():
             return None
         return self.commit_index
 
@@ -560,9 +560,15 @@ class RaftCore:
         if len(self._reads) >= self.cfg.max_pending_reads:
             raise BackpressureError(
                 f"read_index: {len(self._reads)} reads pending >= max_pending_reads")
-        idx = self.commit_index if self.log.term_at(self.commit_index) == self.term else None
+        idx = self.commit_index if self._committed_in_term() else None
         self._reads.append((ctx, self._hb_seq + 1, idx))
         self.last_send_heartbeat_ms = NEVER  # the next tick sends that round
+
+    def _committed_in_term(self) -> bool:
+        """Has an entry of our term committed? (A commit index below our first entry -- right
+        after an install it is first - 1, whose term the log may not keep -- is not ours.)"""
+        c = self.commit_index
+        return c >= self.log.first_index() and self.log.term_at(c) == self.term
 
     def _lease_start_ms(self) -> int:
         """Send time of the newest heartbeat round that a quorum (us included) acknowledged."""
@@ -579,7 +585,7 @@ class RaftCore:
             self._check_ready_to_serve()
 
     def _release_reads(self) -> None:
-        if self.log.term_at(self.commit_index) != self.term:
+        if not self._committed_in_term():
             return  # (no entry of ours committed yet: the commit index may be stale)
         me = self.id
         prog = self.progress
@@ -1741,7 +1747,7 @@ class RaftCore:
         if (self.role == Role.LEADER and not self.is_ready_to_serve
                 and self.commit_index == self.log.last_index()
                 and self.dispatched_index >= self.commit_index
-                and self.log.term_at(self.commit_index) == self.term
+                and self._committed_in_term()
                 and self.lease_valid()):
             self.is_ready_to_serve = True
             self._events.append(ReadyToServe(self.term))
@@ -1848,7 +1854,7 @@ class RaftCore:
         if self.configs[-1][0] > self.commit_index:
             raise MembershipChangeError(
                 f"membership change in progress: CONFIG entry {self.configs[-1][0]} not committed")
-        if self.log.term_at(self.commit_index) != self.term:
+        if not self._committed_in_term():
             raise MembershipChangeError("membership change refused until this leader's NOOP commits")
 
     def _check_learner(self) -> None:
