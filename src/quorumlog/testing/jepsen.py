@@ -334,7 +334,7 @@ class Harness:
                 self.cluster.kill(nid)
             if not expect_failure:
                 self.history.event("restart-failed", [nid], error=str(e)[-2000:])
-            log.warning("%s did not start: %s", nid, str(e)[-300:])
+            log.warning("%s did not start: %s", nid, self.last_start_error(nid))
             return False
         self.history.event("restart", [nid], pid=self.cluster.pid(nid))
         self.trace(nid)

@@ -680,8 +680,9 @@ class DiskFull(Nemesis):
         n = h.disk_victim
         if n is None:
             return False
+        lead = h.leader()
         self.ballast, got = fill_disk(h.cluster.data_dir(n))
-        h.history.event("disk-full", [n], ballast_bytes=got)
+        h.history.event("disk-full", [n], ballast_bytes=got, leader=lead)
         return True
 
     def stop(self, h) -> None:
