@@ -33,6 +33,7 @@ cdef recover(CommitLog self):
     memset(&r, 0, sizeof(Scan))
     _scan_start(self, cp, &r)
     _scan_records(self, &r)
+    _refuse_cutting_durable(self, cp, &r)
     _refuse_damage_before_intact(self, &r)
     _cut_tail(self, &r)
     _set_first_index(self, &r)
@@ -192,6 +193,25 @@ cdef _scan_records(CommitLog self, Scan *r):
         r.last_index = h.raft_index
         pos += h.total_size
         r.stop_pos = pos
+
+
+cdef _refuse_cutting_durable(CommitLog self, cp, const Scan *r):
+    # Records before the checkpoint's flushed position were durable: the scan (which starts
+    # before it when the anchor record does not verify) must reach it. Stopping short is
+    # damage to durable data, never a torn tail: an error naming file and offset, and an
+    # explicit repair (`quorumlog repair`), not a silent cut.
+    cdef int64_t S = self.segment_size_bytes
+    if cp is None or r.stop_pos >= cp["flushed_position"]:
+        return
+    m = _seg(self, r.stop_pos // S)
+    path = m.path if m is not None else _seg_path(self, r.stop_pos // S)
+    off = r.stop_pos - (r.stop_pos // S) * S
+    raise CorruptLogError(
+        f"{path} offset {off}: damaged record "
+        f"({_VERIFY_REASONS.get(r.stop_rc, 'bad record') if r.stop_rc else 'no record'}) "
+        f"before position {cp['flushed_position']}, which the checkpoint says is durable: "
+        f"durable records are never cut at open; `quorumlog repair {self.path}` cuts the "
+        f"log there, keeping what it removes", path, off)
 
 
 cdef _refuse_damage_before_intact(CommitLog self, const Scan *r):
