@@ -130,6 +130,8 @@ cdef class CommitLog:
     cdef readonly str flush_mode
     cdef readonly int64_t max_message_bytes
     cdef readonly bint unclean_open
+    # unclean open whose unflushed writes may have been lost (see page_cache_identity)
+    cdef bint _lost_writeback
     cdef int64_t flush_interval_ms, checkpoint_interval_ms
     cdef bint preallocate_next
     cdef str _segdir, _idxdir
