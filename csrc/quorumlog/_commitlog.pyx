@@ -89,6 +89,23 @@ cdef enum:
     BG_POPULATE_LOW = 50331648
     BG_POPULATE_CHUNK = 4194304
 
+# Test hook: the name of a step of a multi-step file operation (truncation, retention) at
+# which the process exits at once, as kill -9 there would (tests crash at each step in a
+# subprocess and check that the store opens).
+cdef object _crash_at = None
+
+
+def _set_crash_point(name):
+    """Test hook: os._exit(137) when the step `name` is reached (None: never)."""
+    global _crash_at
+    _crash_at = name
+
+
+cdef inline void crash_point(str name):
+    if _crash_at is not None and _crash_at == name:
+        os._exit(137)
+
+
 def _fail_msync(int err, int skip=0):
     """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
     ql_fail_msync(err, skip)

@@ -118,6 +118,16 @@ cdef list _segment_starts(CommitLog self, cp):
     cdef int64_t S = self.segment_size_bytes
     starts = list_numbered(self._segdir)
     _check_numbered(self._segdir, starts, S, 0, "segment file", "segment_size_bytes")
+    if cp and starts and starts[0] < cp["min_position"] and starts[len(starts) - 1] >= \
+            cp["min_position"]:
+        # retention writes its checkpoint before it unlinks: finish what a crash cut short
+        while starts[0] < cp["min_position"]:
+            f = os.path.join(self._segdir, numbered_name(starts[0]))
+            log.warning("%s: removing %s, below the checkpoint's min position %d (retention "
+                        "was interrupted)", self.path, f, cp["min_position"])
+            os.unlink(f)
+            starts.pop(0)
+        _fsync_dir(self._segdir)
     if not starts:
         start = cp["min_position"] if cp else 0
         if start % S:
