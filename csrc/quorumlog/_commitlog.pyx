@@ -91,6 +91,23 @@ cdef enum:
     BG_POPULATE_LOW = 50331648
     BG_POPULATE_CHUNK = 4194304
 
+# Test hook: the name of a step of a multi-step file operation (truncation, retention) at
+# which the process exits at once, as kill -9 there would (tests crash at each step in a
+# subprocess and check that the store opens).
+cdef object _crash_at = None
+
+
+def _set_crash_point(name):
+    """Test hook: os._exit(137) when the step `name` is reached (None: never)."""
+    global _crash_at
+    _crash_at = name
+
+
+cdef inline void crash_point(str name):
+    if _crash_at is not None and _crash_at == name:
+        os._exit(137)
+
+
 def _fail_msync(int err, int skip=0):
     """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
     ql_fail_msync(err, skip)
@@ -136,6 +153,8 @@ cdef class CommitLog:
     # files are mapped copy-on-write, so recovery's repairs stay in memory.
     cdef readonly bint read_only
     cdef bint _adopt_segment_size  # segment_size_bytes=None: take the checkpoint's
+    # unclean open whose unflushed writes may have been lost (see page_cache_identity)
+    cdef bint _lost_writeback
     cdef int64_t flush_interval_ms, checkpoint_interval_ms
     cdef bint preallocate_next
     cdef str _segdir, _idxdir

@@ -15,11 +15,35 @@ cdef struct Scan:
     int stop_rc              # why the scan stopped (V_OK: clean end)
 
 
+cdef str page_cache_identity(str path):
+    """Which page cache holds the store's unflushed writes: the boot, and the store
+    directory's device and inode. A process that dies (kill -9) leaves its writes in the page
+    cache, which the next opener then reads: the same identity. After a power cut (a new
+    boot), or when the store is a copy of a device's contents (another device or inode),
+    writes that were never flushed may be lost, and write-back may have reached a later page
+    but not an earlier one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:
+            boot = fh.read().decode("ascii", "replace").strip()
+    except OSError:
+        boot = ""
+    st = os.stat(path)
+    return f"boot={boot} dev={st.st_dev} ino={st.st_ino}\n" if boot else ""
+
+
 cdef recover(CommitLog self):
     cdef Scan r
     abort_path = os.path.join(self.path, "abort")
     self.unclean_open = os.path.exists(abort_path)
-    if not self.read_only:
+    identity = page_cache_identity(self.path)
+    if self.unclean_open:
+        with open(abort_path, "rb") as fh:
+            previous = fh.read(4096).decode("ascii", "replace")
+        # unknown (an older marker, or no boot id here): treat as a possible power cut
+        self._lost_writeback = not identity or previous != identity
+    else:
+        self._lost_writeback = False
+    if not self.read_only and not self.unclean_open:
         with open(abort_path, "wb"):
             pass
     cp = read_checkpoint(self)
@@ -34,7 +58,8 @@ cdef recover(CommitLog self):
     memset(&r, 0, sizeof(Scan))
     _scan_start(self, cp, &r)
     _scan_records(self, &r)
-    _refuse_damage_before_intact(self, &r)
+    _refuse_cutting_durable(self, cp, &r)
+    _refuse_damage_before_intact(self, cp, &r)
     _cut_tail(self, &r)
     _set_first_index(self, &r)
     self._end = r.stop_pos
@@ -42,6 +67,21 @@ cdef recover(CommitLog self):
     self._last_term = r.term
     _rewrite_index(self, r.start, r.stop_pos)
     _restore_durable_state(self, cp, &r)
+    # Recovery's own writes are durable now; from here on unflushed writes of this log live
+    # in this page cache (a failed or killed recovery leaves the previous marker, so the next
+    # open decides as this one did).
+    if not self.read_only:
+        _write_marker(abort_path, identity)
+        _fsync_dir(self.path)
+
+
+cdef _write_marker(str path, str content):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, content.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 cdef _install_recovered(CommitLog self, Mapping m):
@@ -83,6 +123,16 @@ cdef list _segment_starts(CommitLog self, cp):
     cdef int64_t S = self.segment_size_bytes
     starts = list_numbered(self._segdir, not self.read_only)
     _check_numbered(self._segdir, starts, S, 0, "segment file", "segment_size_bytes")
+    if cp and starts and starts[0] < cp["min_position"] and starts[len(starts) - 1] >= \
+            cp["min_position"]:
+        # retention writes its checkpoint before it unlinks: finish what a crash cut short
+        while starts[0] < cp["min_position"]:
+            f = os.path.join(self._segdir, numbered_name(starts[0]))
+            log.warning("%s: removing %s, below the checkpoint's min position %d (retention "
+                        "was interrupted)", self.path, f, cp["min_position"])
+            os.unlink(f)
+            starts.pop(0)
+        _fsync_dir(self._segdir)
     if not starts:
         start = cp["min_position"] if cp else 0
         if start % S:
@@ -198,12 +248,37 @@ cdef _scan_records(CommitLog self, Scan *r):
         r.stop_pos = pos
 
 
-cdef _refuse_damage_before_intact(CommitLog self, const Scan *r):
-    # an intact record beyond the stop point means damage in the middle
-    cdef int64_t i = r.last_index + 1, j
+cdef _refuse_cutting_durable(CommitLog self, cp, const Scan *r):
+    # Records before the checkpoint's flushed position were durable: the scan (which starts
+    # before it when the anchor record does not verify) must reach it. Stopping short is
+    # damage to durable data, never a torn tail: an error naming file and offset, and an
+    # explicit repair (`quorumlog repair`), not a silent cut.
+    cdef int64_t S = self.segment_size_bytes
+    if cp is None or r.stop_pos >= cp["flushed_position"]:
+        return
+    m = _seg(self, r.stop_pos // S)
+    path = m.path if m is not None else _seg_path(self, r.stop_pos // S)
+    off = r.stop_pos - (r.stop_pos // S) * S
+    raise CorruptLogError(
+        f"{path} offset {off}: damaged record "
+        f"({_VERIFY_REASONS.get(r.stop_rc, 'bad record') if r.stop_rc else 'no record'}) "
+        f"before position {cp['flushed_position']}, which the checkpoint says is durable: "
+        f"durable records are never cut at open; `quorumlog repair {self.path}` cuts the "
+        f"log there, keeping what it removes", path, off)
+
+
+cdef _refuse_damage_before_intact(CommitLog self, cp, const Scan *r):
+    # An intact record beyond the stop point means damage in the middle: refused, unless
+    # the damage lies after the checkpoint's flushed position and the writes since then may
+    # have been lost to a power cut (see page_cache_identity): write-back may reach a later
+    # page and not an earlier one, so intact records after never-flushed damage are a torn
+    # tail too (cut, and counted in the warning).
+    cdef int64_t i = r.last_index + 1, j, dropped = 0
     cdef char *ep
     cdef const IdxEntry *e
     cdef Mapping m
+    cdef bint torn = (cp is not None and self._lost_writeback
+                      and r.stop_pos >= cp["flushed_position"])
     while True:
         ep = _entry(self, i, False)
         if ep == NULL:
@@ -212,14 +287,23 @@ cdef _refuse_damage_before_intact(CommitLog self, const Scan *r):
         if e.size == 0:
             break
         if e.position >= <uint64_t>r.stop_pos and _intact_entry(self, e, i):
-            raise_stop(self, r.stop_pos, r.stop_rc,
-                       f"raft index {i} at position {e.position} is intact")
+            if not torn:
+                raise_stop(self, r.stop_pos, r.stop_rc,
+                           f"raft index {i} at position {e.position} is intact")
+            dropped += 1
         i += 1
     for j in range(r.stop_pos // self.segment_size_bytes + 1 - self._first_seg, len(self._segs)):
         m = <Mapping>self._segs[j]
         if verify_record(m.addr, self.segment_size_bytes, m.start, True) == V_OK:
-            raise_stop(self, r.stop_pos, r.stop_rc,
-                       f"segment {m.path} starts with an intact record")
+            if not torn:
+                raise_stop(self, r.stop_pos, r.stop_rc,
+                           f"segment {m.path} starts with an intact record")
+            dropped += 1
+    if dropped:
+        log.warning("%s: the log's writes after position %d were never flushed and may have "
+                    "been lost to a power cut: damage at position %d is a torn tail; %d "
+                    "intact record(s) after it (raft-index entries or segment starts) are "
+                    "dropped with it", self.path, cp["flushed_position"], r.stop_pos, dropped)
 
 
 cdef _cut_tail(CommitLog self, const Scan *r):

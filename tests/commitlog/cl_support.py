@@ -111,3 +111,12 @@ def append_message(log, m, term):
     """log.append with the keyword set of `messages()`; returns (index, position, ts)."""
     m = dict(m)
     return log.append(m.pop("topic"), m.pop("body"), term=term, **m)
+
+
+def flip_bits(path, position, mask=0x20):
+    """XOR `mask` into the byte at log position `position` of the store at `path`."""
+    seg = position - position % SEG
+    f = pathlib.Path(path) / "commitlog" / qf.segment_name(seg)
+    data = bytearray(f.read_bytes())
+    data[position - seg] ^= mask
+    f.write_bytes(bytes(data))
