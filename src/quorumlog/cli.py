@@ -155,12 +155,16 @@ def verify(ctx, path, segment_size_bytes, as_json):
     ctx.exit(EXIT_OK if rep.ok else EXIT_DAMAGE)
 
 
-def _add_bench():
+def _add_subcommands():
+    """The commands that live in their own modules: bench, serve, cluster, repair."""
     from .bench.command import bench
-    cli.add_command(bench)
+    from .cli_node import cluster, serve
+    from .cli_repair import repair
+    for command in (bench, serve, cluster, repair):
+        cli.add_command(command)
 
 
-_add_bench()
+_add_subcommands()
 
 
 def main(argv=None) -> int:
