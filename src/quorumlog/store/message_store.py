@@ -60,6 +60,9 @@ class Services:
     def dispatched_position(self) -> int:
         return self.dispatcher.position
 
+    def checkpoint_dispatch(self) -> None:
+        self.dispatcher.checkpoint()
+
     def queue_count(self, topic: str) -> int:
         t = self.topics.by_name.get(topic)
         return 0 if t is None else len(t.queues)
@@ -550,7 +553,7 @@ class MessageStore:
                        cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
                        dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
                        dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
-                       queue_rebuilds=d.queue_rebuilds,
+                       queue_rebuilds=d.queue_rebuilds, rebuild_skipped=d.rebuild_skipped,
                        dispatch_durable_failed=d.durable_failed,
                        topics=len([t for t in topics if not t.system]),
                        queues=sum(len(t.queues) for t in topics),
