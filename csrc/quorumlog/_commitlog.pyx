@@ -241,8 +241,12 @@ cdef class CommitLog:
         self._prepared = None
         self._prep_request = -1
         self._cur_idxf = -1
-        os.makedirs(self._segdir, exist_ok=True)
-        os.makedirs(self._idxdir, exist_ok=True)
+        for d in (self._segdir, self._idxdir):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(f"{d}: cannot be the log's directory: "
+                                   f"{exc.strerror or exc}", d, exc.errno) from None
         take_lock(self)
         try:
             recover(self)

@@ -36,15 +36,19 @@ cdef recover(CommitLog self):
     abort_path = os.path.join(self.path, "abort")
     self.unclean_open = os.path.exists(abort_path)
     identity = page_cache_identity(self.path)
-    if self.unclean_open:
-        with open(abort_path, "rb") as fh:
-            previous = fh.read(4096).decode("ascii", "replace")
-        # unknown (an older marker, or no boot id here): treat as a possible power cut
-        self._lost_writeback = not identity or previous != identity
-    else:
-        self._lost_writeback = False
-        with open(abort_path, "wb"):
-            pass
+    try:
+        if self.unclean_open:
+            with open(abort_path, "rb") as fh:
+                previous = fh.read(4096).decode("ascii", "replace")
+            # unknown (an older marker, or no boot id here): treat as a possible power cut
+            self._lost_writeback = not identity or previous != identity
+        else:
+            self._lost_writeback = False
+            with open(abort_path, "wb"):
+                pass
+    except OSError as exc:
+        raise StorageError(f"{abort_path}: cannot be the store's abort marker: "
+                           f"{exc.strerror or exc}", abort_path, exc.errno) from None
     cp = read_checkpoint(self)
     starts = _segment_starts(self, cp)
     self._first_seg = starts[0] // self.segment_size_bytes
@@ -88,13 +92,19 @@ cdef _install_recovered(CommitLog self, Mapping m):
 
 
 cdef list list_numbered(str d):
-    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed."""
+    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed. A
+    20-digit name that is not a regular file is StorageError naming it (it cannot be mapped;
+    `quorumlog repair` moves it aside)."""
     out = []
     for name in os.listdir(d):
+        f = os.path.join(d, name)
         if is_numbered_name(name):
+            if not os.path.isfile(f) or os.path.islink(f):
+                raise StorageError(f"{f}: named like a log file but not a regular file", f,
+                                   _errno.EISDIR if os.path.isdir(f) else None)
             out.append(int(name))
-        elif name.endswith(".tmp"):
-            os.unlink(os.path.join(d, name))
+        elif name.endswith(".tmp") and os.path.isfile(f):
+            os.unlink(f)
     out.sort()
     return out
 
@@ -108,8 +118,9 @@ cdef _check_numbered(str d, list starts, int64_t step, int64_t first, str what, 
                                   os.path.join(d, numbered_name(s)), 0)
     for a, b in zip(starts, starts[1:]):
         if b != a + step:
-            raise CorruptLogError(f"{what}s are not contiguous: {a} then {b}",
-                                  os.path.join(d, numbered_name(b)), 0)
+            miss = os.path.join(d, numbered_name(a + step))
+            raise CorruptLogError(f"{miss}: missing: {what}s are not contiguous ({a} then "
+                                  f"{b})", miss, 0)
 
 
 cdef list _segment_starts(CommitLog self, cp):

@@ -15,7 +15,11 @@ cdef class CQFile:
         self.first_offset = first_offset
         self.capacity = capacity
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"consume queue file {path}: {exc.strerror or exc}", str(path),
+                               exc.errno) from None
         try:
             st = os.fstat(fd)
             fresh = st.st_size == 0
@@ -156,11 +160,15 @@ cdef class ConsumeQueue:
         self.min_offset_cache = None
 
     def load(self):
-        """List the files on disk. Returns False when the queue directory is missing."""
+        """List the files on disk. Returns False when the queue directory is missing;
+        CorruptLogError / StorageError when what is there is not a queue's files."""
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise StorageError(f"consume queue directory {self.dir}: {exc.strerror or exc}",
+                               str(self.dir), exc.errno) from None
         starts = []
         for n in names:
             if is_numbered_name(n):
@@ -224,13 +232,20 @@ cdef class ConsumeQueue:
         self.min_offset_cache = None
 
     def reset(self):
-        """Forget every entry: unlink the queue's files (live views of them stay valid) and
-        start empty, for a rebuild from the log."""
-        for first in self.starts:
-            try:
-                os.unlink(os.path.join(self.dir, file_name(first)))
-            except FileNotFoundError:
-                pass
+        """Forget every entry: remove whatever the queue's directory holds under a file's
+        name (live views of unlinked files stay valid; a directory there goes too) and start
+        empty, for a rebuild from the log. The directory is made again if it is missing or
+        a file stands in its place."""
+        if os.path.lexists(self.dir) and not os.path.isdir(self.dir):
+            os.unlink(self.dir)
+        os.makedirs(self.dir, exist_ok=True)
+        for name in os.listdir(self.dir):
+            if is_numbered_name(name):
+                f = os.path.join(self.dir, name)
+                if os.path.isdir(f) and not os.path.islink(f):
+                    shutil.rmtree(f)
+                else:
+                    os.unlink(f)
         self.files = {}
         self.starts = []
         self.cur = None

@@ -211,6 +211,10 @@ class Dispatcher:
         if adopted or topics_untrusted:
             topics.save()
         self.dispatch(checkpoint=True, skip_damage=True)
+        if self.durable_failed is not None:
+            # at open this is not a device going bad under a running store: say it now
+            raise StorageError(f"store {self.path}: {self.durable_failed}",
+                               os.path.join(self.log.path, QUEUE_OFFSETS_FILE))
         for t in topics.all():
             floor = floors.get(t.name, ())
             for q, cq in enumerate(t.queues):
