@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench microbench install clean soak
+.PHONY: test bench microbench install clean soak cluster-soak soak-cluster
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -35,7 +35,18 @@ microbench: $(STAMP)
 	$(VPY) -m pytest bench -q -p no:cacheprovider --benchmark-only $(PYTEST_ARGS)
 
 soak: $(STAMP)
-	$(VPY) -m quorumlog.raft.soak --seeds 100000 -j 2
+	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
+
+# the leader kill -9 test with 20 kills instead of 3 (a few minutes)
+cluster-soak: $(STAMP)
+	QUORUMLOG_CLUSTER_KILLS=20 $(VPY) -m pytest tests/cluster/test_cluster_failover.py -q -p no:cacheprovider -s
+
+# Jepsen-style fault testing of a 3-replica group of real processes (docs/reliability.md):
+# 500 kills and every other nemesis, sync flush; up to an hour. SEED=n replays a plan.
+SEED ?=
+soak-cluster: $(STAMP)
+	$(VPY) -m quorumlog.testing.jepsen $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
+		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600
 
 clean:
 	rm -rf build $(VENV) src/*.egg-info

@@ -16,7 +16,7 @@ import pytest
 
 from quorumlog.raft import HardState, MemLog, RaftConfig, RaftCore, Role
 from quorumlog.raft.messages import Append, AppendResponse, Code, VoteRequest, VoteResponse, VoteResult
-from quorumlog.raft.cluster import pump as cluster_pump
+from quorumlog.testing.cluster import pump as cluster_pump
 
 VOTERS = ("n1", "n2", "n3")
 

@@ -68,3 +68,14 @@ def test_group_lists_its_commands_and_usage_errors_exit_2(capsys):
         assert name in out
     assert cli.main(["nosuch"]) == 2
     assert "No such command 'nosuch'" in capsys.readouterr().err
+
+
+def test_serve_cluster_and_repair_are_subcommands_of_quorumlog():
+    from click.testing import CliRunner
+
+    from quorumlog.cli import cli
+    for name, words in (("serve", "replica"), ("cluster", "replica group"),
+                        ("repair", "commit log")):
+        r = CliRunner().invoke(cli, [name, "--help"])
+        assert r.exit_code == 0, (name, r.output)
+        assert words in r.output, (name, r.output)

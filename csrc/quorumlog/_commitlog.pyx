@@ -48,7 +48,8 @@ from quorumlog.errors import (CorruptLogError, DiskFullError, IndexOutOfRangeErr
                               InvalidArgumentError, InvalidQueueError, InvalidTopicError,
                               LockedError, LogClosedError, LogFailedError,
                               MessageTooLargeError, ReplicationError, ConfigError,
-                              StorageError, TopicTypeError, QueueTypeError)
+                              StorageError, TopicTypeError, QueueTypeError,
+                              NotAStoreError, ReadOnlyError)
 # wrong types: InvalidTypeError (alias ArgumentTypeError) is both TypeError and
 # InvalidArgumentError; the topic/queue variants derive from InvalidTopicError/InvalidQueueError
 from quorumlog.errors import InvalidTypeError as ArgumentTypeError
@@ -66,6 +67,7 @@ cdef extern from "qlsys.h" nogil:
                     void **out_addr, int *created)
     int ql_msync(char *base, int64_t off, int64_t length)
     int ql_zero_range(const char *path, char *base, int64_t off, int64_t length)
+    int ql_map_file_private(const char *path, int64_t size, void **out_addr)
     int ql_populate_write(char *base, int64_t off, int64_t length)
     void ql_copy_nt(char *dst, const char *src, size_t n)
     void ql_store_fence()
@@ -147,6 +149,10 @@ cdef class CommitLog:
     cdef readonly str flush_mode
     cdef readonly int64_t max_message_bytes
     cdef readonly bint unclean_open
+    # Opened with read_only=True: no LOCK, no abort marker, no threads, nothing written;
+    # files are mapped copy-on-write, so recovery's repairs stay in memory.
+    cdef readonly bint read_only
+    cdef bint _adopt_segment_size  # segment_size_bytes=None: take the checkpoint's
     # unclean open whose unflushed writes may have been lost (see page_cache_identity)
     cdef bint _lost_writeback
     cdef int64_t flush_interval_ms, checkpoint_interval_ms
@@ -178,6 +184,8 @@ cdef class CommitLog:
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
+    cdef list _flush_hist          # flush latency: counts per FLUSH_LATENCY_BUCKETS_NS + Inf
+    cdef int64_t _flush_ns_total
 
     cdef PyThread_type_lock _wlock
     cdef object _flush_lock      # threading.Lock: one flush at a time
@@ -210,12 +218,16 @@ cdef class CommitLog:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
 
-    def __init__(self, path, *, segment_size_bytes=1 << 30, index_file_entries=1 << 20,
+    def __init__(self, path, *, segment_size_bytes=None, index_file_entries=1 << 20,
                  flush="async", flush_interval_ms=200, checkpoint_interval_ms=1000,
-                 max_message_bytes=4 << 20, preallocate_next=True):
+                 max_message_bytes=4 << 20, preallocate_next=True, read_only=False):
         path = os.fspath(path)
         if not isinstance(path, str):
             path = os.fsdecode(path)
+        # None: an existing log's own segment size (from its checkpoint), 1 GiB for a new one
+        self._adopt_segment_size = segment_size_bytes is None
+        if segment_size_bytes is None:
+            segment_size_bytes = 1 << 30
         check_config(segment_size_bytes, index_file_entries, flush, flush_interval_ms,
                      checkpoint_interval_ms, max_message_bytes)
         self.path = path
@@ -241,6 +253,20 @@ cdef class CommitLog:
         self._prepared = None
         self._prep_request = -1
         self._cur_idxf = -1
+        self._flush_hist = [0] * (len(FLUSH_LATENCY_BUCKETS_NS) + 1)
+        self.read_only = bool(read_only)
+        if self.read_only:
+            # Read-only: the directory must hold a log already; nothing is created.
+            if not os.path.isdir(self._segdir):
+                raise NotAStoreError(f"{path}: no commitlog/ directory (read_only=True "
+                                     "opens an existing log only)")
+            try:
+                recover(self)
+            except BaseException:
+                drop_mappings(self)
+                raise
+            self._closed = False
+            return
         for d in (self._segdir, self._idxdir):
             try:
                 os.makedirs(d, exist_ok=True)
@@ -316,6 +342,9 @@ cdef class CommitLog:
             "end_position": self._end, "flushed_position": self._flushed_pos,
             "flushed_index": self._flushed_index,
             "last_index": self._next_index - 1,
+            # per bucket of FLUSH_LATENCY_BUCKETS_NS (upper bounds in ns), the last one +Inf
+            "flush_latency_counts": list(self._flush_hist),
+            "flush_latency_ns_total": self._flush_ns_total,
         }
 
     def __repr__(self):
@@ -332,17 +361,20 @@ cdef class CommitLog:
     def append(self, topic, body, *, queue_id=0, queue_offset=0, term, tags=None, keys=(),
                properties=None, born_timestamp_ms=None, flags=0):
         """Append one MESSAGE -> (index, position, store_timestamp_ms)."""
+        _check_writable(self)
         return append_message(self, topic, body, queue_id, queue_offset, term, tags, keys,
                               properties, born_timestamp_ms, flags)
 
     def append_control(self, int rtype, payload=b"", *, term):
         """Append a NOOP / CONFIG / META record -> (index, position)."""
+        _check_writable(self)
         return append_control_record(self, rtype, payload, term)
 
     def append_batch(self, topic, bodies, *, queue_ids=0, queue_offsets=0, term, tags=None,
                      keys=None, properties=None, born_timestamps_ms=None, flags=0):
         """Append many MESSAGE records in one call
         -> (first_index, positions: int64 array, store_timestamp_ms)."""
+        _check_writable(self)
         return append_messages(self, topic, bodies, queue_ids, queue_offsets, term, tags,
                                keys, properties, born_timestamps_ms, flags)
 
@@ -350,6 +382,7 @@ cdef class CommitLog:
     def append_replicated(self, raw):
         """Append whole records copied verbatim from a leader's read() -> last_index.
         Every record is validated first; on any failure ReplicationError and no change."""
+        _check_writable(self)
         return append_replicated_range(self, raw)
 
     # ------------------------------------------------------------------ raft index
@@ -403,6 +436,7 @@ cdef class CommitLog:
         """Drop entries > i: their bytes, any BLANK after i, later segments and their raft
         index entries are zeroed/unlinked. Durable before returning when it cuts into
         flushed data (a crash must not resurrect the dropped records)."""
+        _check_writable(self)
         truncate_log(self, i)
 
     def segments(self):
@@ -413,11 +447,13 @@ cdef class CommitLog:
     def delete_segments_before(self, int64_t position):
         """Unlink whole segments that end at or before `position` (never the segment being
         written). Live views of them stay valid. -> number deleted."""
+        _check_writable(self)
         return delete_segments(self, position)
 
     # ------------------------------------------------------------------ durability
     def flush(self):
         """msync (GIL released) everything appended so far -> flushed_position."""
+        _check_writable(self)
         _check_open(self)
         return flush_log(self)
 
@@ -429,13 +465,15 @@ cdef class CommitLog:
         covers all waiters) -> True, or False on timeout. InvalidArgumentError when
         `position` is beyond end_position: no flush could ever reach it (the flusher
         would spin on the request, and timeout=None would block forever)."""
+        _check_writable(self)
         return wait_flushed_to(self, position, timeout)
 
     def _flush_loop(self):
         flush_loop(self)
 
     def commit(self, int64_t index):
-        """Advance committed_index (never backwards, never beyond last_index)."""
+        """Advance committed_index (never backwards, never beyond last_index). In memory
+        only (the checkpoint records it), so a read-only log may advance it too."""
         commit_to(self, index)
 
     def set_dispatched_position(self, int64_t pos):
@@ -446,6 +484,7 @@ cdef class CommitLog:
 
     def checkpoint(self):
         """Write the checkpoint file now (flushed position as of the last flush)."""
+        _check_writable(self)
         _check_open(self)
         # serialised with flushes and truncation so an older snapshot never lands last
         with self._flush_lock:
@@ -457,7 +496,7 @@ cdef class CommitLog:
     # ------------------------------------------------------------------ lifecycle
     def close(self):
         """Flush, write a clean checkpoint, unmap (views stay valid), remove the abort
-        marker, release the lock. Idempotent."""
+        marker, release the lock. Idempotent. A read-only log only unmaps."""
         close_log(self)
 
     def _crash(self):

@@ -56,7 +56,8 @@ cdef write_checkpoint(CommitLog self, bint clean, int64_t min_position=-1):
 
 cdef dict read_checkpoint(CommitLog self):
     """The checkpoint's fields, or None when there is none. Adopts the stored
-    index_file_entries; a different segment size is a ConfigError."""
+    index_file_entries, and the stored segment size when none was given; a different
+    segment size is a ConfigError."""
     cp = os.path.join(self.path, "checkpoint")
     try:
         with open(cp, "rb") as f:
@@ -90,7 +91,10 @@ cdef _adopt_geometry(CommitLog self, str cp, seg_size, idx_entries):
     if (seg_size < 65536 or seg_size % 4096 or seg_size > 0xFFFFFFFF or
             idx_entries < 1 or idx_entries > (1 << 30)):
         raise CorruptLogError(f"{cp}: implausible segment/index geometry", cp, 56)
-    if seg_size != self.segment_size_bytes:
+    if seg_size != self.segment_size_bytes and self._adopt_segment_size:
+        log.info("%s: using the stored segment_size_bytes=%d", self.path, seg_size)
+        self.max_message_bytes = min(self.max_message_bytes, seg_size - 2 * HDR)
+    elif seg_size != self.segment_size_bytes:
         # segment boundaries decide where records are: never reinterpret them
         raise ConfigError(f"{self.path} was written with segment_size_bytes="
                           f"{seg_size}; opened with {self.segment_size_bytes}")

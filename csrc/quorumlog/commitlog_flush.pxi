@@ -16,6 +16,7 @@ cdef int64_t flush_log(CommitLog self) except -1:
         if target <= lo and tindex <= self._flushed_index:
             return self._flushed_pos
         segs = [_seg(self, k) for k in range(lo // S, (max(target, lo + 1) - 1) // S + 1)]
+        t0 = time.monotonic_ns()
         for m in segs:
             if m is None:
                 continue
@@ -37,12 +38,30 @@ cdef int64_t flush_log(CommitLog self) except -1:
         # write_checkpoint ensures. One device flush per group commit instead of two
         # (each costs a journal commit) doubles the flushes per second.
         self.n_flushes += 1
+        _note_flush_latency(self, time.monotonic_ns() - t0)
         with self._cv:
             if target > self._flushed_pos:
                 self._flushed_pos = target
                 self._flushed_index = tindex
             self._cv.notify_all()
     return self._flushed_pos
+
+
+# Upper bounds (ns) of the flush-latency histogram in stats() (a metrics exporter's buckets).
+FLUSH_LATENCY_BUCKETS_NS = (100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000,
+                            10_000_000, 25_000_000, 50_000_000, 100_000_000, 250_000_000,
+                            1_000_000_000)
+
+
+cdef _note_flush_latency(CommitLog self, int64_t ns):
+    """One flush's duration into the histogram (per-bucket counts, the last one +Inf)."""
+    cdef Py_ssize_t i = 0
+    for bound in FLUSH_LATENCY_BUCKETS_NS:
+        if ns <= bound:
+            break
+        i += 1
+    self._flush_hist[i] += 1
+    self._flush_ns_total += ns
 
 
 cdef bint wait_flushed_to(CommitLog self, int64_t position, timeout) except -1:

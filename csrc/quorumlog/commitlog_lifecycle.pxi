@@ -34,8 +34,10 @@ cdef inline int _check_open(CommitLog self) except -1:
 
 
 cdef inline int _check_writable(CommitLog self) except -1:
-    """Open, and not failed: a write may go ahead."""
+    """Open, writable and not failed: a write may go ahead."""
     _check_open(self)
+    if self.read_only:
+        raise ReadOnlyError(f"commit log {self.path} was opened read-only")
     if self._failed is not None:
         _raise_failed(self)
     return 0
@@ -116,6 +118,10 @@ cdef stop_threads(CommitLog self):
 
 cdef close_log(CommitLog self):
     if self._closed:
+        return
+    if self.read_only:
+        self._closed = True
+        drop_mappings(self)
         return
     stop_threads(self)
     _acquire(self)

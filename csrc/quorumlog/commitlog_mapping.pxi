@@ -81,6 +81,36 @@ cdef Mapping map_file(str path, int64_t size, int64_t start, bint create,
     return m
 
 
+cdef Mapping map_file_private(str path, int64_t size, int64_t start, str what):
+    """A read-only log's mapping of a file: copy-on-write, nothing created or allocated;
+    bytes past the file's end read as zero."""
+    cdef bytes bpath = os.fsencode(path)
+    cdef const char *cpath = bpath
+    cdef void *addr = NULL
+    cdef int err
+    with nogil:
+        err = ql_map_file_private(cpath, size, &addr)
+    if err != 0:
+        if err == _errno.EFBIG:
+            raise ConfigError(f"{path} is longer than the configured size {size}")
+        raise OSError(err, os.strerror(err), path)
+    cdef Mapping m = Mapping.__new__(Mapping)
+    m.addr = <char *>addr
+    m.size = size
+    m.start = start
+    m.path = path
+    return m
+
+
+cdef Mapping map_existing(CommitLog self, str path, int64_t size, int64_t start, bint extend,
+                          str what):
+    """A file recovery maps: shared read-write (`extend`: a short file is re-extended), or
+    copy-on-write for a read-only log."""
+    if self.read_only:
+        return map_file_private(path, size, start, what)
+    return map_file(path, size, start, extend, False, what)
+
+
 def _segment_name(int64_t start):
     return numbered_name(start)
 

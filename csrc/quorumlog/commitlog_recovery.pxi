@@ -44,6 +44,7 @@ cdef recover(CommitLog self):
             self._lost_writeback = not identity or previous != identity
         else:
             self._lost_writeback = False
+        if not self.read_only and not self.unclean_open:
             with open(abort_path, "wb"):
                 pass
     except OSError as exc:
@@ -55,8 +56,8 @@ cdef recover(CommitLog self):
     for s in starts:
         # a short file past the durable point (cut by a crash of a file tool) is
         # re-extended; its missing bytes read as zero, i.e. a torn tail
-        _install_recovered(self, map_file(os.path.join(self._segdir, numbered_name(s)),
-                                          self.segment_size_bytes, s, True, False, "segment"))
+        _install_recovered(self, map_existing(self, os.path.join(self._segdir, numbered_name(s)),
+                                              self.segment_size_bytes, s, True, "segment"))
     _map_index_files(self)
     memset(&r, 0, sizeof(Scan))
     _scan_start(self, cp, &r)
@@ -73,8 +74,9 @@ cdef recover(CommitLog self):
     # Recovery's own writes are durable now; from here on unflushed writes of this log live
     # in this page cache (a failed or killed recovery leaves the previous marker, so the next
     # open decides as this one did).
-    _write_marker(abort_path, identity)
-    _fsync_dir(self.path)
+    if not self.read_only:
+        _write_marker(abort_path, identity)
+        _fsync_dir(self.path)
 
 
 cdef _write_marker(str path, str content):
@@ -91,11 +93,14 @@ cdef _install_recovered(CommitLog self, Mapping m):
     self._views.append(memoryview(m))
 
 
-cdef list list_numbered(str d):
-    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed. A
-    20-digit name that is not a regular file is StorageError naming it (it cannot be mapped;
-    `quorumlog repair` moves it aside)."""
+cdef list list_numbered(str d, bint remove_tmp=True):
+    """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed
+    (unless `remove_tmp` is false: a read-only log). A 20-digit name that is not a regular
+    file is StorageError naming it (it cannot be mapped; `quorumlog repair` moves it
+    aside)."""
     out = []
+    if not remove_tmp and not os.path.isdir(d):
+        return out
     for name in os.listdir(d):
         f = os.path.join(d, name)
         if is_numbered_name(name):
@@ -103,7 +108,7 @@ cdef list list_numbered(str d):
                 raise StorageError(f"{f}: named like a log file but not a regular file", f,
                                    _errno.EISDIR if os.path.isdir(f) else None)
             out.append(int(name))
-        elif name.endswith(".tmp") and os.path.isfile(f):
+        elif name.endswith(".tmp") and remove_tmp and os.path.isfile(f):
             os.unlink(f)
     out.sort()
     return out
@@ -127,18 +132,21 @@ cdef list _segment_starts(CommitLog self, cp):
     """Start positions of the segment files: aligned, contiguous, and holding every byte
     the checkpoint says is durable. No file: the checkpoint's min position."""
     cdef int64_t S = self.segment_size_bytes
-    starts = list_numbered(self._segdir)
+    starts = list_numbered(self._segdir, not self.read_only)
     _check_numbered(self._segdir, starts, S, 0, "segment file", "segment_size_bytes")
     if cp and starts and starts[0] < cp["min_position"] and starts[len(starts) - 1] >= \
             cp["min_position"]:
         # retention writes its checkpoint before it unlinks: finish what a crash cut short
+        # (a read-only log only leaves those segments out)
         while starts[0] < cp["min_position"]:
             f = os.path.join(self._segdir, numbered_name(starts[0]))
-            log.warning("%s: removing %s, below the checkpoint's min position %d (retention "
-                        "was interrupted)", self.path, f, cp["min_position"])
-            os.unlink(f)
+            if not self.read_only:
+                log.warning("%s: removing %s, below the checkpoint's min position %d "
+                            "(retention was interrupted)", self.path, f, cp["min_position"])
+                os.unlink(f)
             starts.pop(0)
-        _fsync_dir(self._segdir)
+        if not self.read_only:
+            _fsync_dir(self._segdir)
     if not starts:
         start = cp["min_position"] if cp else 0
         if start % S:
@@ -176,13 +184,13 @@ cdef _check_durable_segments(CommitLog self, dict cp, list starts):
 
 cdef _map_index_files(CommitLog self):
     cdef int64_t N = self.index_file_entries
-    idx_starts = list_numbered(self._idxdir)
+    idx_starts = list_numbered(self._idxdir, not self.read_only)
     _check_numbered(self._idxdir, idx_starts, N, 1, "raft index file", "index_file_entries")
     if idx_starts:
         self._first_idxf = (idx_starts[0] - 1) // N
         for a in idx_starts:
-            self._idx.append(map_file(os.path.join(self._idxdir, numbered_name(a)),
-                                      N * IDX_ENTRY, a, False, False, "raft index file"))
+            self._idx.append(map_existing(self, os.path.join(self._idxdir, numbered_name(a)),
+                                          N * IDX_ENTRY, a, False, "raft index file"))
 
 
 cdef bint _intact_entry(CommitLog self, const IdxEntry *e, int64_t index) noexcept:
@@ -318,8 +326,19 @@ cdef _cut_tail(CommitLog self, const Scan *r):
     cdef Mapping m = _seg(self, k), mm
     cdef int err
     if m is None:        # stop exactly at a segment start that has no file
-        m = map_file(_seg_path(self, k), S, k * S, True, True, "segment")
+        if self.read_only:
+            m = map_file_private(_seg_path(self, k), S, k * S, "segment")   # zeros
+        else:
+            m = map_file(_seg_path(self, k), S, k * S, True, True, "segment")
         _install_recovered(self, m)
+    if self.read_only:
+        # Nothing is cut on disk: the log just ends at `stop` (reads never pass the end).
+        while len(self._segs) > k - self._first_seg + 1:
+            self._segs.pop()
+            self._views.pop()
+        self._cur = <Mapping>self._segs[len(self._segs) - 1]
+        self._cur_start = self._cur.start
+        return
     tail_dirty = self.unclean_open or any(
         (<const unsigned char *>(m.addr + (stop - m.start)))[x] != 0
         for x in range(min(HDR, m.start + S - stop)))
@@ -371,7 +390,10 @@ cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
         if h.type == T_BLANK:
             pos = m.start + S
             continue
-        ep = _entry(self, h.raft_index, True)
+        ep = _entry(self, h.raft_index, not self.read_only)
+        if ep == NULL:       # read-only and the entry's file is missing: nothing to fix
+            pos += h.total_size
+            continue
         e = <const IdxEntry *>ep
         if (e.position != <uint64_t>pos or e.term != h.raft_term or e.size != h.total_size
                 or e.type != h.type or e.pad0 or e.pad1 or e.pad2):
@@ -385,7 +407,7 @@ cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
             break
         memset(ep, 0, IDX_ENTRY)
         i += 1
-    if self._next_index >= 1:
+    if self._next_index >= 1 and not self.read_only:
         _entry(self, self._next_index, True)
 
 
@@ -414,6 +436,10 @@ cdef _restore_durable_state(CommitLog self, cp, const Scan *r):
     self._flush_lock = threading.Lock()
     self._idx_synced = 0        # entries were rewritten above: the checkpoint syncs them
     self._flushed_pos = min(self._flushed_pos, r.stop_pos)
+    if self.read_only:
+        self._flushed_index = min(self._flushed_index, r.last_index)
+        _note_last_store(self)
+        return
     if self._flushed_pos < r.stop_pos or self._flushed_index < r.last_index:
         self._flushed_index = min(self._flushed_index, r.last_index)
         flush_log(self)

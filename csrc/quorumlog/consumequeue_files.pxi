@@ -7,13 +7,48 @@ cdef inline CQEntry *_cq_entry(CQFile f, Py_ssize_t i) noexcept:
 
 
 
+cdef object _map_private(path, Py_ssize_t nbytes, bint create, bint detached=False):
+    """A read-only store's mapping of a consume-queue file: copy-on-write (dispatch and
+    repair stay in memory), nothing created; a missing file (`create`) or a short one reads
+    as zeros past its end. `detached`: the queue was reset (rebuilt in memory), so what the
+    file holds is not used: zeros."""
+    if detached:
+        return mmap.mmap(-1, nbytes)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            raise
+        return mmap.mmap(-1, nbytes)
+    try:
+        size = os.fstat(fd).st_size
+        if size > nbytes:
+            raise CorruptLogError(f"consume queue file {path} has size {size}, expected "
+                                  f"{nbytes}", str(path), nbytes)
+        if size == nbytes:
+            return mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+        mm = mmap.mmap(-1, nbytes)
+        mm[:size] = os.pread(fd, size, 0)
+        return mm
+    finally:
+        os.close(fd)
+
+
 cdef class CQFile:
-    def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create):
+    def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create,
+                  bint read_only=False, bint detached=False):
         cdef Py_ssize_t nbytes = capacity * sizeof(CQEntry), i
         cdef bint fresh = False
         self.path = path
         self.first_offset = first_offset
         self.capacity = capacity
+        if read_only:
+            self.mm = _map_private(path, nbytes, create, detached)
+            PyObject_GetBuffer(self.mm, &self._buf, PyBUF_SIMPLE | PyBUF_WRITABLE)
+            self._has_buf = True
+            self.base = <unsigned char *>self._buf.buf
+            self.dirty = False
+            return
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         try:
             fd = os.open(path, flags, 0o644)
@@ -147,7 +182,11 @@ cdef class ConsumeQueue:
     entry; an `empty` queue accepts its first entry at any offset (a queue rebuilt after
     retention starts in the middle; the entries before it in its file stay zero = holes)."""
 
-    def __init__(self, topic, int queue_id, dir, Py_ssize_t file_entries):
+    def __init__(self, topic, int queue_id, dir, Py_ssize_t file_entries, *,
+                 bint read_only=False):
+        # read_only: files mapped copy-on-write, nothing created or deleted on disk
+        self.read_only = read_only
+        self.detached = False
         self.topic = topic
         self.queue_id = queue_id
         self.dir = dir
@@ -188,9 +227,9 @@ cdef class ConsumeQueue:
         if not create and (not self.starts or first not in self.starts):
             return None
         path = os.path.join(self.dir, file_name(first))
-        if create:
+        if create and not self.read_only:
             os.makedirs(self.dir, exist_ok=True)
-        f = CQFile(path, first, self.file_entries, create)
+        f = CQFile(path, first, self.file_entries, create, self.read_only, self.detached)
         self.files[first] = f
         if first not in self.starts:
             bisect.insort(self.starts, first)
@@ -235,23 +274,26 @@ cdef class ConsumeQueue:
         """Forget every entry: remove whatever the queue's directory holds under a file's
         name (live views of unlinked files stay valid; a directory there goes too) and start
         empty, for a rebuild from the log. The directory is made again if it is missing or
-        a file stands in its place."""
-        if os.path.lexists(self.dir) and not os.path.isdir(self.dir):
-            os.unlink(self.dir)
-        os.makedirs(self.dir, exist_ok=True)
-        for name in os.listdir(self.dir):
-            if is_numbered_name(name):
-                f = os.path.join(self.dir, name)
-                if os.path.isdir(f) and not os.path.islink(f):
-                    shutil.rmtree(f)
-                else:
-                    os.unlink(f)
+        a file stands in its place. Read-only: only the entries in memory are forgotten
+        (the queue is rebuilt in copy-on-write memory; files created anew are private)."""
+        if not self.read_only:
+            if os.path.lexists(self.dir) and not os.path.isdir(self.dir):
+                os.unlink(self.dir)
+            os.makedirs(self.dir, exist_ok=True)
+            for name in os.listdir(self.dir):
+                if is_numbered_name(name):
+                    f = os.path.join(self.dir, name)
+                    if os.path.isdir(f) and not os.path.islink(f):
+                        shutil.rmtree(f)
+                    else:
+                        os.unlink(f)
         self.files = {}
         self.starts = []
         self.cur = None
         self.empty = True
         self.next_offset = 0
         self.min_offset_cache = None
+        self.detached = self.read_only
 
     def put(self, int64_t offset, int64_t position, int32_t size, int64_t tag_hash):
         """Slow-path write of one entry (first entry of an empty queue, a new file, a gap).
@@ -308,6 +350,8 @@ cdef class ConsumeQueue:
         min position); the file holding the last entry is always kept. Returns the count."""
         cdef CQFile f
         deleted = 0
+        if self.read_only:
+            return 0
         for first in list(self.starts):
             if self.empty or first + self.file_entries >= self.next_offset:
                 break

@@ -197,6 +197,29 @@ cdef class Message:
                 f"body_len={self.body_len}, tags={self.tags!r})")
 
 
+def message_at(SegmentView seg, int64_t position):
+    """The MESSAGE record at `position` of `seg` as a Message, or None when no MESSAGE
+    record starts there (a lookup that is not a consume-queue entry, e.g. the key index,
+    checks what it found: magic, the position field, the type, the size within the
+    segment)."""
+    cdef const unsigned char *p
+    cdef const RecHeader *h
+    cdef Message m
+    if position < seg.start or position + HDR > seg.start + seg.length:
+        return None
+    p = seg.base + (position - seg.start)
+    h = _header(p)
+    if (h.magic != MAGIC or <int64_t>h.position != position or h.type != T_MESSAGE or
+            h.total_size < HDR or position + h.total_size > seg.start + seg.length):
+        return None
+    m = Message.__new__(Message)
+    m._seg = seg
+    m._p = p
+    m.position = position
+    m.size = h.total_size
+    return m
+
+
 # What _check_record finds about the record a consume-queue entry names.
 cdef enum:
     R_OK = 0

@@ -1,12 +1,13 @@
 """The `quorumlog` command: benchmarks and store inspection for operators.
 
-A click group: `bench` (quorumlog.bench.command), `info`, `verify`; servers and repair tools
+A click group: `bench` (quorumlog.bench.command), `info`, `verify` (read-only inspection,
+quorumlog.inspection); servers and repair tools
 join it as further subcommands (`main.add_command`). Library code never configures logging;
 this entry point does.
 """
+import json
 import logging
 import os
-import pathlib
 
 import click
 
@@ -22,61 +23,148 @@ def cli():
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def _segment_size(path, segment_size_bytes):
-    """--segment-size-bytes if given, else what the store's checkpoint records (a store opened
-    with another segment size is refused by the log, so guessing the default is wrong)."""
-    if segment_size_bytes is not None:
-        return segment_size_bytes
-    from .format import decode_checkpoint
-    cp = pathlib.Path(path) / "checkpoint"
-    if cp.exists():
-        return decode_checkpoint(cp.read_bytes(), str(cp)).segment_size_bytes
-    return 1 << 30
+# Exit codes of the inspection commands (documented in docs/operations.md).
+EXIT_OK = 0
+EXIT_DAMAGE = 1          # verify found damage
+EXIT_USAGE = 2           # bad arguments, not a store, a file that cannot be read
 
 
-_path_arg = click.argument("path", type=click.Path(file_okay=False))
-_segment_opt = click.option("--segment-size-bytes", type=int, default=None,
-                            help="default: as recorded in the store's checkpoint")
+class InspectionError(click.ClickException):
+    """A store that cannot be inspected: one line on stderr, exit code 2, no traceback."""
+    exit_code = EXIT_USAGE
+
+    def show(self, file=None):
+        click.echo(f"quorumlog: {self.format_message()}", err=True)
 
 
-@cli.command()
-@_path_arg
-@_segment_opt
-def info(path, segment_size_bytes):
-    """Print a commit log's state. PATH: the store directory."""
-    from .commitlog import CommitLog
-    with CommitLog(path, segment_size_bytes=_segment_size(path, segment_size_bytes)) as log:
-        for k, v in sorted(log.stats().items()):
-            click.echo(f"{k}: {v}")
-        click.echo(f"first_index: {log.first_index}\nlast_index: {log.last_index}")
-        click.echo(f"end_position: {log.end_position}\ncommitted_index: {log.committed_index}")
+class DamageError(InspectionError):
+    """Damage that stops the inspection itself (a checkpoint that fails its CRC): exit 1."""
+    exit_code = EXIT_DAMAGE
 
 
-@cli.command()
-@_path_arg
-@_segment_opt
-@click.pass_context
-def verify(ctx, path, segment_size_bytes):
-    """CRC-check every record of a commit log. PATH: the store directory.
-
-    Exit code 1 names the first damaged record's file and offset."""
-    from .commitlog import CommitLog
-    from .errors import CorruptLogError
+def _inspect(fn, path, segment_size_bytes):
+    """Run a read-only inspection; NotAStoreError and OSError (permissions, I/O) become exit
+    code 2 with one line, damage that stops `info` exit code 1."""
+    from .errors import CorruptLogError, NotAStoreError
     try:
-        with CommitLog(path, segment_size_bytes=_segment_size(path, segment_size_bytes)) as log:
-            log.verify()
-            click.echo(f"ok: records {log.first_index}..{log.last_index} verified")
-    except CorruptLogError as e:
-        click.echo(f"corrupt: {e} (file {e.path}, offset {e.offset})", err=True)
-        ctx.exit(1)
+        return fn(path, segment_size_bytes=segment_size_bytes)
+    except NotAStoreError as exc:
+        raise InspectionError(str(exc)) from None
+    except CorruptLogError as exc:
+        raise DamageError(f"corrupt: {exc}") from None
+    except OSError as exc:
+        raise InspectionError(f"cannot read {exc.filename or path}: "
+                              f"{exc.strerror or exc}") from None
 
 
-def _add_bench():
+_path_arg = click.argument("path", type=click.Path(file_okay=True, dir_okay=True))
+_segment_opt = click.option("--segment-size-bytes", type=int, default=None,
+                            help="for a store without a checkpoint (default: the length of "
+                            "its first segment file); the checkpoint's value otherwise")
+
+
+def _echo_tree(d, indent=0):
+    pad = "  " * indent
+    for k, v in d.items():
+        if isinstance(v, dict):
+            click.echo(f"{pad}{k}:" + ("" if v else " (none)"))
+            _echo_tree(v, indent + 1)
+        else:
+            click.echo(f"{pad}{k}: {v}")
+
+
+def _echo_info(d):
+    """`info` as text: sections of `key: value`, one line per topic and its queues' offset
+    ranges (`qN min..max`, empty queues left out), one line per consumer group."""
+    topics = d.pop("topics")
+    groups = d.pop("consumer_offsets", None)
+    disk = d.pop("disk")
+    delay = d.pop("delay_progress", None)
+    _echo_tree(d)
+    if delay is not None:
+        click.echo("delay_progress (next offset to deliver, by level): " + (
+            " ".join(f"{k}:{v}" for k, v in sorted(delay.items(), key=lambda kv: int(kv[0])))
+            if isinstance(delay, dict) else str(delay)))
+    click.echo("topics:" + ("" if topics else " (none)"))
+    for name, t in topics.items():
+        ranges = " ".join(f"q{q} {r['min_offset']}..{r['max_offset']}"
+                          for q, r in t["queue_offsets"].items() if r["max_offset"])
+        kind = " (system)" if t["system"] else ""
+        click.echo(f"  {name}{kind}: {t['queues']} queues, {t['messages']} messages"
+                   + (f"; {ranges}" if ranges else ""))
+    if groups is not None:
+        click.echo("consumer_offsets:" + ("" if groups else " (none)"))
+        if isinstance(groups, dict):
+            for group, by_topic in groups.items():
+                click.echo(f"  {group}: " + "; ".join(
+                    f"{t} " + " ".join(f"q{q} {o}" for q, o in qs.items())
+                    for t, qs in by_topic.items()))
+        else:
+            click.echo(f"  {groups}")
+    click.echo(f"disk: {disk['total_bytes']} bytes allocated ("
+               + ", ".join(f"{k} {v}" for k, v in disk["by_entry"].items() if v) + ")")
+
+
+@cli.command()
+@_path_arg
+@_segment_opt
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+def info(path, segment_size_bytes, as_json):
+    """Show a store's state, read-only (works on a live store; creates and locks nothing).
+
+    PATH: the store directory. Log positions and indexes, checkpoint, topics with each
+    queue's min/max offset, consumer-group offsets, delay progress, a replica's term and
+    vote (raft-state), disk use. Exit code 2: not a store, or a file cannot be read."""
+    from . import inspection
+    d = _inspect(inspection.describe, path, segment_size_bytes)
+    if as_json:
+        click.echo(json.dumps(d, indent=1, sort_keys=True))
+        return
+    _echo_info(d)
+
+
+@cli.command()
+@_path_arg
+@_segment_opt
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@click.pass_context
+def verify(ctx, path, segment_size_bytes, as_json):
+    """Check every file of a store, read-only: each record's CRC, the raft index, every
+    consume-queue entry, topics.json, delay and consumer offsets, raft-state.
+
+    PATH: the store directory. Exit codes: 0 no damage, 1 damage found (each problem names
+    its file and offset), 2 not a store or a file cannot be read. What the next open
+    repairs by itself (a torn tail, index entries past the checkpoint) is printed as a note
+    and is not damage."""
+    from . import inspection
+    rep = _inspect(inspection.verify, path, segment_size_bytes)
+    if as_json:
+        click.echo(json.dumps({"ok": rep.ok, "problems": rep.problems, "notes": rep.notes,
+                               "checked": rep.checked}, indent=1, sort_keys=True))
+    else:
+        for n in rep.notes:
+            click.echo(f"note: {n}")
+        for prob in rep.problems:
+            click.echo(f"corrupt: {prob}", err=True)
+        counts = ", ".join(f"{k} {v}" for k, v in rep.checked.items())
+        if rep.ok:
+            first, last = rep.checked.get("first_index", 0), rep.checked.get("last_index", 0)
+            click.echo(f"ok: records {first}..{last} verified ({counts})")
+        else:
+            click.echo(f"damaged: {len(rep.problems)} problem(s) ({counts})", err=True)
+    ctx.exit(EXIT_OK if rep.ok else EXIT_DAMAGE)
+
+
+def _add_subcommands():
+    """The commands that live in their own modules: bench, serve, cluster, repair."""
     from .bench.command import bench
-    cli.add_command(bench)
+    from .cli_node import cluster, serve
+    from .cli_repair import repair
+    for command in (bench, serve, cluster, repair):
+        cli.add_command(command)
 
 
-_add_bench()
+_add_subcommands()
 
 
 def main(argv=None) -> int:

@@ -7,6 +7,7 @@ from quorumlog._commitlog import (  # noqa: F401
     CHECKPOINT_SIZE,
     CONFIG,
     HEADER_SIZE,
+    FLUSH_LATENCY_BUCKETS_NS,
     MAX_BATCH_RECORDS,
     MESSAGE,
     META,
@@ -27,6 +28,6 @@ from quorumlog.errors import (  # noqa: F401  (re-exported: wrong-type errors of
 )
 
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
-           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "Mapping", "crc32c",
+           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "crc32c",
            "ArgumentTypeError", "InvalidTypeError", "TopicTypeError", "QueueTypeError",
            "crc32c_hardware", "crc32c_software", "fnv1a64"]

@@ -8,6 +8,12 @@ or under a `[store]` table. Environment variables are the upper-cased names with
 QUORUMLOG_ (e.g. QUORUMLOG_FLUSH=sync, QUORUMLOG_SEGMENT_SIZE_BYTES=67108864); other QUORUMLOG_*
 variables (QUORUMLOG_DEBUG, ...) belong to other parts of the project and are ignored. Every
 problem raises ConfigError naming the setting and where it came from.
+
+Profiles: `profile = "small"` (argument, QUORUMLOG_PROFILE or the TOML file) replaces the
+defaults with PROFILES["small"], sized for an embedded store that holds little: the default
+profile preallocates a 1 GiB segment and a 24 MiB raft-index file before the first message
+(plus 6 MiB per consume queue once used); "small" preallocates 4 MiB + 1.5 MiB (+ 80 KiB per
+queue). Explicit settings still win over the profile.
 """
 from __future__ import annotations
 
@@ -43,6 +49,14 @@ class StoreConfig:
     max_batch_messages: int = 65536
     max_batch_bytes: int = 64 << 20
     max_get_messages: int = 65536
+    max_get_wait_ms: int = 30_000       # longest long-poll get(wait_ms=...)
+    max_get_waiters: int = 1024         # concurrent long-poll get() calls
+    max_consumer_offsets: int = 1_000_000   # (group, topic, queue) entries stored
+    # message-key index (find_by_key): buckets and entries per file, hits per lookup
+    key_index: bool = True
+    key_index_slots: int = 1 << 16
+    key_index_file_entries: int = 1 << 18
+    max_key_hits: int = 64
     # retention (seed 004: fileReservedTime 72 h, deleteWhen "04", disk ratios 75/85/90 %)
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
@@ -51,6 +65,7 @@ class StoreConfig:
     disk_reject_ratio: float = 0.90
     max_segment_deletes_per_run: int = 10
     disk_check_interval_ms: int = 1000
+    disk_check_bytes: int = 64 << 20        # also re-measure after this many bytes appended
     retention_interval_ms: int = 10_000
     # delay levels
     delay_levels: str = DEFAULT_DELAY_LEVELS
@@ -61,6 +76,15 @@ class StoreConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(StoreConfig)}
+
+# Named sets of defaults (see the module docstring); a profile is chosen like any setting.
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "small": dict(segment_size_bytes=4 << 20, index_file_entries=1 << 16,
+                  consume_queue_file_entries=4096, max_message_bytes=1 << 20,
+                  default_topic_queues=4, key_index_slots=4096,
+                  key_index_file_entries=16384),
+}
 
 _INT_LIMITS = {
     "segment_size_bytes": (65536, 1 << 40),
@@ -74,8 +98,15 @@ _INT_LIMITS = {
     "max_batch_messages": (1, 1 << 24),
     "max_batch_bytes": (1, 1 << 34),
     "max_get_messages": (1, 1 << 24),
+    "max_get_wait_ms": (0, 3_600_000),
+    "max_get_waiters": (1, 1 << 20),
+    "max_consumer_offsets": (1, 1 << 26),
+    "key_index_slots": (16, 1 << 26),
+    "key_index_file_entries": (16, 1 << 28),
+    "max_key_hits": (1, 4096),
     "max_segment_deletes_per_run": (1, 1 << 20),
     "disk_check_interval_ms": (0, 3_600_000),
+    "disk_check_bytes": (0, 1 << 40),
     "retention_interval_ms": (1, 86_400_000),
     "schedule_interval_ms": (1, 3_600_000),
     "dispatch_checkpoint_interval_ms": (0, 3_600_000),
@@ -193,10 +224,15 @@ def _validate(cfg: StoreConfig, sources: Mapping[str, str]) -> None:
 
 
 def load_config(config_file: str | os.PathLike | None = None,
-                environ: Mapping[str, str] | None = None, **overrides) -> StoreConfig:
-    """Defaults < TOML file < QUORUMLOG_* environment < explicit keyword arguments."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+                environ: Mapping[str, str] | None = None, *,
+                defaults: Mapping[str, Any] | None = None, **overrides) -> StoreConfig:
+    """Defaults < `defaults` (e.g. what an existing store recorded) < the profile's settings
+    < TOML file < QUORUMLOG_* environment < explicit keyword arguments."""
+    values: dict[str, Any] = dict(defaults or {})
+    sources: dict[str, str] = {k: "the store's checkpoint" for k in values}
+    env = os.environ if environ is None else environ
+    profile = overrides.pop("profile", None)
+    file_table: dict = {}
     if config_file is not None:
         try:
             with open(config_file, "rb") as fh:
@@ -211,11 +247,22 @@ def load_config(config_file: str | os.PathLike | None = None,
         else:
             table, extra = data, set()
         for key in sorted(set(table) | extra):
+            if key == "profile" and key not in extra:
+                profile = profile or env.get(ENV_PREFIX + "PROFILE") or table[key]
+                continue
             if key not in FIELDS or key in extra:
                 raise ConfigError(f"config file {config_file}: unknown setting {key!r}")
-            values[key] = _coerce(key, table[key], f"file {config_file}")
-            sources[key] = f"file {config_file}"
-    env = os.environ if environ is None else environ
+            file_table[key] = _coerce(key, table[key], f"file {config_file}")
+    profile = profile or env.get(ENV_PREFIX + "PROFILE") or "default"
+    if profile not in PROFILES:
+        raise ConfigError(f"profile {profile!r} is not one of {sorted(PROFILES)}")
+    for key, v in PROFILES[profile].items():
+        if key not in values:          # a stored geometry beats the profile's default
+            values[key] = v
+            sources[key] = f"profile {profile}"
+    for key, v in file_table.items():
+        values[key] = v
+        sources[key] = f"file {config_file}"
     for name in FIELDS:
         raw = env.get(ENV_PREFIX + name.upper())
         if raw is not None:
@@ -226,11 +273,14 @@ def load_config(config_file: str | os.PathLike | None = None,
             raise ConfigError(f"unknown setting {name!r}")
         values[name] = _coerce(name, value, "argument")
         sources[name] = "argument"
-    if "max_message_bytes" not in values and "segment_size_bytes" in values:
-        # The 4 MiB default shrinks to fit small segments (tests); an explicit value is checked.
+    if (sources.get("max_message_bytes", "default").startswith(("default", "profile"))
+            and "segment_size_bytes" in values):
+        # The default (or the profile's) shrinks to fit small segments (tests); an explicit
+        # value is checked.
         seg = values["segment_size_bytes"]
         if isinstance(seg, int) and seg > 8192:
-            values["max_message_bytes"] = min(StoreConfig.max_message_bytes, seg - 8192)
+            values["max_message_bytes"] = min(
+                values.get("max_message_bytes", StoreConfig.max_message_bytes), seg - 8192)
     cfg = StoreConfig(**values)
     _validate(cfg, sources)
     return cfg

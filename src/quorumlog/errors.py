@@ -48,6 +48,16 @@ class LockedError(QuorumlogError):
     """Another process (or another open in this process) holds the directory's LOCK."""
 
 
+class NotAStoreError(QuorumlogError):
+    """The path is not a store directory: it does not exist, is a file, holds files that are
+    not a store's, or is empty where creating a store was not asked for. Nothing was created
+    or changed."""
+
+
+class ReadOnlyError(QuorumlogError):
+    """A write to a store (or log) opened with read_only=True; nothing was written."""
+
+
 class CorruptLogError(QuorumlogError):
     """A bad record with intact data after it: committed data is damaged.
 
@@ -136,6 +146,10 @@ class OffsetOutOfRangeError(QuorumlogError, IndexError):
         super().__init__(message)
         self.min_offset = min_offset
         self.max_offset = max_offset
+
+
+class TooManyWaitersError(QuorumlogError):
+    """A long-poll get() beyond max_get_waiters concurrent waiters; retry later or poll."""
 
 
 class DrivenStoreError(QuorumlogError):

@@ -25,6 +25,7 @@ from .errors import (
     InvalidQueueError,
     InvalidTopicError,
     MessageTooLargeError,
+    TopicTypeError,
 )
 
 __all__ = [
@@ -243,7 +244,10 @@ def _topic_name_broken(b: bytes) -> bool:
 def check_topic_name(topic) -> bytes:
     """The topic-name rule (format.md "Limits"), the one place it is written: a str of
     1..MAX_TOPIC_BYTES bytes of UTF-8, no NUL, no '/', not '.' or '..' (a topic is also a
-    directory name). Returns the UTF-8 bytes; InvalidTopicError otherwise."""
+    directory name). Returns the UTF-8 bytes; InvalidTopicError otherwise (TopicTypeError,
+    also a TypeError, for a topic that is not a str)."""
+    if not isinstance(topic, str):
+        raise TopicTypeError(f"topic must be a str, got {type(topic).__name__}")
     b = _utf8("topic", topic, InvalidTopicError)
     if not 1 <= len(b) <= MAX_TOPIC_BYTES:
         raise InvalidTopicError(f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(b)}")

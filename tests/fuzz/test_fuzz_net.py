@@ -22,7 +22,7 @@ SEEDS = [
     VoteRequest(7, "n1", "n2", 42, 6, True),
     VoteResponse(7, "n2", "n1", 7, VoteResult.ACCEPT),
     Heartbeat(9, "n1", "n2", 100, 3),
-    Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records", 7, 9, ((12, ("n1", "n2")),), 4),
+    Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records", 7, 9, ((12, ("n1", "n2"), ()),), 4),
     AppendResponse(3, "n2", "n1", Code.GAP, 5, 10, 12, 7, 2, 4),
     m.ProduceRequest("orders", [b"a", b"bb"], queue_id=3, tags="t"),
     m.FetchResponse(43, 0, 43, [b"rec1", b"rec2"]),

@@ -22,7 +22,7 @@ RAFT = [
     Heartbeat(9, "n1", "n2", 100, 3),
     HeartbeatResponse(9, "n2", "n1", Code.INCONSISTENT_LEADER, 3),
     Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records" * 10, 70, 9,
-           ((12, ("n1", "n2", "n3")),), 4),
+           ((12, ("n1", "n2", "n3"), ("n4",)),), 4),
     Append(3, "n1", "n2", 10, 2, 11, 10, 0, None, 0, 9, (), 4),            # a probe
     Append(3, "n1", "n2", 0, 0, 1, 500, 3, bytes(300_000), 300_000, 0, (), 1),
     AppendResponse(3, "n2", "n1", Code.INCONSISTENT_STATE, 5, 10, 12, 7, 2, 4),
@@ -100,8 +100,15 @@ def test_every_raft_message_class_has_a_wire_encoding():
     classes = {c for _, c in inspect.getmembers(rm, inspect.isclass)
                if issubclass(c, rm.Message) and c is not rm.Message}
     registered = {codec.spec_of_type(t).cls for t in range(256) if codec.spec_of_type(t)}
-    missing = [c.__name__ for c in classes if c not in registered]
-    assert not missing, f"no codec registration for {missing}"
+    missing = sorted(c.__name__ for c in classes if c not in registered)
+    assert missing == sorted(NOT_ON_THE_WIRE_YET), f"no codec registration for {missing}"
+
+
+# Known gap, not a pass: the install messages (a follower behind the leader's retention) have no
+# wire encoding yet. The native log cannot build or install an image (NativeRaftLog raises
+# NotSupportedByLogError), so a node over TCP never has one to send; their codec lines come with
+# the native install. Remove a name here when its line lands -- the test then requires it.
+NOT_ON_THE_WIRE_YET = ("InstallSegment", "InstallSegmentResponse")
 
 
 # docs/net.md "Golden vector": VoteRequest(term 7, end index 42, end term 6, transfer)
@@ -168,28 +175,29 @@ def test_bad_enum_value():
 
 def test_node_id_limits():
     long_id = "n" * (m.MAX_NODE_ID_BYTES + 1)
-    cfg = (5, (long_id,))
+    cfg = (5, (long_id,), ())
     msg = Append(3, "n1", "n2", 4, 2, 5, 5, 3, b"r", 1, 0, (cfg,), 1)
     with pytest.raises(EncodeError, match="1..64"):
         codec.encode(msg)
     # the same on the decode side: a hand-built payload with a 65-byte voter id
-    ok = _wire(Append(3, "n1", "n2", 4, 2, 5, 5, 3, b"r", 1, 0, ((5, ("v",)),), 1))[HEADER_SIZE:]
+    ok = _wire(Append(3, "n1", "n2", 4, 2, 5, 5, 3, b"r", 1, 0, ((5, ("v",), ()),), 1))[HEADER_SIZE:]
     fixed = 7 * 8 + 8
     bad = ok[:fixed + 4 + 8 + 4] + bytes([65]) + b"n" * 65 + b"r"
     with pytest.raises(CodecError, match="length 65 outside 1..64"):
         codec.decode(0x14, bad, "n1", "n2")
     with pytest.raises(CodecError, match="non-printable"):
-        codec.decode(0x14, ok[:fixed + 16] + bytes([1]) + b"\n" + b"r", "n1", "n2")
+        # (then the learners' empty list: a CONFIG entry is (index, voters, learners))
+        codec.decode(0x14, ok[:fixed + 16] + bytes([1]) + b"\n" + bytes(4) + b"r", "n1", "n2")
     with pytest.raises(CodecError, match="UTF-8"):
-        codec.decode(0x14, ok[:fixed + 16] + bytes([1]) + b"\xff" + b"r", "n1", "n2")
+        codec.decode(0x14, ok[:fixed + 16] + bytes([1]) + b"\xff" + bytes(4) + b"r", "n1", "n2")
 
 
 @pytest.mark.parametrize("kw,match", [
     (dict(first_index=12), "first_index 12 != prev_index 10 \\+ 1"),
     (dict(last_index=9), "last_index 9 < prev_index 10"),
     (dict(payload=None), "probe carries no payload"),
-    (dict(configs=((20, ("a",)),)), "CONFIG index 20 outside 11..12"),
-    (dict(configs=((11, ()),)), "no voters"),
+    (dict(configs=((20, ("a",), ()),)), "CONFIG index 20 outside 11..12"),
+    (dict(configs=((11, (), ()),)), "no voters"),
 ])
 def test_append_consistency(kw, match):
     f = dict(term=3, src="n1", dst="n2", prev_index=10, prev_term=2, first_index=11,

@@ -174,7 +174,7 @@ def test_wire_mode_goes_through_the_real_codec():
         net = SimNetwork(seed=8, wire=True)
         a, b = SimNode("a", net), SimNode("b", net)
         await start_mesh([a, b])
-        msg = Append(2, "a", "b", 0, 0, 1, 3, 2, b"r" * 100_000, 100_000, 0, ((2, ("a", "b")),), 1)
+        msg = Append(2, "a", "b", 0, 0, 1, 3, 2, b"r" * 100_000, 100_000, 0, ((2, ("a", "b"), ()),), 1)
         a.t.send("b", msg)
         await wait_until(lambda: b.inbox, 5, "delivery")
         got = b.from_peer("a")[0]

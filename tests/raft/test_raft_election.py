@@ -5,12 +5,15 @@ import random
 import pytest
 
 from quorumlog.raft import HardState, MemLog, ParseResult, RaftConfig, RaftCore, Role, VoteResult
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.log import EntryKind
 from quorumlog.raft.messages import (Code, Heartbeat, HeartbeatResponse, VoteRequest,
                                      VoteResponse)
 
-CFG = RaftConfig()
+# DLedger's own candidacy, without the pre-vote phase (RaftConfig.pre_vote, on by default,
+# runs before every term-raising campaign; its rules are tested in test_raft_prevote.py, and
+# the cluster-level tests below that use ManualCluster() run with it)
+CFG = RaftConfig(pre_vote=False)
 LEAK_MS = CFG.heartbeat_interval_ms * CFG.max_heartbeat_leak
 
 
@@ -477,3 +480,35 @@ def test_follower_that_loses_its_leader_campaigns_after_a_random_delay():
         worst = max(worst, took)
     assert same <= 4, f"{same}/20 seeds: both followers campaigned at the same instant"
     assert worst < 1000, f"lockstep fail-over took up to {worst} ms"
+
+
+def test_duplicated_heartbeat_answer_counts_once():
+    # 5 voters, quorum 3: the leader and one follower's SUCCESS delivered twice made a quorum
+    # (and refreshed the round's success time). Failed before: last_succ_heartbeat_ms moved.
+    cl = ManualCluster(("n1", "n2", "n3", "n4", "n5"), config=CFG)
+    cl.elect("n1")
+    c = cl.core("n1")
+    before = c.last_succ_heartbeat_ms
+    cl.queue.clear()
+    cl.tick(c.last_send_heartbeat_ms + CFG.heartbeat_interval_ms, ["n1"])
+    hb = [m for m in cl.queue if isinstance(m, Heartbeat) and m.dst == "n2"][0]
+    cl.queue.clear()
+    for _ in range(2):
+        c.step(HeartbeatResponse(c.term, "n2", "n1", Code.SUCCESS, hb.seq))
+    assert c.last_succ_heartbeat_ms == before and c._hb_succ == 2
+    c.step(HeartbeatResponse(c.term, "n3", "n1", Code.SUCCESS, hb.seq))
+    assert c.last_succ_heartbeat_ms == cl.now  # a real third answer does
+
+
+def test_candidate_adopts_a_bigger_term_while_its_vote_round_is_open():
+    # need_increase_term_immediately was ignored until the open round's deadline: a candidate
+    # asked to catch up (a vote request at a bigger term) could not vote for the asker in the
+    # meantime. Failed before: the term was still the old one after the next tick.
+    c = make(term=3)
+    start_round(c)
+    assert c.term == 4 and c._vote is not None
+    res, _ = vote(c, src="n3", term=9, end_index=0, end_term=0)
+    assert res == VoteResult.REJECT_TERM_NOT_READY and c.need_increase_term_immediately
+    c.tick(c.now_ms + 1)  # well before the round's deadline
+    assert c.term == 9 and c._vote is None and not c.need_increase_term_immediately
+    assert vote(c, src="n3", term=9)[0] == VoteResult.ACCEPT

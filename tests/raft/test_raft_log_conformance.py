@@ -1,7 +1,8 @@
 """Conformance suite for the RaftLog interface (quorumlog/raft/log.py).
 
 Every implementation must pass it: the in-memory MemLog and the native CommitLog through
-quorumlog.raft.nativelog.NativeRaftLog (skipped when the extension is not built). To plug in
+quorumlog.raft.nativelog.NativeRaftLog (a missing native build fails the native params; it is
+never skipped). To plug in
 another, add an entry to IMPLEMENTATIONS: a factory `make(dir) -> (log, close)` for a fresh,
 empty, open log, and `items(n, size)` returning a batch its append_as_leader accepts.
 """
@@ -13,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from quorumlog.errors import IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from quorumlog.raft.log import EntryKind, RaftLog, decode_voters, encode_voters
 from quorumlog.raft.memlog import MemLog
-from quorumlog.raft.cluster import pump as cluster_pump
+from quorumlog.testing.cluster import pump as cluster_pump
 
 
 def _mem_make(_dir):

@@ -1,11 +1,11 @@
 """Membership change (seed-002 §2.4) and leadership transfer / preferred leader (DLedger's
-handleLeadershipTransfer / handleTakeLeadership, as issue 4 describes them)."""
+handleLeadershipTransfer / handleTakeLeadership, as docs/raft.md describes them)."""
 import pytest
 
 from quorumlog.raft import RaftConfig, Role, VoteResult
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
-from quorumlog.raft.log import EntryKind, decode_voters
+from quorumlog.raft.log import EntryKind, decode_config, decode_voters
 from quorumlog.raft.messages import VoteRequest, VoteResponse
 
 
@@ -221,4 +221,111 @@ def test_transferee_adopts_term_plus_one_at_once_so_a_late_heartbeat_cannot_canc
     cl.settle(cl.now + 200)
     assert cl.leaders() == ["n2"]
     assert n2.term == term + 1
+    assert not any("TransferAborted" in line for line in cl.out)
+
+
+def test_votes_are_granted_to_candidates_outside_the_latest_configuration():
+    # Raft thesis §4.2.3. With DLedger's "requester not in my voters -> REJECT_UNKNOWN_LEADER"
+    # this deadlocked elections for good: a partitioned leader n3 removes n1 (uncommitted, on
+    # n3 alone); n1 is elected on the other side and removes n2 (uncommitted); after the heal
+    # n3 (config n2,n3) refuses n1, n2 (config n1,n3: not a voter) never runs, and n3's own
+    # log is too old for n2's vote. Failed before the fix (no leader 10 s after the heal).
+    cl = ManualCluster()
+    cl.elect("n3")
+    cl.settle(cl.now + 200)
+    assert cl.leaders() == ["n3"]
+    cl.partition({"n3"}, {"n1", "n2"})
+    cl.core("n3").remove_member("n1")
+    cl.drain("n3")
+    assert cl.core("n3").voters == ("n2", "n3")
+    t0 = cl.now
+    while not [i for i in cl.leaders() if i != "n3"] and cl.now < t0 + 5000:
+        cl.settle(cl.now + 10)
+    if cl.core("n2").role == Role.LEADER:
+        cl.settle(cl.now + 100)
+        cl.core("n2").transfer_leadership("n1")
+        cl.settle(cl.now + 300)
+    assert cl.core("n1").role == Role.LEADER
+    cl.settle(cl.now + 50)
+    cl.core("n1").remove_member("n2")
+    cl.drain("n1")
+    cl.settle(cl.now + 2000)  # both leaders lose their heartbeat quorum and step down
+    assert not cl.leaders()
+    assert (cl.core("n1").voters, cl.core("n3").voters) == (("n1", "n3"), ("n2", "n3"))
+    cl.heal()
+    t1 = cl.now
+    while not [i for i in cl.leaders() if i in cl.core(i).voters] and cl.now < t1 + 10000:
+        cl.settle(cl.now + 10)
+    leaders = cl.leaders()
+    assert leaders, "no leader 10 s after the network healed"
+    ld = leaders[0]
+    first, last = cl.propose(ld, 1)
+    cl.settle(cl.now + 200)
+    assert cl.core(ld).commit_index >= last
+    # n1's removal of n2 won (n1's log was the newer one); n2 may have led for a moment to
+    # finish it (a non-member finishing a change, Raft thesis §4.2.2)
+    assert cl.core(ld).voters == ("n1", "n3") and cl.core("n3").voters == ("n1", "n3")
+
+
+def test_vote_from_a_known_member_outside_the_config_is_judged_on_its_log():
+    # the member check only rejects ids this node has never heard of; a removed member with
+    # an up-to-date log is judged like anyone else (the live-leader rule still applies)
+    cl = cluster(("n1", "n2", "n3", "n4"))
+    c = cl.core("n1")
+    c.remove_member("n4")
+    cl.settle(cl.now + 150)
+    c3 = cl.core("n3")
+    assert "n4" not in c3.voters
+    c3.role, c3.leader_id = Role.CANDIDATE, None  # no live leader at n3
+    lg = cl.logs["n4"]
+    c3.step(VoteRequest(c3.term + 1, "n4", "n3", lg.last_index(), lg.last_term()))
+    assert c3.ready().messages[0].result == VoteResult.REJECT_TERM_NOT_READY  # not UNKNOWN_LEADER
+
+
+def test_add_member_survives_a_leader_change_mid_add():
+    # The learner used to live only in the leader's memory: a new leader forgot the add and
+    # the member never joined. Now add_member appends a CONFIG entry with the learner, and
+    # whoever leads promotes it once it has caught up. Failed before: voters stayed n1..n3.
+    cl = cluster(spare=("n4",))
+    for _ in range(5):
+        cl.propose("n1", 5)
+    cl.settle(cl.now + 50)
+    cl.block("n1", "n4")  # the learner cannot catch up from n1
+    cl.core("n1").add_member("n4")
+    cl.settle(cl.now + 150)
+    assert cl.core("n2").learner == "n4" and "n4" not in cl.core("n2").voters
+    cl.crash("n1")
+    cl.heal()
+    cl.settle(cl.now + 3000)
+    ld = cl.leaders()
+    assert ld and ld[0] != "n1"
+    assert cl.core(ld[0]).voters == ("n1", "n2", "n3", "n4") and cl.core(ld[0]).learner is None
+    assert cl.core("n4").voters == ("n1", "n2", "n3", "n4")
+
+
+def test_a_learner_that_never_catches_up_can_be_removed():
+    cl = cluster(spare=("n4",))
+    c = cl.core("n1")
+    cl.crash("n4")
+    c.add_member("n4")
+    cl.settle(cl.now + 300)
+    assert c.learner == "n4"
+    c.remove_member("n4")
+    cl.settle(cl.now + 300)
+    assert c.learner is None and c.voters == ("n1", "n2", "n3") and "n4" not in c.progress
+    assert decode_config(cl.logs["n1"].entry(cl.logs["n1"].last_index())[2]) == (("n1", "n2", "n3"), ())
+
+
+def test_take_leadership_is_resent_when_lost():
+    # TAKE_LEADERSHIP went out once: one lost message blocked proposals until
+    # transfer_timeout_ms and then aborted the transfer. Failed before: TransferAborted.
+    cl = cluster()
+    c = cl.core("n1")
+    cl.propose("n1", 2)
+    cl.settle(cl.now + 50)
+    c.transfer_leadership("n2")
+    cl.drain("n1")
+    assert cl.drop(lambda m: m.__class__.__name__ == "TakeLeadership") == 1
+    cl.settle(cl.now + 400)
+    assert cl.leaders() == ["n2"]
     assert not any("TransferAborted" in line for line in cl.out)

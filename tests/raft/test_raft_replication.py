@@ -3,7 +3,7 @@
 import pytest
 
 from quorumlog.raft import RaftConfig, Role
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.core import ReadyToServe
 from quorumlog.raft.errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
                                    ProposalLimitError)
@@ -262,7 +262,7 @@ def test_persist_report_from_before_a_truncation_is_ignored():
 
 
 def test_leader_sees_bigger_term_in_append_response_and_steps_down():
-    cl = elected()
+    cl = elected(RaftConfig(pre_vote=False))  # (with pre-vote: test_raft_prevote.py)
     c = cl.core("n1")
     t = c.term
     c.step(AppendResponse(t + 2, "n2", "n1", Code.EXPIRED_TERM, 0, 0, 0, 0, 0, 0))
@@ -274,7 +274,7 @@ def test_leader_sees_bigger_term_in_append_response_and_steps_down():
 @pytest.mark.parametrize("keeps_head_term", [True, False])
 def test_follower_behind_retention_is_reported(keeps_head_term):
     # entries the leader no longer holds cannot be sent in Appends: the driver must stream
-    # whole segments (a later issue); the core says so once and stops dispatching to it
+    # whole segments; the core says so once and stops dispatching Appends to it
     from quorumlog.raft.core import BehindRetention
     from quorumlog.raft.memlog import MemLog
 
@@ -306,3 +306,32 @@ def test_follower_behind_retention_is_reported(keeps_head_term):
             events = r
             break
     assert events and "peer=n" in events[0]
+
+
+def test_follower_commit_index_never_runs_ahead_of_its_flushed_log():
+    # A follower committed min(leader commit, match) while the entries were not flushed yet:
+    # its driver would dispatch (and checkpoint) a position the disk does not hold. Failed
+    # before: commit=4 announced with persisted=1.
+    cl = elected()
+    cl.manual_persist("n2")
+    first, last = cl.propose("n1", 3)
+    cl.deliver()
+    c2 = cl.core("n2")
+    assert cl.core("n1").commit_index == last  # n1 + n3 are a quorum
+    cl.take_output()
+    cl.settle(cl.now + 150)  # heartbeats carry commit=4 to n2
+    assert c2.persisted_index == 1 and c2.commit_index <= c2.persisted_index
+    assert not [line for line in cl.take_output() if line.startswith("n2 commit=")]
+    cl.persist("n2")
+    assert c2.persisted_index == last and c2.commit_index == last
+
+
+def test_leader_commit_index_never_runs_ahead_of_its_flushed_log():
+    cl = elected()
+    cl.manual_persist("n1")
+    first, last = cl.propose("n1", 3)
+    cl.settle(cl.now + 150)  # both followers flushed and acknowledged: committed on a quorum
+    c1 = cl.core("n1")
+    assert c1.persisted_index < last and c1.commit_index <= c1.persisted_index
+    cl.persist("n1")
+    assert c1.commit_index == last

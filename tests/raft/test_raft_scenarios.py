@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from quorumlog.raft import RaftConfig
-from quorumlog.raft.cluster import ManualCluster
+from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import RaftError
 
 DIR = Path(__file__).parent / "scenarios"

@@ -96,7 +96,7 @@ def test_bad_input_changes_nothing(open_store):
     bad_calls = [
         (errors.BatchTooLargeError, lambda: s.put_batch("t", [b"a"] * 11)),
         (errors.BatchTooLargeError, lambda: s.put_batch("t", [b"a" * 600] * 2)),
-        (errors.InvalidArgumentError, lambda: s.put_batch("t", [])),
+        (errors.InvalidArgumentError, lambda: s.put_batch("t", [], queue_id=4)),
         (errors.InvalidArgumentError, lambda: s.put_batch("t", b"notalist")),
         (errors.InvalidArgumentError, lambda: s.put_batch("t", [b"a", 5])),
         (errors.InvalidQueueError, lambda: s.put("t", b"a", queue_id=4)),
@@ -115,6 +115,9 @@ def test_bad_input_changes_nothing(open_store):
         with pytest.raises(exc):
             call()
         assert _snapshot(s) == before
+    # an empty batch is a no-op (any iterable is a batch), not an error: nothing changes
+    assert len(s.put_batch("t", [])) == 0
+    assert _snapshot(s) == before
     # round-robin position unchanged by the failed puts
     assert s.put_batch("t", [b"next"]).queue_ids[0] == (rr_before + 1) % 4
 

@@ -156,10 +156,10 @@ def delayed_store(open_store):
     (store, store timestamp of the pending ones)."""
     s = open_store(delay_levels="1s 5s")
     ts = s.put_batch("t", [b"d%d" % i for i in range(10)], delay_level=1,
-                     queue_id=0).store_timestamp
+                     queue_id=0).store_timestamp_ms
     assert s.deliver_due(ts + 1000) == 10
     ts2 = s.put_batch("t", [b"e%d" % i for i in range(3)], delay_level=1,
-                      queue_id=0).store_timestamp
+                      queue_id=0).store_timestamp_ms
     s.put("t", b"later", delay_level=2, queue_id=0)
     return s, ts2
 

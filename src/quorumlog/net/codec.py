@@ -282,6 +282,11 @@ class List(Var):
             return out, off + n * size
         if n * item.min_bytes > end - off:
             raise CodecError(f"{name}: {n} items cannot fit in {end - off} bytes")
+        if _split_blobs is not None and type(item) is Blob and item.view \
+                and item.len_fmt.size == 4 and item.exact is None and item.allowed is None:
+            # a produce batch's bodies: lengths and bounds checked in one C loop
+            # (quorumlog._clientframe), not one Python call per message
+            return _split_blobs(buf, off, end, n, item.max_bytes, name)
         items = []
         for i in range(n):
             x, off = item.dec(buf, off, end, f"{name}[{i}]")
@@ -320,6 +325,11 @@ class Tuple(Var):
                 vals.append(x)
         return tuple(vals), off
 
+
+try:
+    from .._clientframe import split_blobs as _split_blobs
+except ImportError:   # the extension is not built: the Python loop below does the same
+    _split_blobs = None
 
 NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True)
 OPT_NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True, optional=True)
@@ -492,7 +502,7 @@ _raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
 
 def _build_append(v, src, dst):
     payload = v["payload"]
-    v["configs"] = tuple((i, tuple(vs)) for i, vs in v["configs"])
+    v["configs"] = tuple((i, tuple(vs), tuple(ls)) for i, vs, ls in v["configs"])
     return Append(src=src, dst=dst, nbytes=0 if payload is None else payload.nbytes, **v)
 
 
@@ -508,7 +518,7 @@ def _check_append(a: Append) -> None:
         raise CodecError("APPEND: a probe carries no CONFIG entries")
     if len(a.configs) > a.last_index - a.prev_index:
         raise CodecError("APPEND: more CONFIG entries than entries")
-    for i, voters in a.configs:
+    for i, voters, _learners in a.configs:
         if not a.first_index <= i <= a.last_index:
             raise CodecError(f"APPEND: CONFIG index {i} outside {a.first_index}..{a.last_index}")
         if not voters:
@@ -518,7 +528,9 @@ def _check_append(a: Append) -> None:
 _raft(0x14, Append, [("prev_index", INDEX), ("prev_term", TERM), ("first_index", INDEX),
                      ("last_index", INDEX), ("entry_term", TERM), ("commit_index", INDEX),
                      ("epoch", INDEX),
-                     ("configs", List(Tuple(INDEX, List(NODE_ID, m.MAX_VOTERS)),
+                     # (index, voters, learners) of each CONFIG entry in the batch
+                     ("configs", List(Tuple(INDEX, List(NODE_ID, m.MAX_VOTERS),
+                                            List(NODE_ID, m.MAX_VOTERS)),
                                       m.MAX_CONFIGS_PER_APPEND)),
                      ("payload", Tail())],
       build=_build_append, check=_check_append)

@@ -39,9 +39,9 @@ from ..errors import ConfigError
 from ..raft.messages import Append
 from . import codec
 from .auth import AuthConfig, Handshake
-from .errors import (AuthError, HandshakeTimeoutError, NetError, ProtocolError,
-                     TransportClosedError)
-from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, FrameDecoder
+from .errors import (AuthError, FrameTooLargeError, HandshakeTimeoutError, NetError,
+                     ProtocolError, TransportClosedError)
+from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, FrameDecoder, encode_header
 from .messages import Role, check_node_id
 
 log = logging.getLogger(__name__)
@@ -717,8 +717,31 @@ class ClientChannel:
     def server_id(self) -> str | None:
         return self._conn.peer_id
 
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
     async def request(self, message, timeout: float):
         """Send a request and wait (at most `timeout` s) for its response message."""
+        return await self._exchange(
+            lambda rid: codec.encode(message, rid, max_frame_bytes=self._conn.cfg.max_frame_bytes),
+            timeout)
+
+    async def request_encoded(self, type_code: int, payload_parts: list, timeout: float):
+        """request() for a message whose frame payload is already encoded (`payload_parts`,
+        buffers in order: quorumlog.client frames a produce batch's bodies in Cython)."""
+        n = _nbytes(payload_parts)
+        limit = self._conn.cfg.max_frame_bytes
+        if n + HEADER_SIZE > limit:
+            raise FrameTooLargeError(f"frame of {n + HEADER_SIZE} bytes is over "
+                                     f"max_frame_bytes={limit}", n + HEADER_SIZE, limit)
+
+        def frame(rid):
+            head = encode_header(type_code, n, rid)
+            return [head + payload_parts[0], *payload_parts[1:]] if payload_parts else [head]
+        return await self._exchange(frame, timeout)
+
+    async def _exchange(self, make_parts, timeout: float):
         if self._conn.closed:
             raise TransportClosedError("client connection is closed")
         rid = self._next_id
@@ -726,8 +749,7 @@ class ClientChannel:
         fut = self._conn.owner.loop.create_future()
         self._waiting[rid] = fut
         try:
-            parts = codec.encode(message, rid, max_frame_bytes=self._conn.cfg.max_frame_bytes)
-            if not self._conn.send_parts(parts, control=False):
+            if not self._conn.send_parts(make_parts(rid), control=False):
                 raise TransportClosedError("client connection closed or its send budget is full")
             return await asyncio.wait_for(fut, timeout)
         finally:

@@ -17,7 +17,8 @@ interface (log.py) -- those calls may stay in the page cache. Everything else co
     flush_to     index the core needs durable, or None; flush_gen goes with it
     messages     list of messages to send
     commit_index the new commit index, or None if unchanged
-    events       RoleChanged / ReadyToServe / ConfigChanged / TransferAborted / BehindRetention
+    events       RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
+                 BehindRetention / ReadReady / ReadAborted
 
 THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
 
@@ -32,20 +33,36 @@ THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
     at page-cache level) and then call on_persisted(flushed_index, ready.flush_gen) --
     flushed_index is what log.flush() returned. The gen lets the core discard a report that
     raced with a truncation of the tail.
- 4. commit_index: entries up to it are committed: dispatch them (consume queues), reply to
-    clients, then call on_dispatched(index) so the leader can become "ready to serve".
+ 4. commit_index: entries up to it are committed. With a MessageStore as the log
+    (`log = store.raft_log()`, data proposed as `core.propose(req, req.count, req.nbytes)` with
+    `req = store.prepare_put(...)`, whose append_as_leader is the store's one append path) this
+    is one call: `upto = store.apply_committed(commit_index)` commits the store's log,
+    dispatches the committed records into the consume queues, and only then completes the
+    requests proposed up to that index (their on_done / wait()); then call on_dispatched(upto)
+    so the leader can become "ready to serve". (With a bare log: dispatch, reply, then
+    on_dispatched(commit_index).) When an event takes this node out of LEADER, call
+    `store.abandon_pending(NotLeaderError(...))`: whether its uncommitted entries will commit
+    is unknown to it.
  5. events: role changes for the embedding broker (seed 001: a LEADER becomes master only on
     ReadyToServe: its log end == commit index and dispatch has caught up).
 
 On restart the driver builds a new RaftCore from the persisted HardState, the recovered log
 (its whole content is durable), and the CONFIG history it found by scanning CONFIG records
-(`config_history=[(0, initial_voters), (index, voters), ...]`).
+(`config_history=[(0, initial_voters), (index, voters, learners), ...]`), with
+restarted=True (the leader lease relies on it: docs/raft.md "The lease and reads").
 
-Deviation from DLedger, on purpose (docs/raft.md lists them): a follower commits
-min(leader_commit, highest index known to match *this* leader) -- not min(leader_commit, its
-end index), which could commit a stale tail; a leader that sees a bigger term in any response
-steps down at once; a member that heard from a live leader within max_heartbeat_leak x
-heartbeat_interval_ms rejects vote requests (seed 002) unless they come from a transferee.
+Reads on the leader: read_index(ctx) -> ReadReady(ctx, index) once a heartbeat quorum confirmed
+the leadership (no clock assumption), or lease_read_index(now_ms) at once while the lease is
+valid; either way the driver serves the read when dispatch reaches the index.
+
+Deviations from DLedger, on purpose (docs/raft.md lists all, with the test or simulation seed
+that needed each): a follower commits min(leader_commit, highest index known to match *this*
+leader, its flushed index) -- not min(leader_commit, its end index), which could commit a stale
+or unflushed tail; a leader that sees a bigger term in any response steps down at once; a member
+that heard from a live leader within max_heartbeat_leak x heartbeat_interval_ms rejects vote
+requests (seed 002) unless they come from a transferee; votes go to candidates outside the
+latest configuration; pre-vote; check-quorum from every answer; a leader lease; learners in
+CONFIG entries; producer ids; installs of a follower past retention (InstallSegment).
 """
 from __future__ import annotations
 
@@ -54,21 +71,27 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, IndexOutOfRangeError
+from ..errors import ConfigError, IndexOutOfRangeError, InvalidArgumentError, ReplicationError
 from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
-                     NotLeaderError, ProposalLimitError, RaftInvariantError, TransferError)
-from .log import EntryKind, RaftLog, decode_voters, encode_voters
+                     NotLeaderError, NotSupportedByLogError, ProposalLimitError,
+                     RaftInvariantError, TransferError)
+from .log import EntryKind, RaftLog, decode_voters, encode_config
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
-                       HeartbeatResponse, Message, ParseResult, Role, TakeLeadership,
-                       VoteRequest, VoteResponse, VoteResult)
-from .replicator import Progress
+                       HeartbeatResponse, InstallSegment, InstallSegmentResponse, Message,
+                       ParseResult, Role, TakeLeadership, VoteRequest, VoteResponse, VoteResult)
+from .producers import ProducerTable
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
 NEVER = -(1 << 62)
+# GAP answers below a follower's acknowledged match, in a row, before the leader suspects the
+# follower lost its tail (see _on_append_response)
+GAP_PROBE_AFTER = 3
 COMPARE = DispatchState.COMPARE
 TRUNCATE = DispatchState.TRUNCATE
 APPEND = DispatchState.APPEND
+INSTALL = DispatchState.INSTALL
 
 
 @dataclass
@@ -76,10 +99,14 @@ class RaftConfig:
     """Timings and limits. Defaults aim at sub-second failover; dledger_defaults() gives
     DLedger's own (2 s heartbeats, leak 3)."""
 
+    # A leader is given up after max_heartbeat_leak x heartbeat_interval_ms = 700 ms of
+    # silence: long enough that a TCP retransmission stall (200 ms minimum RTO, 200-800 ms in
+    # the simulator) on one link is ridden out, short enough for fail-over p99 < 1 s
+    # (docs/benchmarks.md "Raft elections and fail-over" measures both).
     heartbeat_interval_ms: int = 100
-    max_heartbeat_leak: int = 3
-    min_vote_interval_ms: int = 150
-    max_vote_interval_ms: int = 300
+    max_heartbeat_leak: int = 7
+    min_vote_interval_ms: int = 100
+    max_vote_interval_ms: int = 250
     vote_response_timeout_ms: int = 150   # DLedger waits 2000 + rand(max_vote_interval)
     min_take_leadership_vote_interval_ms: int = 0
     max_take_leadership_vote_interval_ms: int = 30
@@ -94,13 +121,31 @@ class RaftConfig:
     learner_max_lag_entries: int = 64     # a learner this close to the leader's end is caught up
     preferred_leader_id: str | None = None
     reject_votes_while_leader_live: bool = True  # seed 002's rule against removed members
+    # a node raises its term only after a quorum answered a pre-vote that it would vote for it
+    # (a node cut off from a live leader no longer deposes it when it comes back)
+    pre_vote: bool = True
+    # Leader lease: a leader serves (ready to serve, lease reads) only while no other node can
+    # have been elected. Followers refuse votes and do not run for the leak after they last
+    # heard it; the leader counts its lease from the *send* time of the last heartbeat a quorum
+    # acknowledged, for leak x (1 - skew) / (1 + skew) - lease_guard_ms. Sound while every clock
+    # runs within 1 +- max_clock_rate_skew_permille/1000 of real time and the driver ticks at
+    # least every lease_guard_ms / 2 (a follower notes a heartbeat at its last tick's time).
+    max_clock_rate_skew_permille: int = 50
+    lease_guard_ms: int = 30
+    max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
+    # producer table (propose(..., producer=(pid, seq))): a new leader rebuilds it from the last
+    # producer_window_entries entries of its log; it remembers producer_batches_remembered
+    # batches for each of at most max_producers producers
+    producer_window_entries: int = 1 << 16
+    producer_batches_remembered: int = 8
+    max_producers: int = 1 << 16
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live"):
+            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote"):
                 continue
-            if not isinstance(v, int) or v < 0:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")
         for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "max_batch_bytes",
                      "max_batch_entries", "max_inflight_batches", "max_entries_per_proposal",
@@ -109,6 +154,8 @@ class RaftConfig:
                 raise ConfigError(f"RaftConfig.{name} must be >= 1")
         if self.max_vote_interval_ms <= self.min_vote_interval_ms:
             raise ConfigError("RaftConfig.max_vote_interval_ms must be > min_vote_interval_ms")
+        if self.max_clock_rate_skew_permille >= 1000:
+            raise ConfigError("RaftConfig.max_clock_rate_skew_permille must be < 1000")
         if self.max_take_leadership_vote_interval_ms <= self.min_take_leadership_vote_interval_ms:
             raise ConfigError("RaftConfig.max_take_leadership_vote_interval_ms must be > "
                               "min_take_leadership_vote_interval_ms")
@@ -118,7 +165,7 @@ class RaftConfig:
     def dledger_defaults(cls, **kw) -> "RaftConfig":
         d = dict(heartbeat_interval_ms=2000, max_heartbeat_leak=3, min_vote_interval_ms=300,
                  max_vote_interval_ms=1000, vote_response_timeout_ms=2000,
-                 append_timeout_ms=1000, transfer_timeout_ms=6000)
+                 append_timeout_ms=1000, transfer_timeout_ms=6000, lease_guard_ms=250)
         d.update(kw)
         return cls(**d)
 
@@ -136,13 +183,33 @@ class RoleChanged(NamedTuple):
 
 
 class ReadyToServe(NamedTuple):
-    """The leader's log end equals the commit index and dispatch caught up (seed 001)."""
+    """The leader's log end equals the commit index, dispatch caught up (seed 001) and its
+    lease is valid. Sent again when a lost lease is regained."""
     term: int
+
+
+class LeaseExpired(NamedTuple):
+    """The leader's lease ran out (no heartbeat quorum for too long) or it handed leadership
+    over: stop serving (the broker's master role) until the next ReadyToServe."""
+    term: int
+
+
+class ReadReady(NamedTuple):
+    """read_index(ctx): a read that waits until dispatch reaches `index` is linearizable."""
+    ctx: Any
+    index: int
+
+
+class ReadAborted(NamedTuple):
+    """read_index(ctx) cannot be answered here (not the leader any more): retry elsewhere."""
+    ctx: Any
+    reason: str
 
 
 class ConfigChanged(NamedTuple):
     index: int
     voters: tuple
+    learners: tuple = ()  # members being added (replicated to, never counted)
 
 
 class TransferAborted(NamedTuple):
@@ -152,9 +219,19 @@ class TransferAborted(NamedTuple):
 
 
 class BehindRetention(NamedTuple):
-    """A follower needs entries the leader's log no longer holds: stream whole segments."""
+    """A follower needs entries the leader's log no longer holds: the leader streams its
+    retained log to it (InstallSegment), if its log can (else the follower stays behind)."""
     peer: str
     next_index: int
+
+
+class LogInstalled(NamedTuple):
+    """Follower: the log was replaced by the leader's retained log [first_index..last_index];
+    `meta` is the leader store's opaque state. The driver resets its store from the new log and
+    meta (consume queues are rebuilt from the log, as after a recovery)."""
+    first_index: int
+    last_index: int
+    meta: bytes
 
 
 class Ready:
@@ -175,11 +252,12 @@ class Ready:
 
 class _VoteRound:
     __slots__ = ("term", "deadline_ms", "responded", "valid", "accepted", "not_ready",
-                 "bigger_ledger", "already_has_leader", "known_max_term")
+                 "bigger_ledger", "already_has_leader", "known_max_term", "pre")
 
-    def __init__(self, term, deadline_ms):
+    def __init__(self, term, deadline_ms, pre=False):
         self.term = term
         self.deadline_ms = deadline_ms
+        self.pre = pre  # a pre-vote round: `term` is the term we would run in
         self.responded: set = set()
         self.valid = 0
         self.accepted = 0
@@ -193,10 +271,15 @@ class RaftCore:
     def __init__(self, node_id: str, log_store: RaftLog, rng: random.Random,
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
-                 persisted_index: int | None = None, commit_index: int = 0):
-        """voters: the initial voter set (or config_history: [(index, voters), ...] recovered
-        from the log, oldest first, starting with index 0). peers: every node id the driver
-        can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER)."""
+                 persisted_index: int | None = None, commit_index: int = 0,
+                 restarted: bool = False):
+        """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
+        recovered from the log, oldest first, starting with index 0). peers: every node id the
+        driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER).
+        restarted: this node ran before (a restart after a crash or a stop). Before it went
+        down it may have acknowledged a leader whose lease still runs, and it has forgotten
+        when: for max_heartbeat_leak x heartbeat_interval_ms it grants no vote (nor pre-vote)
+        and does not campaign. False only for a first start, or after a longer downtime."""
         self.id = node_id
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
@@ -206,7 +289,9 @@ class RaftCore:
             if voters is None:
                 raise ConfigError("RaftCore needs voters or config_history")
             config_history = [(0, tuple(sorted(voters)))]
-        self.configs: list[tuple[int, tuple]] = [(i, tuple(sorted(v))) for i, v in config_history]
+        self.configs: list[tuple[int, tuple, tuple]] = [
+            (c[0], tuple(sorted(c[1])), tuple(sorted(c[2])) if len(c) > 2 else ())
+            for c in config_history]
         self.known_members: set = set(peers)
         # persisted
         self.term = hard_state.term
@@ -227,11 +312,22 @@ class RaftCore:
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         self._vote: _VoteRound | None = None
         self.last_leader_heartbeat_ms = now_ms
+        leak_ms = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        self._vote_guard_until_ms = now_ms + leak_ms if restarted else NEVER
+        if restarted and self.next_time_to_request_vote < self._vote_guard_until_ms:
+            self.next_time_to_request_vote = self._vote_guard_until_ms
+        skew = self.cfg.max_clock_rate_skew_permille
+        self.lease_ms = leak_ms * (1000 - skew) // (1000 + skew) - self.cfg.lease_guard_ms
+        self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
+        self._reads: list = []              # read_index: [ctx, round needed, read index]
+        self._producers: ProducerTable | None = None  # leader: built on election
+        self._install: list | None = None   # follower: [image, next offset, configs] staging
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
         self._hb_seq = 0
         self._hb_open = False
         self._hb_all = self._hb_succ = self._hb_not_ready = 0
+        self._hb_answered: set = set()  # who answered the open round (duplicates count once)
         self._hb_max_term = -1
         self._hb_inconsistent = False
         # replication
@@ -239,16 +335,18 @@ class RaftCore:
         self.commit_index = min(commit_index, last)
         self.persisted_index = last if persisted_index is None else min(persisted_index, last)
         self.dispatched_index = 0
+        self._leader_commit = 0      # follower: the highest commit index a leader announced
         self.leader_match = 0        # follower: highest index known to match the current leader
         self.reported_match = 0      # follower: highest match sent to the current leader
         self._leader_epoch = 0
         self._log_gen = 0            # bumped on every truncation (see on_persisted)
         self.progress: dict[str, Progress] = {}
         self._leaving = 0  # progress entries of removed voters still being replicated to
-        self.learner: str | None = None
         self.transferee: str | None = None
         self.transfer_deadline_ms = 0
         self._take_sent = False
+        self._take_sent_ms = NEVER
+        self._handed_over = False  # TAKE_LEADERSHIP went out this term: no lease any more
         self._next_preferred_try_ms = 0
         self.is_ready_to_serve = False
         # outputs
@@ -263,6 +361,7 @@ class RaftCore:
             Heartbeat: self._on_heartbeat, HeartbeatResponse: self._on_heartbeat_response,
             Append: self._on_append, AppendResponse: self._on_append_response,
             TakeLeadership: self._on_take_leadership,
+            InstallSegment: self._on_install, InstallSegmentResponse: self._on_install_response,
         }
 
     # ======================================================================================
@@ -312,6 +411,7 @@ class RaftCore:
         if self.role == Role.LEADER:
             self._maybe_commit()
         elif self.role == Role.FOLLOWER:
+            self._follower_commit(self._leader_commit)
             self._maybe_report(False)
 
     def on_dispatched(self, index: int) -> None:
@@ -319,10 +419,17 @@ class RaftCore:
             self.dispatched_index = index
             self._check_ready_to_serve()
 
-    def propose(self, batch: Any, count: int, nbytes: int) -> tuple[int, int]:
+    def propose(self, batch: Any, count: int, nbytes: int,
+                producer: tuple[int, int] | None = None) -> tuple[int, int]:
         """Append a batch of `count` client messages (`nbytes` in total) as the leader.
         Returns (first_index, last_index); they are committed once commit_index >= last and
-        the entry at last still has this term."""
+        the entry at last still has this term.
+
+        producer=(pid, seq): the batch's producer id and sequence number (a new sequence for
+        every new batch, the same one for a retry). A batch this leader's log already holds
+        raises DuplicateBatchError(first_index, last_index, term) and appends nothing -- also
+        on a new leader after a failover, which rebuilt the table from its log; a sequence
+        older than the remembered ones raises ProducerSequenceError."""
         if self.role != Role.LEADER:
             raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
                                  self.leader_id, self.term)
@@ -344,7 +451,12 @@ class RaftCore:
             raise BackpressureError(
                 f"propose: {first - 1 - self.commit_index} uncommitted entries + {count} > "
                 f"max_uncommitted_entries={cfg.max_uncommitted_entries}")
-        last = lg.append_as_leader(self.term, batch)
+        if producer is None:
+            last = lg.append_as_leader(self.term, batch)
+        else:
+            pid, seq = self._check_producer(producer)
+            last = lg.append_producer_batch(self.term, batch, pid, seq)
+            self._producers.record(pid, seq, first, last, self.term)
         if last != first + count - 1:
             raise RaftInvariantError(f"append_as_leader returned {last}, expected {first + count - 1}")
         self._flush_to = last
@@ -353,28 +465,59 @@ class RaftCore:
                 self._send_appends(pr)
         return first, last
 
+    def _check_producer(self, producer) -> tuple[int, int]:
+        try:
+            pid, seq = producer
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"propose: producer must be (pid, seq), got {producer!r}")
+        if (not isinstance(pid, int) or not isinstance(seq, int) or isinstance(pid, bool)
+                or isinstance(seq, bool) or pid < 0 or seq < 0):
+            raise InvalidArgumentError(f"propose: producer ids and sequences are ints >= 0, got {producer!r}")
+        if self._producers is None:
+            raise NotSupportedByLogError(f"propose: {type(self.log).__name__} does not store producer ids")
+        self._producers.check(pid, seq)
+        return pid, seq
+
+    def _rebuild_producers(self) -> None:
+        """New leader: the table from the tail of its own log (before its NOOP)."""
+        c = self.cfg
+        lg = self.log
+        last = lg.last_index()
+        table = ProducerTable(c.max_producers, c.producer_batches_remembered)
+        try:
+            if not hasattr(lg, "producers"):  # (a RaftLog written before the capability)
+                raise NotSupportedByLogError("no producers()")
+            table.rebuild(lg, max(lg.first_index(), last - c.producer_window_entries + 1), last)
+        except NotSupportedByLogError:
+            self._producers = None  # propose(producer=...) says so
+            return
+        self._producers = table
+
     # -- membership and leadership transfer (leader only) ---------------------------------
-    def add_member(self, peer: str) -> None:
-        """Start adding `peer`: it catches up as a learner, then a CONFIG entry makes it a voter."""
+    def add_member(self, peer: str) -> int:
+        """Start adding `peer`: a CONFIG entry makes it a learner (replicated to, never
+        counted); once it has caught up, the leader -- this one or any later one, the learner
+        is in the log -- appends a CONFIG entry that makes it a voter. Returns the index of
+        the first entry."""
         self._check_admin()
         if peer in self.voters:
             raise MembershipChangeError(f"add_member: {peer} is already a voter")
         self._check_no_change_in_progress()
-        self.known_members.add(peer)
-        self.learner = peer
-        pr = Progress(peer, self.log.last_index() + 1, self.now_ms, is_learner=True)
-        self.progress[peer] = pr
-        self._send_probe(pr, self.log.last_index())
+        return self._append_config(self.voters, (peer,))
 
     def remove_member(self, peer: str) -> int:
-        """Append a CONFIG entry without `peer`; returns its index."""
+        """Append a CONFIG entry without `peer` (a voter, or a learner still catching up);
+        returns its index."""
         self._check_admin()
         if peer == self.id:
             raise MembershipChangeError("remove_member: transfer leadership before removing the leader")
+        if peer in self._learners:
+            self._check_no_change_in_progress(learner_ok=True)
+            return self._append_config(self.voters, tuple(p for p in self._learners if p != peer))
         if peer not in self.voters:
             raise MembershipChangeError(f"remove_member: {peer} is not a voter")
         self._check_no_change_in_progress()
-        return self._append_config(tuple(v for v in self.voters if v != peer))
+        return self._append_config(tuple(v for v in self.voters if v != peer), self._learners)
 
     def transfer_leadership(self, to: str) -> None:
         if self.role != Role.LEADER:
@@ -387,6 +530,75 @@ class RaftCore:
         self.transfer_deadline_ms = self.now_ms + self.cfg.transfer_timeout_ms
         self._take_sent = False
         self._check_transfer()
+
+    # -- reads (leader only) ------------------------------------------------------------
+    def lease_valid(self, now_ms: int | None = None) -> bool:
+        """Leader: True while no other node can have been elected (RaftConfig: the lease and
+        its clock-rate skew bound). `now_ms`: the driver's clock now (default: the last tick),
+        for a read between ticks."""
+        if self.role != Role.LEADER or self._handed_over:
+            return False
+        now = self.now_ms if now_ms is None or now_ms < self.now_ms else now_ms
+        return now < self._lease_start_ms() + self.lease_ms
+
+    def lease_read_index(self, now_ms: int | None = None) -> int | None:
+        """A lease read: the index a read must wait for (dispatch >= it) to be linearizable,
+        or None (no valid lease, or this leader's first entry has not committed yet: use
+        read_index)."""
+        if not self.lease_valid(now_ms) or not self._committed_in_term():
+            return None
+        return self.commit_index
+
+    def read_index(self, ctx: Any) -> None:
+        """ReadIndex (Raft thesis §6.4), no clock assumptions: the read gets the commit index
+        of now (or this leader's first committed one) and is released -- ReadReady(ctx, index)
+        -- once a quorum answered a heartbeat round sent after it; the driver then serves it
+        when dispatch reaches index. ReadAborted(ctx, reason) if leadership is lost first."""
+        if self.role != Role.LEADER:
+            raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
+                                 self.leader_id, self.term)
+        if len(self._reads) >= self.cfg.max_pending_reads:
+            raise BackpressureError(
+                f"read_index: {len(self._reads)} reads pending >= max_pending_reads")
+        idx = self.commit_index if self._committed_in_term() else None
+        self._reads.append((ctx, self._hb_seq + 1, idx))
+        self.last_send_heartbeat_ms = NEVER  # the next tick sends that round
+
+    def _committed_in_term(self) -> bool:
+        """Has an entry of our term committed? (A commit index below our first entry -- right
+        after an install it is first - 1, whose term the log may not keep -- is not ours.)"""
+        c = self.commit_index
+        return c >= self.log.first_index() and self.log.term_at(c) == self.term
+
+    def _lease_start_ms(self) -> int:
+        """Send time of the newest heartbeat round that a quorum (us included) acknowledged."""
+        me = self.id
+        prog = self.progress
+        times = [self.now_ms if v == me else prog[v].lease_ack_ms for v in self.voters]
+        times.sort(reverse=True)
+        return times[self.quorum - 1]
+
+    def _on_lease_ack(self) -> None:
+        if self._reads:
+            self._release_reads()
+        if not self.is_ready_to_serve:
+            self._check_ready_to_serve()
+
+    def _release_reads(self) -> None:
+        if not self._committed_in_term():
+            return  # (no entry of ours committed yet: the commit index may be stale)
+        me = self.id
+        prog = self.progress
+        seqs = [self._hb_seq if v == me else prog[v].acked_seq for v in self.voters]
+        seqs.sort(reverse=True)
+        confirmed = seqs[self.quorum - 1]
+        keep = []
+        for r in self._reads:
+            if r[1] <= confirmed:
+                self._events.append(ReadReady(r[0], self.commit_index if r[2] is None else r[2]))
+            else:
+                keep.append(r)
+        self._reads = keep
 
     # -- introspection -----------------------------------------------------------------
     @property
@@ -452,15 +664,19 @@ class RaftCore:
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = self.now_ms
         self._hb_open = False
+        self._hb_sent = {}
+        self._handed_over = False
         self.is_ready_to_serve = False
         self._events.append(RoleChanged(self.term, Role.LEADER, self.id))
         lg = self.log
         prev_last = lg.last_index()
+        self._rebuild_producers()
         self.progress = {}
         self._leaving = 0
-        for v in self.voters:
+        for v in self.voters + self._learners:  # (learners: an add a former leader began)
             if v != self.id:
-                self.progress[v] = Progress(v, prev_last + 1, self.now_ms)
+                self.progress[v] = Progress(v, prev_last + 1, self.now_ms,
+                                            is_learner=v not in self._voter_set)
         # NOOP: entries of earlier terms commit only together with one of the current term
         self._flush_to = lg.append_control(self.term, EntryKind.NOOP, b"")
         self._send_heartbeats()
@@ -470,8 +686,11 @@ class RaftCore:
     def _leave_leadership(self) -> None:
         if self.transferee is not None and not self._take_sent:
             self._events.append(TransferAborted(self.term, self.transferee, "stepped down"))
+        for ctx, _, _ in self._reads:
+            self._events.append(ReadAborted(ctx, "not the leader any more"))
+        self._reads = []
+        self._producers = None
         self.transferee = None
-        self.learner = None
         self.progress = {}
         self._leaving = 0
         self._hb_open = False
@@ -504,20 +723,21 @@ class RaftCore:
         now = self.now_ms
         v = self._vote
         if v is not None:
-            if now >= v.deadline_ms:
-                self._parse_vote()
-            return
+            if self.need_increase_term_immediately:
+                # a bigger term is out there (someone asked us to catch up): this round cannot
+                # win; drop it and adopt the term now, not at the round's deadline
+                self._vote = None
+            else:
+                if now >= v.deadline_ms:
+                    self._parse_vote()
+                return
         if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return
-        fresh_term = False
         if self.need_increase_term_immediately:
+            # someone with a bigger term asked us to catch up: adopt it (so we can vote for
+            # the asker at it), then wait for the next vote time (DLedger)
             self._next_term(True)
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        elif self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT:
-            self._next_term(False)
-            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-            fresh_term = True
-        if self.need_increase_term_immediately:
             if self.term_to_take_leadership == self.term and self.voted_for is None:
                 # the transferee: the term it adopted is the one it campaigns in at once
                 self.voted_for = self.id
@@ -525,54 +745,126 @@ class RaftCore:
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
             return
-        if self.id not in self._voter_set:
-            # learners and removed members never run (but do adopt terms, above, so they can
-            # follow a leader of a newer term)
+        if now < self._vote_guard_until_ms and self.term_to_take_leadership != self.term:
+            self.next_time_to_request_vote = self._vote_guard_until_ms  # (restarted: see __init__)
+            return
+        if not self._may_campaign():
+            # learners and removed members never run and never raise their term on their own
+            # (they adopt terms, above, so they can follow a leader of a newer term)
             self.next_time_to_request_vote = now + self._vote_interval()
             return
-        if not fresh_term and not (self._campaign_term == self.term and self.voted_for == self.id):
-            # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy
-            # was interrupted (it adopted the term, followed a leader in it, or voted for
-            # someone else). After membership changes that elects a second leader in one term:
-            # a quorum of the new voters need not intersect the quorum that elected the first
-            # (simulation seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in
-            # the same term is only a continuation of our own uninterrupted candidacy (as in
-            # Raft, where the re-votes are retransmissions); anything else takes the next term.
+        # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy was
+        # interrupted (it adopted the term, followed a leader in it, or voted for someone
+        # else). After membership changes that elects a second leader in one term: a quorum of
+        # the new voters need not intersect the quorum that elected the first (simulation
+        # seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in the same term
+        # is only a continuation of our own uninterrupted candidacy (as in Raft, where the
+        # re-votes are retransmissions); anything else -- and WAIT_TO_VOTE_NEXT -- takes the
+        # next term, and with pre-vote only once a quorum said it would vote for us.
+        if (self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT
+                or not (self._campaign_term == self.term and self.voted_for == self.id)):
+            if self._needs_pre_vote():
+                self._start_vote_round(pre=True)
+                return
             self._next_term(False)
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self._start_vote_round()
 
-    def _start_vote_round(self) -> None:
+    def _may_campaign(self) -> bool:
+        """Voters run. A node outside its latest configuration runs only while that
+        configuration is uncommitted and it is a voter of the last committed one: it may hold
+        the only copy of a change that removed it (its leader crashed with the entry
+        unflushed), and the remaining voters -- whose logs are shorter -- cannot be elected
+        without its vote (simulation: voters {n1} on n2 only, n1 still at {n1, n2}). As in the
+        Raft thesis §4.2.2 it then leads without counting itself, and steps down once the
+        configuration commits."""
+        if self.id in self._voter_set:
+            return True
+        if self.configs[-1][0] <= self.commit_index:
+            return False
+        committed = self.configs[0][1]
+        for idx, voters, _ in self.configs:
+            if idx > self.commit_index:
+                break
+            committed = voters
+        return self.id in committed
+
+    def _needs_pre_vote(self) -> bool:
+        """Pre-vote before every campaign that raises the term, except in a brand-new group
+        (term 0, empty log: no leader can exist yet to be disrupted)."""
+        return self.cfg.pre_vote and (self.term > 0 or self.log.last_index() > 0)
+
+    def _start_vote_round(self, pre: bool = False) -> None:
+        """Send a vote round at our term, or (pre) a pre-vote round for the term we would take
+        next: receivers answer as they would vote, change nothing, and we raise our term only
+        once a quorum accepted (_parse_vote)."""
         lg = self.log
         end_index, end_term = lg.last_index(), lg.last_term()
+        me = self.id
+        if pre:
+            term = (self.known_max_term if self.known_max_term > self.term else self.term) + 1
+            v = self._vote = _VoteRound(term, self.now_ms + self.cfg.vote_response_timeout_ms, True)
+            v.known_max_term = self.term
+            own = self._handle_pre_vote(VoteRequest(term, me, me, end_index, end_term, False, True), True)
+            if me in self._voter_set:
+                self._tally(v, me, own, self.term)
+            for peer in self.voters:
+                if peer != me:
+                    self._msgs.append(VoteRequest(term, me, peer, end_index, end_term, False, True))
+            self._maybe_parse_vote(v)
+            return
         taking = self.term_to_take_leadership == self.term
         v = self._vote = _VoteRound(self.term, self.now_ms + self.cfg.vote_response_timeout_ms)
-        own = self._handle_vote(VoteRequest(self.term, self.id, self.id, end_index, end_term, taking), True)
+        own = self._handle_vote(VoteRequest(self.term, me, me, end_index, end_term, taking), True)
         if own == VoteResult.ACCEPT:
             self._campaign_term = self.term
-        self._tally(v, self.id, own, self.term)
+        if me in self._voter_set:  # (a non-member finishing a change does not count itself)
+            self._tally(v, me, own, self.term)
         for peer in self.voters:
-            if peer != self.id:
-                self._msgs.append(VoteRequest(self.term, self.id, peer, end_index, end_term, taking))
+            if peer != me:
+                self._msgs.append(VoteRequest(self.term, me, peer, end_index, end_term, taking))
         self._maybe_parse_vote(v)
 
     def _on_vote_request(self, m: VoteRequest) -> None:
-        result = self._handle_vote(m, False)
+        if m.pre:
+            result = self._handle_pre_vote(m, False)
+            if result == VoteResult.ACCEPT and self.role == Role.CANDIDATE and m.src > self.id:
+                self._defer_to(m.src)
+        else:
+            result = self._handle_vote(m, False)
         t = self.log.last_term() if result == VoteResult.REJECT_TERM_SMALL_THAN_LEDGER else self.term
-        self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result))
+        self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result, m.pre))
 
-    def _has_live_leader(self, requester: str) -> bool:
-        """Seed 002: a member that hears from a live leader rejects votes from others."""
-        window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
-        if self.role == Role.FOLLOWER:
-            return (self.leader_id is not None and self.leader_id != requester
-                    and self.now_ms - self.last_leader_heartbeat_ms < window)
-        if self.role == Role.LEADER:
-            return self.now_ms - self.last_succ_heartbeat_ms < window
-        return False
+    def _defer_to(self, peer: str) -> None:
+        """We just told `peer` (log at least as good as ours, larger id) that we would vote
+        for it: it is about to run in the term we would take. Two followers that lost the same
+        leader time out within a few ms of each other; running both splits the vote and costs
+        a whole vote interval (or two) of fail-over. So the smaller id stands down from a
+        pre-vote round and waits one vote interval; if `peer` does not win by then we run."""
+        v = self._vote
+        if v is not None and not v.pre:
+            return
+        self._vote = None
+        t = self.now_ms + self._vote_interval()
+        if t > self.next_time_to_request_vote:
+            self.next_time_to_request_vote = t
 
-    def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
-        """DLedger handleVote, checks in DLedger's order."""
-        if m.src not in self.voters:
+    def _handle_pre_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
+        """Would we vote for m.src if it ran in m.term now? The same checks as _handle_vote,
+        but nothing changes here: no term adopted, no vote recorded, no role change."""
+        r = self._vote_checks(m, is_self)
+        if r is not None:
+            return r
+        if m.term == self.term and self.voted_for is not None and self.voted_for != m.src:
+            return VoteResult.REJECT_ALREADY_VOTED
+        if m.term < self.log.last_term():
+            return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
+        return VoteResult.ACCEPT
+
+    def _vote_checks(self, m: VoteRequest, is_self: bool) -> VoteResult | None:
+        """The checks votes and pre-votes share, in DLedger's order (membership, the live
+        leader, the ledger, an expired term); None if all pass."""
+        if m.src not in self.known_members:
             return VoteResult.REJECT_UNKNOWN_LEADER
         if not is_self and m.src == self.id:
             return VoteResult.REJECT_UNEXPECTED_LEADER
@@ -587,6 +879,46 @@ class RaftCore:
             return VoteResult.REJECT_SMALL_LEDGER_END_INDEX
         if m.term < self.term:
             return VoteResult.REJECT_EXPIRED_VOTE_TERM
+        return None
+
+    def _has_live_leader(self, requester: str) -> bool:
+        """Seed 002: a member that hears from a live leader rejects votes from others. A
+        restarted node counts as hearing one for the leak (it may have, before it went down:
+        the leader's lease relies on it)."""
+        if self.now_ms < self._vote_guard_until_ms:
+            return True
+        window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        if self.role == Role.FOLLOWER:
+            return (self.leader_id is not None and self.leader_id != requester
+                    and self.now_ms - self.last_leader_heartbeat_ms < window)
+        if self.role == Role.LEADER:
+            return self.now_ms - self._quorum_contact_ms() < window
+        return False
+
+    def _quorum_contact_ms(self) -> int:
+        """Check-quorum: the latest time by which a quorum of voters (us included) had
+        answered us as their leader -- the quorum-th most recent answer (heartbeat SUCCESS
+        of any round, or an append response) per voter."""
+        q = self.quorum
+        me = self.id
+        prog = self.progress
+        times = [self.now_ms if v == me else prog[v].last_resp_ms for v in self.voters]
+        times.sort(reverse=True)
+        return times[q - 1]
+
+    def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
+        """DLedger handleVote, checks in DLedger's order -- except the first: DLedger rejects
+        a candidate missing from the voter's own (latest, possibly uncommitted) configuration.
+        Two uncommitted removals on the two sides of a partition then deadlock elections for
+        good (each side's candidate is unknown to the other side's config). Raft thesis
+        §4.2.3: grant votes to candidates outside the latest configuration; the live-leader
+        rule keeps a removed member from disrupting a working group. Only ids this node has
+        never heard of (neither peers nor in any configuration) are rejected."""
+        r = self._vote_checks(m, is_self)
+        if r is not None:
+            return r
+        lg = self.log
+        end_term = lg.last_term()
         if m.term == self.term:
             if self.voted_for is not None and self.voted_for != m.src:
                 if self.leader_id is not None:
@@ -609,6 +941,16 @@ class RaftCore:
 
     def _tally(self, v: _VoteRound, src: str, result: VoteResult, term: int) -> None:
         v.responded.add(src)
+        if v.pre:
+            if result == VoteResult.ACCEPT:
+                v.accepted += 1
+            else:
+                if result == VoteResult.REJECT_ALREADY_HAS_LEADER:
+                    v.already_has_leader = True
+                if term > v.known_max_term:
+                    # the responder is at (or past) the term we proposed: propose past it next
+                    v.known_max_term = term
+            return
         if result != VoteResult.UNKNOWN:
             v.valid += 1
         if result == VoteResult.ACCEPT:
@@ -625,7 +967,7 @@ class RaftCore:
 
     def _on_vote_response(self, m: VoteResponse) -> None:
         v = self._vote
-        if (v is None or self.role != Role.CANDIDATE or m.req_term != v.term
+        if (v is None or self.role != Role.CANDIDATE or m.req_term != v.term or m.pre != v.pre
                 or m.src in v.responded or m.src not in self.voters):
             return
         self._tally(v, m.src, m.result, m.term)
@@ -633,14 +975,40 @@ class RaftCore:
 
     def _maybe_parse_vote(self, v: _VoteRound) -> None:
         q = self.quorum
+        n = len(self.voters)
+        if v.pre:
+            # decided once a quorum accepted or a quorum can no longer accept
+            if v.accepted >= q or len(v.responded) - v.accepted > n - q:
+                self._parse_vote()
+            return
         if (v.already_has_leader or v.accepted >= q or v.accepted + v.not_ready >= q
-                or len(v.responded) >= len(self.voters)):
+                or len(v.responded) >= n):
             self._parse_vote()
+
+    def _parse_pre_vote(self, v: _VoteRound) -> None:
+        """A quorum would vote for us: raise the term and run for real at once. Otherwise
+        nothing changed anywhere; try again after a vote interval (longer if someone still
+        hears a leader, as DLedger's WAIT_TO_REVOTE after REJECT_ALREADY_HAS_LEADER)."""
+        now = self.now_ms
+        if v.known_max_term > self.known_max_term:
+            self.known_max_term = v.known_max_term
+        if v.accepted >= self.quorum and v.known_max_term < v.term and self.role == Role.CANDIDATE:
+            self._next_term(False)
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+            self._start_vote_round()
+            return
+        wait = self._vote_interval()
+        if v.already_has_leader:
+            wait += self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+        self.next_time_to_request_vote = now + wait
 
     def _parse_vote(self) -> None:
         """DLedger's ladder, in its order."""
         v = self._vote
         self._vote = None
+        if v.pre:
+            self._parse_pre_vote(v)
+            return
         q = self.quorum
         now = self.now_ms
         if v.known_max_term > v.term:
@@ -704,7 +1072,13 @@ class RaftCore:
         return Code.INCONSISTENT_LEADER
 
     def _follower_commit(self, leader_commit: int) -> None:
+        """min(leader commit, what matches this leader, what is flushed here): the commit
+        index a driver dispatches to (and checkpoints) never runs ahead of the flushed log."""
+        if leader_commit > self._leader_commit:
+            self._leader_commit = leader_commit
         c = leader_commit if leader_commit < self.leader_match else self.leader_match
+        if c > self.persisted_index:
+            c = self.persisted_index
         if c > self.commit_index:
             self.commit_index = c
             self._commit_changed = True
@@ -796,8 +1170,8 @@ class RaftCore:
             raise RaftInvariantError(f"{self.id}: append_replicated ended at {new_last}, batch at {lastb}")
         self.leader_match = lastb
         if m.configs:
-            for idx, voters in m.configs:
-                self._add_config(idx, voters)
+            for idx, voters, learners in m.configs:
+                self._add_config(idx, voters, learners)
         self._flush_to = lastb
         self._follower_commit(m.commit_index)
         self._maybe_report(False)
@@ -863,6 +1237,16 @@ class RaftCore:
     def _tick_leader(self) -> None:
         now = self.now_ms
         c = self.cfg
+        if now - self._quorum_contact_ms() > c.max_heartbeat_leak * c.heartbeat_interval_ms:
+            # check-quorum (DLedger: no quorum of heartbeat SUCCESS for maxHeartBeatLeak x
+            # interval -> CANDIDATE), checked every tick and counting late answers of earlier
+            # rounds and append responses: a stalled link delays answers, it does not make a
+            # follower stop following us
+            self._become_candidate(self.term)
+            return
+        if self.is_ready_to_serve and not self.lease_valid():
+            self.is_ready_to_serve = False
+            self._events.append(LeaseExpired(self.term))
         if now - self.last_send_heartbeat_ms >= c.heartbeat_interval_ms:
             if self._hb_open:
                 self._close_heartbeat_round()
@@ -875,6 +1259,12 @@ class RaftCore:
             if pr.state == COMPARE:
                 if now - pr.probe_sent_ms >= timeout:
                     self._send_probe(pr, pr.probe_prev)
+            elif pr.state == INSTALL:
+                if pr.inflight and now - pr.inflight[0][1] >= timeout:
+                    pr.inflight.clear()
+                    pr.epoch += 1
+                    pr.image_sent = pr.image_acked  # re-send from what the follower staged
+                self._send_install(pr)
             elif pr.inflight:
                 if now - pr.inflight[0][1] >= timeout:
                     pr.reset_to(APPEND if pr.match > 0 else TRUNCATE, pr.match + 1)
@@ -899,17 +1289,20 @@ class RaftCore:
     def _send_heartbeats(self) -> None:
         self._hb_seq += 1
         self._hb_open = True
-        self._hb_all = 1
-        self._hb_succ = 1
+        self._hb_all = self._hb_succ = 1 if self.id in self._voter_set else 0
+        self._hb_answered = set()
         self._hb_not_ready = 0
         self._hb_max_term = -1
         self._hb_inconsistent = False
         self.last_send_heartbeat_ms = self.now_ms
+        self._hb_sent[self._hb_seq] = self.now_ms
+        self._hb_sent.pop(self._hb_seq - 256, None)  # (answers that late no longer matter)
         for peer in self.progress:
             self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
-        if self.quorum <= 1:
+        if self._hb_succ >= self.quorum:  # a group of one
             self._hb_open = False
             self.last_succ_heartbeat_ms = self.now_ms
+            self._on_lease_ack()
 
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         if m.term > self.term:
@@ -919,13 +1312,23 @@ class RaftCore:
             return
         if m.code == Code.SUCCESS:
             pr = self.progress.get(m.src)
+            if pr is not None and m.term == self.term:
+                pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
+                if m.seq > pr.acked_seq:
+                    pr.acked_seq = m.seq
+                    sent = self._hb_sent.get(m.seq)
+                    if sent is not None and sent > pr.lease_ack_ms:
+                        pr.lease_ack_ms = sent
+                    self._on_lease_ack()
             if (pr is not None and pr.state == COMPARE
                     and self.now_ms - pr.probe_sent_ms >= self.cfg.heartbeat_interval_ms):
                 # the follower is reachable again (after a partition or a restart): probe now
                 # rather than at the next append timeout
                 self._send_probe(pr, pr.probe_prev)
-        if not self._hb_open or m.seq != self._hb_seq or m.src not in self.voters:
-            return
+        if (not self._hb_open or m.seq != self._hb_seq or m.src not in self._voter_set
+                or m.src in self._hb_answered):
+            return  # (a duplicated answer would count twice towards the round's quorum)
+        self._hb_answered.add(m.src)
         code = m.code
         if code == Code.SUCCESS:
             self._hb_succ += 1
@@ -955,7 +1358,6 @@ class RaftCore:
         """DLedger sendHeartbeats' verdict for a round without a quorum of SUCCESS."""
         self._hb_open = False
         q = self.quorum
-        c = self.cfg
         if self._hb_succ >= q:
             self.last_succ_heartbeat_ms = self.now_ms
         elif self._hb_succ + self._hb_not_ready >= q:
@@ -964,8 +1366,8 @@ class RaftCore:
             self._step_down_to(self._hb_max_term)
         elif self._hb_inconsistent:
             self._become_candidate(self.term)
-        elif self.now_ms - self.last_succ_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
-            self._become_candidate(self.term)
+        # (no quorum for max_heartbeat_leak x interval: _tick_leader's check-quorum, which
+        # counts every answer, not only this round's)
 
     def _send_probe(self, pr: Progress, prev: int) -> None:
         lg = self.log
@@ -989,13 +1391,180 @@ class RaftCore:
         if not pr.behind_retention:
             pr.behind_retention = True
             self._events.append(BehindRetention(pr.peer, pr.next))
+        self._start_install(pr)
+
+    # -- installing a follower from our retained log (leader) ----------------------------
+    def _start_install(self, pr: Progress) -> None:
+        """Stream our retained log to pr (the snapshot equivalent: the log is the state)."""
+        try:
+            if not hasattr(self.log, "install_image"):  # (a RaftLog without the capability)
+                raise NotSupportedByLogError("no install_image()")
+            image = self.log.install_image()
+        except NotSupportedByLogError:
+            return  # the follower stays behind; BehindRetention said so
+        pr.reset_to(INSTALL, pr.next)
+        pr.image = image
+        pr.image_sent = pr.image_acked = 0
+        self._send_install(pr)
+
+    def _send_install(self, pr: Progress) -> None:
+        """Fill pr's window with chunks of the image (at most max_batch_bytes each)."""
+        c = self.cfg
+        im = pr.image
+        while pr.image_sent < im.total_bytes and len(pr.inflight) < c.max_inflight_batches:
+            try:
+                chunk, n = self.log.read_image(im, pr.image_sent, c.max_batch_bytes)
+            except ReplicationError:
+                # retention moved our head since the image was taken: start over
+                pr.reset_to(COMPARE, pr.next)
+                pr.probe_sent_ms = self.now_ms
+                self._start_install(pr)
+                return
+            off = pr.image_sent
+            pr.image_sent = off + n
+            configs = self._install_configs(im) if off == 0 else ()
+            self._msgs.append(InstallSegment(
+                self.term, self.id, pr.peer, im, off, chunk, n, pr.image_sent >= im.total_bytes,
+                configs, self.commit_index, pr.epoch))
+            pr.inflight.append((pr.image_sent, self.now_ms))
+
+    def _install_configs(self, im) -> tuple:
+        """The configuration in effect before the image, then the CONFIG entries inside it."""
+        before = [cf for cf in self.configs if cf[0] < im.first_index]
+        return tuple(before[-1:]) + self._configs_in(im.first_index, im.last_index)
+
+    def _response_progress(self, m) -> Progress | None:
+        """The Progress an answer at our term as leader is about (None if it is not one; an
+        answer with a bigger term makes us step down)."""
+        if m.term > self.term:
+            self._step_down_to(m.term)
+            return None
+        if self.role != Role.LEADER or m.term < self.term:
+            return None
+        return self.progress.get(m.src)
+
+    def _on_install_response(self, m: InstallSegmentResponse) -> None:
+        pr = self._response_progress(m)
+        if pr is None or pr.state != INSTALL or m.epoch != pr.epoch:
+            return
+        code = m.code
+        if code == Code.INCONSISTENT_LEADER:
+            self._become_candidate(self.term)
+            return
+        pr.last_resp_ms = self.now_ms
+        if code == Code.SUCCESS:
+            if m.match_index >= pr.image.last_index:  # installed, durable: replicate as usual
+                if m.match_index > pr.match:
+                    pr.match = m.match_index
+                pr.image = None
+                pr.behind_retention = False
+                pr.reset_to(APPEND, pr.match + 1)
+                if not pr.is_learner and pr.match > self.commit_index:
+                    self._maybe_commit()
+                if self.learner == m.src:
+                    self._check_learner()
+                if self.transferee == m.src:
+                    self._check_transfer()
+                if self.role == Role.LEADER and pr.state == APPEND:
+                    self._send_appends(pr)
+                return
+            pr.image_acked = max(pr.image_acked, m.next_offset)
+            while pr.inflight and pr.inflight[0][0] <= pr.image_acked:
+                pr.inflight.popleft()
+            if pr.image_acked >= pr.image.total_bytes:
+                # it holds the image's end already (it caught up meanwhile), maybe not flushed:
+                # go back to probing there, replication takes it from that point
+                pr.image = None
+                self._send_probe(pr, m.image_last)
+                return
+        elif code == Code.GAP:
+            pr.inflight.clear()
+            pr.epoch += 1
+            pr.image_sent = pr.image_acked = m.next_offset
+        elif code == Code.UNSUPPORTED:  # the follower's log cannot install: it stays behind
+            pr.reset_to(COMPARE, pr.next)
+            pr.probe_sent_ms = self.now_ms
+            pr.image = None
+            return
+        else:
+            return  # TERM_NOT_READY etc.: the timeout re-sends
+        self._send_install(pr)
+
+    # -- installing (follower) ------------------------------------------------------------
+    def _on_install(self, m: InstallSegment) -> None:
+        code = self._check_sender(m)
+        if code != Code.SUCCESS:
+            self._reply_install(m, code, 0, 0)
+            return
+        self._leader_epoch = m.epoch
+        im = m.image
+        if self._holds(im.last_index, im.last_term) or im.last_index <= self.commit_index:
+            # a late or repeated chunk of an install we no longer need: we hold the image's end
+            # (log matching: and all before it), or it ends below what we committed
+            if self._holds(im.last_index, im.last_term) and im.last_index > self.leader_match:
+                self.leader_match = im.last_index
+            self._reply_install(m, Code.SUCCESS, im.total_bytes, self._reportable())
+            return
+        st = self._install
+        if m.offset == 0 and (st is None or st[0] != im or st[1] != 0):
+            head = m.configs[0] if m.configs else (0, self.voters, self._learners)
+            try:
+                self.log.begin_install(im, (head[1], head[2]))
+            except NotSupportedByLogError:
+                self._reply_install(m, Code.UNSUPPORTED, 0, 0)
+                return
+            st = self._install = [im, 0, m.configs]
+        if st is None or st[0] != im or m.offset != st[1]:
+            self._reply_install(m, Code.GAP, st[1] if st is not None and st[0] == im else 0, 0)
+            return
+        try:
+            st[1] = self.log.write_chunk(m.offset, m.chunk)
+        except ReplicationError:
+            self._reply_install(m, Code.GAP, st[1], 0)
+            return
+        if not m.done:
+            self._reply_install(m, Code.SUCCESS, st[1], 0)
+            return
+        self._finish_install(st, m)
+
+    def _finish_install(self, st: list, m: InstallSegment) -> None:
+        im, nxt, configs = st
+        self._install = None
+        last = self.log.finish_install()  # atomic and durable
+        self._log_gen += 1  # (a flush report from before is about the old log)
+        self.persisted_index = last
+        self.leader_match = last
+        self.reported_match = last
+        if configs:
+            self.configs = list(configs)
+            self._apply_config()
+        # everything before the image is committed (retention drops committed entries only)
+        # and is in the leader store's state that came with it
+        if self.commit_index < im.first_index - 1:
+            self.commit_index = im.first_index - 1
+            self._commit_changed = True
+        if self.dispatched_index < im.first_index - 1:
+            self.dispatched_index = im.first_index - 1
+        self._events.append(LogInstalled(im.first_index, last, im.meta))
+        self._follower_commit(m.commit_index)
+        self._reply_install(m, Code.SUCCESS, nxt, last)
+
+    def _holds(self, index: int, term: int) -> bool:
+        lg = self.log
+        if index < lg.first_index() or index > lg.last_index():
+            return False
+        return lg.term_at(index) == term
+
+    def _reply_install(self, m: InstallSegment, code: Code, next_offset: int, match: int) -> None:
+        self._msgs.append(InstallSegmentResponse(self.term, self.id, m.src, code, next_offset,
+                                                 match, m.image.last_index, m.epoch))
 
     def _send_appends(self, pr: Progress) -> None:
         """Fill pr's window with batches (hot path: a few attribute reads per batch)."""
         lg = self.log
         last = lg.last_index()
         nxt = pr.next
-        if nxt > last:
+        if nxt > last or pr.state == INSTALL:
             return
         c = self.cfg
         inflight = pr.inflight
@@ -1038,35 +1607,46 @@ class RaftCore:
         pr.next = nxt
 
     def _configs_in(self, lo: int, hi: int) -> tuple:
-        return tuple((i, v) for i, v in self.configs if lo <= i <= hi)
+        return tuple(c for c in self.configs if lo <= c[0] <= hi)
 
     def _on_append_response(self, m: AppendResponse) -> None:
-        if m.term > self.term:
-            self._step_down_to(m.term)
-            return
-        if self.role != Role.LEADER or m.term < self.term:
-            return
-        pr = self.progress.get(m.src)
+        pr = self._response_progress(m)
         if pr is None:
             return
-        pr.last_resp_ms = self.now_ms
         code = m.code
+        if code != Code.INCONSISTENT_LEADER:
+            pr.last_resp_ms = self.now_ms  # it answered us as its leader (check-quorum)
         if code == Code.SUCCESS:
             mi = m.match_index
+            if mi >= pr.match:
+                pr.gaps_below_match = 0
             if mi > pr.match:
                 if mi > self.log.last_index():
                     raise RaftInvariantError(f"{m.src} matched {mi} > leader end {self.log.last_index()}")
                 pr.match = mi
                 inflight = pr.inflight
-                while inflight and inflight[0][0] <= mi:
-                    inflight.popleft()
+                if pr.state != INSTALL:  # (an install's window counts bytes, not indexes)
+                    while inflight and inflight[0][0] <= mi:
+                        inflight.popleft()
                 if not pr.is_learner and mi > self.commit_index:
                     self._maybe_commit()
                 if self.transferee == m.src:
                     self._check_transfer()
             st = pr.state
+            if st == INSTALL:
+                if pr.match < pr.image.last_index:
+                    return
+                pr.image = None  # (it caught up through appends of an earlier epoch)
+                pr.reset_to(APPEND, pr.match + 1)
+                st = APPEND
             if st == COMPARE:
                 if m.epoch == pr.epoch and m.req_last < m.req_prev + 1 and m.req_prev == pr.probe_prev:
+                    if m.match_index < pr.match and m.epoch == pr.gap_probe_epoch:
+                        # the answer to the probe sent after repeated GAPs is the follower's
+                        # state now: it holds less than it acknowledged (a lost tail)
+                        log.warning("%s: follower %s holds entries up to %d only (had "
+                                    "acknowledged %d)", self.id, m.src, m.match_index, pr.match)
+                        pr.match = m.match_index
                     pr.state = TRUNCATE
                     pr.next = m.req_prev + 1
                     pr.inflight.clear()
@@ -1086,6 +1666,19 @@ class RaftCore:
         if code == Code.INCONSISTENT_STATE:
             self._on_mismatch(pr, m)
         elif code == Code.GAP:
+            if m.hint_index < pr.match:
+                # The follower's log ends before entries it acknowledged: it lost them (flush
+                # = "async" acknowledges at page-cache level; a power loss drops the page
+                # cache) -- or this answer is stale (reordered). A lost tail answers every
+                # batch so, a stale answer is a one-off: after GAP_PROBE_AFTER of them in a
+                # row, probe with a fresh epoch; the answer says where the follower is now.
+                pr.gaps_below_match += 1
+                if pr.gaps_below_match >= GAP_PROBE_AFTER:
+                    pr.gaps_below_match = 0
+                    pr.epoch += 1
+                    pr.gap_probe_epoch = pr.epoch
+                    self._send_probe(pr, m.hint_index)
+                    return
             nxt = max(m.hint_index, pr.match) + 1
             pr.reset_to(TRUNCATE, nxt)
             self._send_appends(pr)
@@ -1124,6 +1717,8 @@ class RaftCore:
         matches = [self.persisted_index if v == me else prog[v].match for v in voters]
         matches.sort(reverse=True)
         n = matches[self.quorum - 1]
+        if n > self.persisted_index:
+            n = self.persisted_index  # (committed on a quorum, but reported once flushed here)
         if n > self.commit_index and self.log.term_at(n) == self.term:
             self.commit_index = n
             self._commit_changed = True
@@ -1132,9 +1727,17 @@ class RaftCore:
             if self.learner is not None:
                 self._check_learner()
             self._check_ready_to_serve()
+            if self._reads:
+                self._release_reads()
+            if self.id not in self._voter_set and self.configs[-1][0] <= n:
+                # a non-member that led to finish a change (_may_campaign): done
+                self._become_candidate(self.term)
 
     def _drop_leaving(self) -> None:
         for p in [p for p, pr in self.progress.items() if 0 < pr.leaving_at <= self.commit_index]:
+            # one last heartbeat carries the commit index: the removed node learns that its
+            # removal committed and stops campaigning (otherwise it keeps asking for votes)
+            self._msgs.append(Heartbeat(self.term, self.id, p, self.commit_index, 0))
             del self.progress[p]
             self._leaving -= 1
             if self.transferee == p:
@@ -1144,18 +1747,32 @@ class RaftCore:
         if (self.role == Role.LEADER and not self.is_ready_to_serve
                 and self.commit_index == self.log.last_index()
                 and self.dispatched_index >= self.commit_index
-                and self.log.term_at(self.commit_index) == self.term):
+                and self._committed_in_term()
+                and self.lease_valid()):
             self.is_ready_to_serve = True
             self._events.append(ReadyToServe(self.term))
 
     def _check_transfer(self) -> None:
-        if self._take_sent:
-            return
+        """Send TAKE_LEADERSHIP once the transferee's durable match reaches our end, and again
+        every heartbeat interval until the transfer ends: one lost message used to block
+        proposals until transfer_timeout_ms (a transferee that already took the next term
+        ignores the repeats)."""
         pr = self.progress.get(self.transferee)
         end = self.log.last_index()
-        if pr is not None and pr.match >= end:
-            self._take_sent = True
-            self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
+        if pr is None or pr.match < end:
+            return
+        if self._take_sent and self.now_ms - self._take_sent_ms < self.cfg.heartbeat_interval_ms:
+            return
+        self._take_sent = True
+        self._take_sent_ms = self.now_ms
+        self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
+        if not self._handed_over:
+            # the transferee's votes bypass the live-leader rule: no lease from here on (for
+            # the rest of this term, even if the transfer is abandoned -- it may still win)
+            self._handed_over = True
+            if self.is_ready_to_serve:
+                self.is_ready_to_serve = False
+                self._events.append(LeaseExpired(self.term))
 
     # ======================================================================================
     # membership
@@ -1164,41 +1781,61 @@ class RaftCore:
     def voters(self) -> tuple:
         return self._voters
 
+    @property
+    def learner(self) -> str | None:
+        """The member being added (in the configuration as a learner), if any."""
+        return self._learners[0] if self._learners else None
+
     def _apply_config(self, initial: bool = False) -> None:
-        idx, voters = self.configs[-1]
+        idx, voters, learners = self.configs[-1]
         self._voters = voters
         self._voter_set = frozenset(voters)
+        self._learners = learners
         self.quorum = len(voters) // 2 + 1
-        self.known_members.update(voters)
-        for _, vs in self.configs:
+        for _, vs, ls in self.configs:
             self.known_members.update(vs)
+            self.known_members.update(ls)
         if not initial:
-            self._events.append(ConfigChanged(idx, voters))
+            self._events.append(ConfigChanged(idx, voters, learners))
         if self.role == Role.LEADER:
-            for v in voters:
-                if v != self.id and v not in self.progress:
-                    pr = Progress(v, self.log.last_index() + 1, self.now_ms)
-                    self.progress[v] = pr
-                    self._send_probe(pr, self.log.last_index())
-                elif v in self.progress:
-                    self.progress[v].is_learner = False
-            for p, pr in self.progress.items():
-                if p not in self._voter_set and p != self.learner and not pr.leaving_at:
-                    pr.leaving_at = idx
-                    pr.is_learner = True
-                    self._leaving += 1
+            self._track_members(idx)
 
-    def _add_config(self, index: int, voters) -> None:
+    def _track_members(self, config_index: int) -> None:
+        """Leader: a Progress for every voter and learner of the configuration; members that
+        left it are replicated to until config_index commits (then dropped)."""
+        me = self.id
+        last = self.log.last_index()
+        for p in self._voters + self._learners:
+            learner = p not in self._voter_set
+            pr = self.progress.get(p)
+            if p == me:
+                continue
+            if pr is None:
+                pr = self.progress[p] = Progress(p, last + 1, self.now_ms, is_learner=learner)
+                self._send_probe(pr, last)
+            else:
+                pr.is_learner = learner
+                if pr.leaving_at:
+                    pr.leaving_at = 0
+                    self._leaving -= 1
+        members = set(self._voters) | set(self._learners)
+        for p, pr in self.progress.items():
+            if p not in members and not pr.leaving_at:
+                pr.leaving_at = config_index
+                pr.is_learner = True
+                self._leaving += 1
+
+    def _add_config(self, index: int, voters, learners=()) -> None:
         if index <= self.configs[-1][0]:
             return
-        self.configs.append((index, tuple(sorted(voters))))
+        self.configs.append((index, tuple(sorted(voters)), tuple(sorted(learners))))
         self._apply_config()
 
-    def _append_config(self, voters: tuple) -> int:
+    def _append_config(self, voters: tuple, learners: tuple = ()) -> int:
         voters = tuple(sorted(voters))
-        idx = self.log.append_control(self.term, EntryKind.CONFIG, encode_voters(voters))
+        idx = self.log.append_control(self.term, EntryKind.CONFIG, encode_config(voters, learners))
         self._flush_to = idx
-        self._add_config(idx, voters)
+        self._add_config(idx, voters, learners)
         for pr in self.progress.values():
             if pr.state != COMPARE:
                 self._send_appends(pr)
@@ -1211,28 +1848,27 @@ class RaftCore:
         if self.transferee is not None:
             raise LeaderTransferringError(f"{self.id}: leadership transfer in progress")
 
-    def _check_no_change_in_progress(self) -> None:
-        if self.learner is not None:
+    def _check_no_change_in_progress(self, learner_ok: bool = False) -> None:
+        if self.learner is not None and not learner_ok:
             raise MembershipChangeError(f"membership change in progress: learner {self.learner}")
         if self.configs[-1][0] > self.commit_index:
             raise MembershipChangeError(
                 f"membership change in progress: CONFIG entry {self.configs[-1][0]} not committed")
-        if self.log.term_at(self.commit_index) != self.term:
+        if not self._committed_in_term():
             raise MembershipChangeError("membership change refused until this leader's NOOP commits")
 
     def _check_learner(self) -> None:
+        """Promote the learner once it has caught up (and the CONFIG entry that made it one
+        has committed): seed 002 §2.4 step 3."""
         peer = self.learner
         pr = self.progress.get(peer)
-        if pr is None:
-            self.learner = None
-            return
-        if (pr.match >= self.commit_index
+        if (pr is not None and pr.match >= self.commit_index
                 and self.log.last_index() - pr.match <= self.cfg.learner_max_lag_entries
                 and self.configs[-1][0] <= self.commit_index):
-            self.learner = None
             pr.is_learner = False
-            self._append_config(self.voters + (peer,))
+            self._append_config(self.voters + (peer,), tuple(p for p in self._learners if p != peer))
 
 
 __all__ = ["RaftCore", "RaftConfig", "HardState", "Ready", "RoleChanged", "ReadyToServe",
+           "LeaseExpired", "ReadReady", "ReadAborted", "LogInstalled",
            "ConfigChanged", "TransferAborted", "BehindRetention", "decode_voters"]

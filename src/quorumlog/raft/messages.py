@@ -1,6 +1,6 @@
 """Messages between Raft cores, and the result codes DLedger uses on the wire.
 
-Messages are small __slots__ objects: the network driver (a later issue) encodes them into
+Messages are small __slots__ objects: a network driver encodes them into
 frames; the simulator passes them by reference. An Append carries a *byte range* of the
 leader's log as an opaque `payload` (for the native log: a memoryview of whole records) plus
 its index range and size: the core never looks inside it, and one Append is one batch, never
@@ -60,6 +60,8 @@ class Code(IntEnum):
     # replication only: the follower already holds part of the batch (a re-send): hint_index
     # is its end, which matches the leader up to there
     OVERLAP = 8
+    # install only: the follower's log cannot install an image (NotSupportedByLogError)
+    UNSUPPORTED = 9
 
 
 class DispatchState(IntEnum):
@@ -68,14 +70,24 @@ class DispatchState(IntEnum):
     COMPARE = 0   # probing with empty appends for the match point
     TRUNCATE = 1  # match point found: one batch in flight that may truncate the follower's tail
     APPEND = 2    # pipelined: up to max_inflight_batches in flight
+    INSTALL = 3   # behind the leader's retention: streaming the leader's retained log
 
 
 SUCCESS = Code.SUCCESS  # hot-path alias
 
 
+# Lanes: a driver may carry CONTROL messages (votes, heartbeats, their answers, transfer) on
+# a connection of their own, so a retransmission stall behind megabytes of DATA (appends and
+# their answers) does not hold up the heartbeats that keep a leader alive. One connection for
+# both works too; docs/benchmarks.md measures both.
+CONTROL = 0
+DATA = 1
+
+
 class Message:
     __slots__ = ("term", "src", "dst")
     type_name = "MSG"
+    lane = CONTROL
 
     def __init__(self, term: int, src: str, dst: str):
         self.term = term
@@ -94,31 +106,38 @@ class Message:
 
 
 class VoteRequest(Message):
-    __slots__ = ("ledger_end_index", "ledger_end_term", "transfer")
+    """A vote request. With `pre` set it is a pre-vote: `term` is the term the sender would
+    run in, and the receiver answers as it would vote without changing any state."""
+
+    __slots__ = ("ledger_end_index", "ledger_end_term", "transfer", "pre")
     type_name = "VOTE"
 
-    def __init__(self, term, src, dst, ledger_end_index, ledger_end_term, transfer=False):
+    def __init__(self, term, src, dst, ledger_end_index, ledger_end_term, transfer=False,
+                 pre=False):
         Message.__init__(self, term, src, dst)
         self.ledger_end_index = ledger_end_index
         self.ledger_end_term = ledger_end_term
         # set only by a transferee taking leadership: bypasses the live-leader rejection
         self.transfer = transfer
+        self.pre = pre
 
     def fields(self):
-        return f"end={self.ledger_end_index}/t{self.ledger_end_term}" + (" transfer" if self.transfer else "")
+        return (f"end={self.ledger_end_index}/t{self.ledger_end_term}"
+                + (" transfer" if self.transfer else "") + (" pre" if self.pre else ""))
 
 
 class VoteResponse(Message):
-    __slots__ = ("req_term", "result")
+    __slots__ = ("req_term", "result", "pre")
     type_name = "VOTE_RESP"
 
-    def __init__(self, term, src, dst, req_term, result):
+    def __init__(self, term, src, dst, req_term, result, pre=False):
         Message.__init__(self, term, src, dst)
         self.req_term = req_term
         self.result = result
+        self.pre = pre
 
     def fields(self):
-        return f"req_t{self.req_term} {self.result.name}"
+        return f"{'pre ' if self.pre else ''}req_t{self.req_term} {self.result.name}"
 
 
 class Heartbeat(Message):
@@ -153,6 +172,7 @@ class Append(Message):
     __slots__ = ("prev_index", "prev_term", "first_index", "last_index", "entry_term",
                  "payload", "nbytes", "commit_index", "configs", "epoch")
     type_name = "APPEND"
+    lane = DATA
 
     def __init__(self, term, src, dst, prev_index, prev_term, first_index, last_index,
                  entry_term, payload, nbytes, commit_index, configs, epoch):
@@ -167,13 +187,14 @@ class Append(Message):
         self.payload = payload            # opaque to the core (log.read's result)
         self.nbytes = nbytes
         self.commit_index = commit_index
-        self.configs = configs            # ((index, voters), ...) CONFIG entries in this batch
+        self.configs = configs            # ((index, voters, learners), ...) CONFIG entries here
         self.epoch = epoch                # dispatcher epoch, echoed so stale rejections are ignored
 
     def fields(self):
         if self.last_index < self.first_index:
             return f"probe prev={self.prev_index}/t{self.prev_term} commit={self.commit_index}"
-        cfg = f" configs={list(self.configs)}" if self.configs else ""
+        cfg = (" configs=" + str([(i, v, ln) if ln else (i, v) for i, v, ln in self.configs])
+               if self.configs else "")
         return (f"prev={self.prev_index}/t{self.prev_term} [{self.first_index}..{self.last_index}]"
                 f"/t{self.entry_term} commit={self.commit_index}{cfg}")
 
@@ -181,6 +202,7 @@ class Append(Message):
 class AppendResponse(Message):
     __slots__ = ("code", "match_index", "req_prev", "req_last", "hint_index", "hint_term", "epoch")
     type_name = "APPEND_RESP"
+    lane = DATA
 
     def __init__(self, term, src, dst, code, match_index, req_prev, req_last, hint_index,
                  hint_term, epoch):
@@ -216,3 +238,51 @@ class TakeLeadership(Message):
 
     def fields(self):
         return f"end={self.ledger_end_index}"
+
+
+class InstallSegment(Message):
+    """One chunk of the leader's retained log (InstallImage) for a follower behind its
+    retention. `offset` is the chunk's byte offset in the image; `done` marks the last one,
+    which also carries the configurations the follower needs ((index, voters, learners): the
+    one in effect before the image, then those inside it)."""
+
+    __slots__ = ("image", "offset", "chunk", "nbytes", "done", "configs", "commit_index", "epoch")
+    type_name = "INSTALL"
+    lane = DATA
+
+    def __init__(self, term, src, dst, image, offset, chunk, nbytes, done, configs,
+                 commit_index, epoch):
+        Message.__init__(self, term, src, dst)
+        self.image = image
+        self.offset = offset
+        self.chunk = chunk
+        self.nbytes = nbytes
+        self.done = done
+        self.configs = configs
+        self.commit_index = commit_index
+        self.epoch = epoch
+
+    def fields(self):
+        im = self.image
+        return (f"[{im.first_index}..{im.last_index}]/t{im.last_term} offset={self.offset}"
+                f"+{self.nbytes}/{im.total_bytes}{' done' if self.done else ''}")
+
+
+class InstallSegmentResponse(Message):
+    """SUCCESS with next_offset (and, after the last chunk, match_index = image.last_index,
+    durable); GAP with the offset the follower expects; UNSUPPORTED; or a _check_sender code."""
+
+    __slots__ = ("code", "next_offset", "match_index", "image_last", "epoch")
+    type_name = "INSTALL_RESP"
+    lane = DATA
+
+    def __init__(self, term, src, dst, code, next_offset, match_index, image_last, epoch):
+        Message.__init__(self, term, src, dst)
+        self.code = code
+        self.next_offset = next_offset
+        self.match_index = match_index
+        self.image_last = image_last
+        self.epoch = epoch
+
+    def fields(self):
+        return f"{self.code.name} next={self.next_offset} match={self.match_index}"

@@ -11,7 +11,7 @@ from ..errors import InvalidArgumentError
 from .arrow import to_arrow
 from .scan import scan_split
 from .schema import spark_schema
-from .session import PY_SOURCE_ALIAS, PY_SOURCE_NAME
+from .names import PY_SOURCE_ALIAS, PY_SOURCE_NAME
 from .filters import pushable, row_filter
 from .splits import DEFAULT_SPLIT_BYTES, Split, plan_splits, prune_by_store_ts
 from .store_meta import StoreSnapshot, open_store

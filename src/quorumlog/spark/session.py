@@ -7,12 +7,11 @@ import os
 import pathlib
 import sys
 
+from .names import JVM_SOURCE, PY_SOURCE_ALIAS, PY_SOURCE_NAME
+
 log = logging.getLogger(__name__)
 
 JAR_NAME = "quorumlog-spark.jar"
-JVM_SOURCE = "io.quorumlog.spark.QuorumlogSource"
-PY_SOURCE_NAME = "quorumlog"         # the JVM source's short name too, when the jar is there
-PY_SOURCE_ALIAS = "quorumlog-python"  # always the Python reader
 PYTHON_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 JVM_READER_VERSION = "1"             # QuorumlogSpark.VERSION: a stale jar is noticed
 

@@ -20,6 +20,8 @@ for type checkers only -- and none reaches into another's internals):
     reads.py          segment mappings; get, offsets, timestamps
     dispatch.py       recovery, committed records -> consume queues, replicated offset counting
     topics.py         the topic registry, topics.json, the topic-name rule
+    offsets.py        consumer-group offsets (META records applied at dispatch)
+    keyindex.py       the message-key index (keyindex/ files, built behind dispatch)
     retention.py      segment deletion and the disk-full write gate
     schedule.py       delay levels        } both see the store only through
     services.py       StoreServices       } the StoreServices protocol

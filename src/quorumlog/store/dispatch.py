@@ -31,7 +31,7 @@ from .. import _consumequeue as _cq
 from ..config import StoreConfig
 from ..errors import (CorruptLogError, DiskFullError, InvalidArgumentError, InvalidTopicError,
                       QuorumlogError, StorageError)
-from ..format import TYPE_MESSAGE, check_topic_name
+from ..format import TYPE_MESSAGE, TYPE_META, check_topic_name
 from .files import read_checked_json, write_checked_json
 from .schedule import SCHEDULE_TOPIC
 from .topics import TOPICS_FILE, Topic, TopicRegistry
@@ -159,6 +159,13 @@ class Dispatcher:
         self.tag_hashes = tag_hashes
         self.slow_path = slow_path or self.place_slow
         self.position = 0           # dispatched up to here (a record boundary)
+        # called (under the store lock) whenever dispatch moved the position: readers
+        # waiting in a long-poll get() are woken
+        self.on_advance: Callable[[], None] | None = None
+        # META records dispatched (RECORD_INFO rows, called when a scanned chunk holds one)
+        # and the derived state saved with each checkpoint (consumer offsets)
+        self.meta_sink: Callable | None = None
+        self.before_checkpoint: Callable[[int], None] | None = None
         self.index = 0              # raft index of the last dispatched record (0: unknown)
         self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
 
@@ -404,6 +411,16 @@ class Dispatcher:
         open): a damaged record is logged and passed over instead of raised."""
         lg = self.log
         limit = lg.committed_position
+        start = self.position
+        try:
+            self._dispatch_to(lg, limit, skip_damage)
+        finally:
+            if self.position != start and self.on_advance is not None:
+                self.on_advance()
+        if checkpoint or self._monotonic() >= self._checkpoint_due:
+            self.checkpoint()
+
+    def _dispatch_to(self, lg, limit: int, skip_damage: bool = False) -> None:
         while self.position < limit:
             try:
                 info, nxt = lg.scan(self.position, limit, MAX_SCAN_RECORDS)
@@ -425,9 +442,9 @@ class Dispatcher:
                     self._stalled(exc)
                     return
                 self.index = int(info["index"][-1])
+                if self.meta_sink is not None and (info["type"] == TYPE_META).any():
+                    self.meta_sink(info)
             self.position = nxt
-        if checkpoint or self._monotonic() >= self._checkpoint_due:
-            self.checkpoint()
 
     def commit(self, index: int, own: Iterable) -> None:
         """Commit the log up to raft index `index` and dispatch up to the new commit limit.
@@ -438,6 +455,14 @@ class Dispatcher:
         lg.commit(index)
         committed = lg.committed_position
         seg = self.segment_size
+        start = self.position
+        try:
+            self._commit_own(own, committed, seg)
+        finally:
+            if self.position != start and self.on_advance is not None:
+                self.on_advance()
+
+    def _commit_own(self, own: Iterable, committed: int, seg: int) -> None:
         for req in own:
             pos, end = req.position, req.end_position
             if self.position != pos or end > committed or pos // seg != (end - 1) // seg:
@@ -588,6 +613,8 @@ class Dispatcher:
         as long as this store is open (stats "dispatch_durable_failed"); puts and reads go
         on (the queues are derived data and the log is intact), and the next open
         re-dispatches from that position."""
+        if getattr(self.log, "read_only", False):
+            return      # a read-only store dispatches into memory only
         if self.durable_failed is None:
             try:
                 for t in self.topics.all():
@@ -598,6 +625,8 @@ class Dispatcher:
                 log.error("store %s: %s; the consume queues are not made durable again until "
                           "the store is reopened (it re-dispatches from position %d)",
                           self.path, exc, self.log.dispatched_position)
+        if self.durable_failed is None and self.before_checkpoint is not None:
+            self.before_checkpoint(self.position)
         if self.durable_failed is None and self._save_summary():
             if self.position != self.log.dispatched_position:
                 self.log.set_dispatched_position(self.position)

@@ -12,26 +12,35 @@ deliver_due() on the leader. Request callbacks (on_done) run without the lock.
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
 
 from .. import _consumequeue as _cq
 from .._consumequeue import Message
 from ..config import StoreConfig, load_config
 from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
-                      InvalidArgumentError, InvalidTypeError, LogClosedError,
-                      OffsetOutOfRangeError, QuorumlogError)
+                      InvalidArgumentError, InvalidTypeError, LogClosedError, NotAStoreError,
+                      OffsetOutOfRangeError, QuorumlogError, ReadOnlyError,
+                      TooManyWaitersError)
 from ..raft.errors import NotLeaderError
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
+from ..format import TYPE_META as META
+from ..format import check_topic_name
+from .keyindex import KeyIndex
+from .offsets import ConsumerOffsets, encode_commit
 from .raftlog import StoreRaftLog
 from .reads import SegmentReader, tag_filter
 from .retention import Retention, default_disk_usage
 from .schedule import ScheduleService
 from .topics import TopicRegistry, check_user_topic
-from .writes import BatchResult, PutRequest, PutResult, Writer, complete
+from .writes import BatchResult, PutRequest, PutResult, Writer, check_queue_id, complete
 
 _new_tuple = tuple.__new__
 
@@ -85,7 +94,8 @@ class MessageStore:
     """See quorumlog/store/__init__.py. Create with quorumlog.open()."""
 
     def __init__(self, path, config: StoreConfig, *, replicated: bool = False,
-                 clock_ms=None, monotonic=None, disk_usage=None, commitlog_factory=None):
+                 clock_ms=None, monotonic=None, disk_usage=None, commitlog_factory=None,
+                 read_only: bool = False):
         from ..commitlog import CommitLog  # the native log; imported late for a clear error
 
         self._path = os.fspath(path)
@@ -94,35 +104,58 @@ class MessageStore:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._monotonic = monotonic or time.monotonic
         self._lock = threading.RLock()
+        # long-poll get(): readers wait here for dispatch to move (notified by the dispatcher
+        # under the lock, only while someone waits)
+        self._arrived = threading.Condition(self._lock)
+        self._waiters = 0
         self._closed = True
         self._gets = self._messages_got = self._cq_files_deleted = 0   # for stats()
         self._raft_log: StoreRaftLog | None = None
         self._timer = None
         self._stop_event = threading.Event()
-        os.makedirs(self._path, exist_ok=True)
+        self._read_only = bool(read_only)
+        if not self._read_only:
+            os.makedirs(self._path, exist_ok=True)
         factory = commitlog_factory or CommitLog
+        extra = {"read_only": True} if self._read_only else {}
         self._log = lg = factory(
             self._path, segment_size_bytes=config.segment_size_bytes,
             index_file_entries=config.index_file_entries, flush=config.flush,
             flush_interval_ms=config.flush_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms,
-            max_message_bytes=config.max_message_bytes)
+            max_message_bytes=config.max_message_bytes, **extra)
         try:
             self._term = max(lg.last_term, 1)
             self._sync_flush = lg.flush_mode == "sync"
             self._closed = False
-            self._topics = TopicRegistry(self._path, config)
+            self._topics = TopicRegistry(self._path, config, self._read_only)
             rebuild = self._topics.load()
             # Dispatch's slow path goes through self._dispatch_slow, so a test can make it
             # fail as a consume-queue file that cannot be preallocated does.
             self._dispatcher = Dispatcher(lg, self._topics, config, self._monotonic,
                                           self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
+            self._dispatcher.on_advance = self._wake_readers
+            self._offsets = ConsumerOffsets(self._path, config.max_consumer_offsets,
+                                            self._read_only)
+            self._offsets.load()
+            # META records below where dispatch restarts but past the offsets file
+            self._offsets.catch_up(lg, max(min(lg.dispatched_position, lg.end_position),
+                                           lg.min_position))
+            self._dispatcher.meta_sink = lambda info: self._offsets.apply_records(lg, info)
+            self._dispatcher.before_checkpoint = self._before_checkpoint
+            self._keys = None
             counter = OffsetCounter(lg, self._topics, config.max_queues_per_topic)
             self._dispatcher.recover(rebuild, self._replicated, counter)
             self._reader = SegmentReader(self._path, lg.segment_size_bytes, lg.min_position,
                                          lambda: self._dispatcher.position,
                                          self._dispatcher.rebuild_topic)
+            if config.key_index:
+                self._keys = KeyIndex(self._path, lg, self._reader.segment_for,
+                                      slots=config.key_index_slots,
+                                      capacity=config.key_index_file_entries,
+                                      read_only=self._read_only)
+                self._keys.load()
             self._writer = Writer(lg, self._topics, self._dispatcher, counter, config,
                                   self._clock_ms, replicated=self._replicated)
             services = Services(config, self._path, lg, self._replicated, self._topics,
@@ -136,7 +169,7 @@ class MessageStore:
             self._closed = True
             lg.close()
             raise
-        if config.background:
+        if config.background and not self._read_only:
             self._start_timer()
 
     # ------------------------------------------------------------------ properties
@@ -147,6 +180,12 @@ class MessageStore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with read_only=True: reads only; no lock, nothing written to the directory
+        (dispatch of records the owner has not dispatched yet happens in memory)."""
+        return self._read_only
 
     @property
     def commitlog(self):
@@ -193,13 +232,18 @@ class MessageStore:
         if self._closed:
             raise LogClosedError(f"store {self._path} is closed")
 
+    def _check_writable(self):
+        self._check_open()
+        if self._read_only:
+            raise ReadOnlyError(f"store {self._path} was opened read-only")
+
     # ------------------------------------------------------------------ topics
     def create_topic(self, name: str, queues: int = 8) -> None:
         """Create `name` with `queues` queues (RocketMQ's default is 8). Creating an existing
         topic with the same queue count is a no-op; more queues extend it; fewer is an error."""
         check_user_topic(name)
         with self._lock:
-            self._check_open()
+            self._check_writable()
             self._topics.create(name, queues, False, self._clock_ms(), self._dispatcher.position)
 
     def topics(self) -> dict[str, int]:
@@ -229,7 +273,7 @@ class MessageStore:
         if req.positions is None:
             # (tuple.__new__: the NamedTuple's own __new__ is a Python call; a hot path)
             return _new_tuple(PutResult, (req.first_index, req.position, req.target.name,
-                                          req.queue, req.first_offset, req.store_timestamp))
+                                          req.queue, req.first_offset, req.store_timestamp_ms))
         return req.result[0]
 
     def _put_request(self, topic, body, queue_id, tags, keys, properties, delay_level,
@@ -258,7 +302,14 @@ class MessageStore:
                   born_timestamps_ms=None) -> BatchResult:
         """Append many messages of one topic in one native call. `tags`, `keys`, `properties`
         and `sharding_key` are one value for all messages or a list with one per message; with
-        neither `queue_id` nor `sharding_key`, consecutive messages go round-robin."""
+        neither `queue_id` nor `sharding_key`, consecutive messages go round-robin.
+
+        `bodies` is any iterable of bytes-like objects (a list, a tuple, a generator; at most
+        max_batch_messages). An empty batch is a no-op: nothing is written (not even an
+        auto-created topic) and the result has no entries."""
+        bodies = self._writer.batch_bodies(bodies)
+        if not bodies:
+            return self._empty_batch(topic, queue_id)
         req = self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
                                    properties=properties, delay_level=delay_level,
                                    sharding_key=sharding_key,
@@ -266,14 +317,26 @@ class MessageStore:
         self._submit(req)
         return req.result
 
+    def _empty_batch(self, topic, queue_id) -> BatchResult:
+        """put_batch of nothing: the arguments are checked as for any put, nothing is
+        written; first_index is the index the next record would get."""
+        with self._lock:
+            self._check_writable()
+            t = self._topics.check_writable(topic)
+            if queue_id is not None:
+                check_queue_id(queue_id, len(t.queues) if t is not None
+                               else self.config.default_topic_queues, topic)
+            empty = np.zeros(0, dtype=np.int64)
+            return BatchResult(self._log.last_index + 1, empty, topic, empty, empty.copy(),
+                               self._clock_ms())
+
     def _submit(self, req: PutRequest) -> None:
         """Append `req` with the store's term (put, put_batch, deliveries of a store without a
         Raft core). A single replica then applies its own commit: async flush mode at once;
         sync mode after the flush covering the batch, waited for *outside* the lock so that
         one flush covers every producer waiting meanwhile (group commit)."""
         with self._lock:
-            if self._closed:
-                raise LogClosedError(f"store {self._path} is closed")
+            self._check_writable()
             if self._raft_log is not None:
                 raise DrivenStoreError(
                     f"store {self._path} is written through its Raft core: propose "
@@ -302,7 +365,7 @@ class MessageStore:
         `on_done(result_or_exception)` is called once the request completes (see
         apply_committed / abandon_pending)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             return self._writer.prepare(topic, bodies, queue_id=queue_id, tags=tags, keys=keys,
                                         properties=properties, delay_level=delay_level,
                                         sharding_key=sharding_key,
@@ -314,7 +377,7 @@ class MessageStore:
         on every call). From the first call on, the log is written only through the core:
         put / put_batch raise DrivenStoreError, deliver_due needs `propose`."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if not self._replicated:
                 raise InvalidArgumentError("raft_log(): the store was opened with "
                                            "replicated=False (a single replica commits its "
@@ -364,7 +427,7 @@ class MessageStore:
         if type(index) is not int or index < 0:
             raise InvalidArgumentError(f"index must be an int >= 0, got {index!r}")
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if index > self._log.last_index:
                 raise IndexOutOfRangeError(f"apply_committed({index}): the log ends at "
                                            f"{self._log.last_index}")
@@ -395,30 +458,169 @@ class MessageStore:
     def flush(self) -> int:
         """Make everything put so far durable (log and consume queues) -> flushed position."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             pos = self._log.flush()
             self._dispatcher.checkpoint()
             return pos
 
+    # ------------------------------------------------------------------ consumer offsets
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, *,
+                      propose=None) -> None:
+        """Store that consumer group `group` has consumed (topic, queue_id) up to `offset`
+        (the next offset it will read), as RocketMQ's consumerOffset. See commit_offsets."""
+        self.commit_offsets(group, [(topic, queue_id, offset)], propose=propose)
+
+    def commit_offsets(self, group: str, offsets, *, propose=None) -> None:
+        """Store several offsets of `group` at once: `offsets` is a mapping {(topic, queue):
+        offset} or an iterable of (topic, queue, offset); one log record (at most 64
+        offsets). The commit is a META record appended through the store's one append path
+        and applied when it is committed and dispatched, so it is as durable as a message
+        put in the store's flush mode, and replicates with the log.
+
+        Single replica: applied (committed_offset shows it) when this returns. A store
+        written through its Raft core: `propose(payload)` must propose the META payload
+        through the core (the node wraps it in its META request); without it
+        DrivenStoreError. Replicated without a core: appended with `store.term`, applied
+        once whoever commits dispatches it."""
+        items = offsets.items() if isinstance(offsets, Mapping) else offsets
+        rows = [(t, q, o) for (t, q), o in items] if isinstance(offsets, Mapping) \
+            else list(items)
+        payload = encode_commit(group, rows)
+        with self._lock:
+            self._check_writable()
+            if self._raft_log is not None:
+                if propose is None:
+                    raise DrivenStoreError(
+                        f"store {self._path} is written through its Raft core: pass "
+                        "propose= to commit offsets as a META record through the core")
+                submit = propose
+            elif propose is not None:
+                raise InvalidArgumentError("commit_offsets: propose is for a store written "
+                                           "through its Raft core (raft_log())")
+            else:
+                submit = None
+                index = self._writer.append_control(self._term, META, payload)
+                if self._replicated:
+                    return
+                if not self._sync_flush:
+                    self._dispatcher.commit(index, ())
+                    return
+                end = self._log.end_position
+        if submit is not None:
+            submit(payload)
+            return
+        if not self._log.wait_flushed(end):
+            raise QuorumlogError(f"store {self._path}: flush up to {end} did not complete")
+        with self._lock:
+            self._check_open()
+            self._dispatcher.commit(index, ())
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset `group` last committed for (topic, queue_id); None when it never did."""
+        with self._lock:
+            self._check_open()
+            self._dispatcher.dispatch()
+            return self._offsets.get(group, topic, queue_id)
+
+    def consumer_offsets(self, group: str | None = None) -> dict:
+        """{group: {topic: {queue: offset}}}, or {topic: {queue: offset}} of one group."""
+        with self._lock:
+            self._check_open()
+            self._dispatcher.dispatch()
+            return self._offsets.as_dict(group)
+
+    # ------------------------------------------------------------------ key index
+    def find_by_key(self, topic: str, key: str, max_hits: int | None = None, *,
+                    begin_ms=None, end_ms=None) -> list[Message]:
+        """Messages of `topic` whose keys include `key` (RocketMQ's queryMessage by key),
+        newest first, at most `max_hits` (<= max_key_hits; default 32 or max_key_hits when
+        that is smaller), optionally only those with
+        begin_ms <= store_timestamp_ms < end_ms. Committed messages only; served by the key
+        index (keyindex/, derived from the log and rebuilt from it)."""
+        check_topic_name(topic)
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"key must be a str, got {type(key).__name__}")
+        if not 1 <= len(key.encode()) <= 65535:
+            raise InvalidArgumentError("key must be 1..65535 bytes of UTF-8")
+        if max_hits is None:
+            max_hits = min(32, self.config.max_key_hits)
+        if type(max_hits) is not int:
+            raise InvalidTypeError(f"max_hits must be an int, got {max_hits!r}")
+        if not 1 <= max_hits <= self.config.max_key_hits:
+            raise InvalidArgumentError(f"max_hits must be in [1, {self.config.max_key_hits}]")
+        for name, v in (("begin_ms", begin_ms), ("end_ms", end_ms)):
+            if v is not None and type(v) is not int:
+                raise InvalidTypeError(f"{name} must be an int or None, got {v!r}")
+        with self._lock:
+            self._check_open()
+            if self._keys is None:
+                raise InvalidArgumentError("find_by_key: the store was opened with "
+                                           "key_index=False")
+            self._dispatcher.dispatch()
+            self._keys.catch_up(self._dispatcher.position)
+            return self._keys.find(topic, key, max_hits, begin_ms, end_ms)
+
+    def _before_checkpoint(self, position: int) -> None:
+        """Derived state saved with each consume-queue checkpoint."""
+        self._offsets.save(position)
+        if self._keys is not None:
+            self._keys.checkpoint()
+
     # ------------------------------------------------------------------ reads
+    def _wake_readers(self) -> None:
+        if self._waiters:
+            self._arrived.notify_all()
+
     def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
-            tags=None) -> list[Message]:
+            tags=None, wait_ms: int = 0) -> list[Message]:
         """Up to `max_messages` messages of (topic, queue) from queue offset `offset`.
 
         [] when offset == max_offset (caught up); OffsetOutOfRangeError outside
         [min_offset, max_offset]. With `tags` (a str or a collection of str), only messages
         with one of those tags are returned; the scan goes on past non-matching entries until
-        max_messages match or the queue ends."""
+        max_messages match or the queue ends.
+
+        Long poll: with `wait_ms` > 0 (at most max_get_wait_ms), a get that finds nothing
+        waits up to that long for messages to be dispatched into the queue and returns as
+        soon as there are some ([] on timeout). At most max_get_waiters gets wait at once
+        (TooManyWaitersError beyond); close() wakes them with LogClosedError."""
+        if wait_ms:
+            if type(wait_ms) is not int:
+                raise InvalidTypeError(f"wait_ms must be an int, got {wait_ms!r}")
+            if not 0 <= wait_ms <= self.config.max_get_wait_ms:
+                raise InvalidArgumentError(f"wait_ms must be in [0, "
+                                           f"{self.config.max_get_wait_ms}]")
+        out = self._get(topic, queue_id, offset, max_messages, tags)
+        if out or not wait_ms:
+            return out
+        deadline = time.monotonic() + wait_ms / 1000.0      # a real wait: the real clock
+        with self._lock:
+            if self._waiters >= self.config.max_get_waiters:
+                raise TooManyWaitersError(f"{self._waiters} gets already wait (max_get_waiters)")
+            self._waiters += 1
+            try:
+                while not out:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._arrived.wait(remaining)
+                    out = self._get(topic, queue_id, offset, max_messages, tags)
+            finally:
+                self._waiters -= 1
+        return out
+
+    def _get(self, topic, queue_id, offset, max_messages, tags) -> list[Message]:
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"store {self._path} is closed")
             cq = self._topics.queue(topic, queue_id)
-            if (type(max_messages) is not int or not
-                    1 <= max_messages <= self.config.max_get_messages):
+            if type(max_messages) is not int:
+                raise InvalidTypeError(f"max_messages must be an int, got {max_messages!r}")
+            if not 1 <= max_messages <= self.config.max_get_messages:
                 raise InvalidArgumentError(f"max_messages must be in [1, "
                                            f"{self.config.max_get_messages}]")
             if type(offset) is not int:
-                raise InvalidArgumentError(f"offset must be an int, got {offset!r}")
+                raise InvalidTypeError(f"offset must be an int, got {offset!r}")
             dispatcher = self._dispatcher
             if dispatcher.position < self._log.committed_position:
                 dispatcher.dispatch()
@@ -438,10 +640,11 @@ class MessageStore:
         with self._lock:
             self._check_open()
             cq = self._topics.queue(topic, queue_id)
-            if type(start) is not int or start < 0:
-                raise InvalidArgumentError(f"start must be an int >= 0, got {start!r}")
-            if stop is not None and (type(stop) is not int or stop < 0):
-                raise InvalidArgumentError(f"stop must be an int >= 0 or None, got {stop!r}")
+            if type(start) is not int or (stop is not None and type(stop) is not int):
+                raise InvalidTypeError(f"start and stop must be ints, got {start!r}, {stop!r}")
+            if start < 0 or (stop is not None and stop < 0):
+                raise InvalidArgumentError(f"start and stop must be >= 0, got {start!r}, "
+                                           f"{stop!r}")
             self._dispatcher.dispatch()
             if stop is None:
                 stop = cq.next_offset
@@ -486,7 +689,7 @@ class MessageStore:
         """The first offset whose store timestamp is >= timestamp_ms; max_offset when every
         message is older. Store timestamps never decrease along the log."""
         if type(timestamp_ms) is not int:
-            raise InvalidArgumentError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
+            raise InvalidTypeError(f"timestamp_ms must be an int, got {timestamp_ms!r}")
         with self._lock:
             return self._reader.offset_for_timestamp(
                 self._dispatched_queue(topic, queue_id), timestamp_ms)
@@ -509,7 +712,7 @@ class MessageStore:
         `propose(request)` must append through the core, e.g.
         `propose=lambda r: core.propose(r, r.count, r.nbytes)` (leader only)."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             if self._raft_log is None:
                 if propose is not None:
                     raise InvalidArgumentError("deliver_due: propose is for a store written "
@@ -526,13 +729,15 @@ class MessageStore:
     def run_retention(self, now_ms: int | None = None) -> int:
         """Apply the retention rules now -> number of commit-log segments deleted."""
         with self._lock:
-            self._check_open()
+            self._check_writable()
             return self.retention.run(self._clock_ms() if now_ms is None else now_ms)
 
     def _segments_deleted(self, count: int) -> None:
         """Consume-queue files, min offsets and read mappings follow the log's new min
         position."""
         min_position = self._log.min_position
+        if self._keys is not None:
+            self._keys.drop_deleted(min_position)
         self._reader.segments_deleted(min_position)
         self._cq_files_deleted += self._dispatcher.segments_deleted(min_position)
 
@@ -542,8 +747,10 @@ class MessageStore:
 
     # ------------------------------------------------------------------ stats & lifecycle
     def stats(self) -> dict:
+        """Counters since this open, and the current state (disk use measured now)."""
         with self._lock:
             self._check_open()
+            self.retention.check_disk()
             lg = self._log
             topics = self._topics.all()
             d, w, r = self._dispatcher, self._writer, self.retention
@@ -564,6 +771,9 @@ class MessageStore:
                        flushed_position=lg.flushed_position, disk_full=r.disk_full,
                        disk_used_ratio=r.disk_ratio,
                        pending_requests=len(self._writer.pending),
+                       consumer_offsets=len(self._offsets.table),
+                       offset_commits_applied=self._offsets.applied,
+                       offset_commits_rejected=self._offsets.rejected,
                        delayed_pending=self.schedule.pending(), log=lg.stats())
             return out
 
@@ -591,6 +801,9 @@ class MessageStore:
                         self.retention.run(self._clock_ms())
                         next_ret = now + cfg.retention_interval_ms / 1000.0
                     if now >= next_cp:
+                        if self._keys is not None:    # behind dispatch, off the put path
+                            self._dispatcher.dispatch()
+                            self._keys.catch_up(self._dispatcher.position)
                         self._dispatcher.dispatch(checkpoint=True)
                         next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
             except DiskFullError as exc:
@@ -613,11 +826,15 @@ class MessageStore:
             if self._closed:
                 return
             try:
-                self._dispatcher.dispatch()
-                self._dispatcher.checkpoint()
-                self.schedule.save()
+                if not self._read_only:
+                    self._dispatcher.dispatch()
+                    self._dispatcher.checkpoint()
+                    self.schedule.save()
             finally:
                 self._closed = True
+                self._arrived.notify_all()       # long-poll gets raise LogClosedError
+                if self._keys is not None:
+                    self._keys.close()
                 self._reader.close()
                 self._log.close()
                 pending = self._writer.pending.take_all()
@@ -636,14 +853,107 @@ class MessageStore:
             self._log._crash()      # the native log's own kill -9 test hook
 
 
-def open(path, *, config_file=None, replicated: bool = False, clock_ms=None, monotonic=None,
-         disk_usage=None, environ=None, **settings) -> MessageStore:  # noqa: A001
-    """Open (creating if needed) the message store in directory `path`.
+# What a store directory may hold (format.md "Directory layout", the store layer's files and
+# a replica's). A directory holding anything else is not a store and is never made into one.
+STORE_ENTRIES = frozenset({
+    "LOCK", "abort", "checkpoint", "checkpoint.tmp", "commitlog", "index", "consumequeue",
+    "topics.json", "topics.json.tmp", "delay_offsets.json", "delay_offsets.json.tmp",
+    "consumer_offsets.json", "consumer_offsets.json.tmp", "keyindex", "raft-state",
+    "raft-state.tmp", "queue_offsets.json", "queue_offsets.json.tmp"})
+REPAIR_DIR_PREFIX = "repair-"     # what `quorumlog repair` removed (quorumlog.repair)
 
-    Settings (see quorumlog.config.StoreConfig) come from `settings`, else QUORUMLOG_*
-    environment variables, else the TOML `config_file`, else defaults. `clock_ms` (wall clock in
-    ms), `monotonic` (seconds) and `disk_usage(path) -> used fraction` are injectable for tests;
+
+def _stored_geometry(path: str) -> dict:
+    """segment_size_bytes / index_file_entries recorded in an existing store's checkpoint
+    (the defaults of a reopen: an explicit different segment size is still an error)."""
+    from ..format import decode_checkpoint
+    f = os.path.join(path, "checkpoint")
+    try:
+        with builtins.open(f, "rb") as fh:
+            data = fh.read(4096)
+    except FileNotFoundError:
+        return {}
+    cp = decode_checkpoint(data, f)      # CorruptLogError names the file
+    return {"segment_size_bytes": cp.segment_size_bytes,
+            "index_file_entries": cp.index_file_entries}
+
+
+def _classify(path: str, create_if_missing: bool, read_only: bool) -> str:
+    """'store' (open it), 'new' (create a store in an empty or missing directory), or
+    NotAStoreError: a regular file, a missing or empty directory when creating is not asked
+    for, a directory holding files that are not a store's."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotAStoreError(f"not a quorumlog store: {path} (not a directory)")
+    entries = set(os.listdir(path)) if os.path.isdir(path) else None
+    if entries:
+        foreign = sorted(e for e in entries - STORE_ENTRIES
+                         if not e.startswith(REPAIR_DIR_PREFIX))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise NotAStoreError(f"not a quorumlog store: {path} holds other files ({shown}); "
+                                 "refusing to turn it into a store")
+        if read_only and "checkpoint" not in entries and "commitlog" not in entries:
+            raise NotAStoreError(f"not a quorumlog store: {path} (no checkpoint, no commitlog/)")
+        return "store"
+    what = "no such directory" if entries is None else "empty directory"
+    if read_only:
+        raise NotAStoreError(f"not a quorumlog store: {path} ({what}; read_only=True opens "
+                             "an existing store only)")
+    if not create_if_missing:
+        raise NotAStoreError(f"not a quorumlog store: {path} ({what}; pass "
+                             "create_if_missing=True to create one)")
+    return "new"
+
+
+def _undo_open(path: str, before: set | None) -> None:
+    """A failed open leaves the directory as it found it: what it created goes again (the
+    whole directory when it did not exist, else the entries that were not there)."""
+    try:
+        if before is None:
+            shutil.rmtree(path)
+            return
+        for name in set(os.listdir(path)) - before:
+            p = os.path.join(path, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+    except OSError as exc:
+        log.warning("store %s: could not remove what a failed open created: %s", path, exc)
+
+
+def open(path, *, create_if_missing: bool = True, read_only: bool = False, config_file=None,
+         replicated: bool = False, clock_ms=None, monotonic=None, disk_usage=None,
+         environ=None, **settings) -> MessageStore:  # noqa: A001
+    """Open the message store in directory `path` (as plyvel / lmdb open a database).
+
+    - An existing store opens with the segment size and raft-index geometry it was created
+      with (recorded in its checkpoint); only an explicit different segment_size_bytes is a
+      ConfigError.
+    - A missing or empty directory becomes a new store when `create_if_missing` (default);
+      otherwise NotAStoreError. A regular file, or a directory holding files that are not a
+      store's, is refused with NotAStoreError and left alone.
+    - `read_only=True`: no lock, nothing written (not even the abort marker); works on a store
+      another process has open and on read-only media. Writes raise ReadOnlyError.
+    - A failed open (a damaged checkpoint, a full disk, ...) removes what it created.
+
+    Settings (see quorumlog.config.StoreConfig, and its `profile`, e.g. profile="small") come
+    from `settings`, else QUORUMLOG_* environment variables, else the TOML `config_file`,
+    else the profile's or built-in defaults. `clock_ms` (wall clock in ms), `monotonic`
+    (seconds) and `disk_usage(path) -> used fraction` are injectable for tests;
     `replicated=True` leaves committing to a Raft driver (see quorumlog/store/__init__.py)."""
-    cfg = load_config(config_file, environ, **settings)
-    return MessageStore(path, cfg, replicated=replicated, clock_ms=clock_ms,
-                        monotonic=monotonic, disk_usage=disk_usage)
+    p = os.fspath(path)
+    if not isinstance(p, str):
+        p = os.fsdecode(p)
+    kind = _classify(p, create_if_missing, read_only)
+    cfg = load_config(config_file, environ,
+                      defaults=_stored_geometry(p) if kind == "store" else None, **settings)
+    existed = os.path.isdir(p)
+    before = set(os.listdir(p)) if existed else None
+    try:
+        return MessageStore(p, cfg, replicated=replicated, clock_ms=clock_ms,
+                            monotonic=monotonic, disk_usage=disk_usage, read_only=read_only)
+    except BaseException:
+        if not read_only:
+            _undo_open(p, before)
+        raise

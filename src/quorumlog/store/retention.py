@@ -61,6 +61,7 @@ class Retention:
         self.rejects = 0                # puts refused by the gate
         self.segments_deleted = 0
         self._next_check = -1e18       # monotonic time of the next measurement
+        self._checked_end = 0          # the log's end position at the last measurement
 
     def check_disk(self, force: bool = False) -> float:
         """Measure disk use, update the write gate -> used fraction."""
@@ -77,12 +78,15 @@ class Retention:
         self.disk_full = full
         self.disk_ratio = ratio
         self._next_check = self._monotonic() + s.config.disk_check_interval_ms / 1000.0
+        self._checked_end = s.commitlog.end_position
         return ratio
 
     def check_writes(self) -> None:
         """Before a write: re-measure when the last measurement is older than
-        disk_check_interval_ms; DiskFullError while the gate is closed."""
-        if self._monotonic() >= self._next_check:
+        disk_check_interval_ms or the log grew by disk_check_bytes since (a burst fills a
+        disk faster than any interval); DiskFullError while the gate is closed."""
+        if (self._monotonic() >= self._next_check or self.store.commitlog.end_position
+                - self._checked_end >= self.store.config.disk_check_bytes):
             self.check_disk()
         if self.disk_full:
             self.rejects += 1

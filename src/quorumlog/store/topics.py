@@ -23,7 +23,8 @@ import numpy as np
 from .._consumequeue import ConsumeQueue, fnv1a64
 from ..config import StoreConfig
 from ..errors import (CorruptLogError, DiskFullError, InvalidArgumentError, InvalidQueueError,
-                      InvalidTopicError, StorageError, TopicNotFoundError)
+                      InvalidTopicError, InvalidTypeError, QueueTypeError, StorageError,
+                      TopicNotFoundError, TopicTypeError)
 from ..format import check_topic_name
 from .files import read_checked_json, write_checked_json
 from .schedule import SCHEDULE_TOPIC
@@ -58,9 +59,12 @@ class TopicRegistry:
     """Topics by name and by hash, their queues, and topics.json. Not thread-safe: the store
     calls it under its lock."""
 
-    def __init__(self, root: str, config: StoreConfig):
+    def __init__(self, root: str, config: StoreConfig, read_only: bool = False):
         self.root = root
         self.config = config
+        # read_only: nothing created, saved or removed; queues mapped copy-on-write (topics
+        # found in the log are registered in memory only)
+        self.read_only = read_only
         self.cq_root = os.path.join(root, "consumequeue")
         self.by_name: dict[str, Topic] = {}
         self.by_hash: dict[int, Topic] = {}
@@ -83,7 +87,7 @@ class TopicRegistry:
         except CorruptLogError as exc:
             log.error("store %s: %s; the topic list is rebuilt from the log", self.root, exc)
             topics = None
-        _make_dirs(self.cq_root)
+        self._makedirs(self.cq_root)
         for name, (nqueues, system, created_ms) in (topics or {}).items():
             self._register(Topic(name, nqueues, system, created_ms))
         for t in self.by_name.values():
@@ -128,7 +132,7 @@ class TopicRegistry:
             try:
                 if not cq.load():
                     self.damaged.add(t.name)
-                    _make_dirs(cq.dir)
+                    self._makedirs(cq.dir)
             except (CorruptLogError, StorageError, OSError) as exc:
                 log.error("store %s: consume queue %s/%d: %s", self.root, t.name,
                           cq.queue_id, exc)
@@ -169,7 +173,13 @@ class TopicRegistry:
             self.load_queues(t, old)
         return t
 
+    def _makedirs(self, d: str) -> None:
+        if not self.read_only:
+            _make_dirs(d)
+
     def save(self) -> None:
+        if self.read_only:
+            return
         meta = {"version": 1, "topics": {
             t.name: {"queues": len(t.queues), "system": t.system, "created_ms": t.created_ms}
             for t in self.by_name.values()}}
@@ -178,7 +188,7 @@ class TopicRegistry:
     # -- creating ----------------------------------------------------------------------------
     def _new_queue(self, t: Topic, q: int) -> ConsumeQueue:
         return ConsumeQueue(t.name, q, os.path.join(self.cq_root, t.name, str(q)),
-                            self.config.consume_queue_file_entries)
+                            self.config.consume_queue_file_entries, read_only=self.read_only)
 
     def _register(self, t: Topic) -> Topic:
         other = self.by_hash.get(t.hash)
@@ -202,7 +212,7 @@ class TopicRegistry:
                 if cq.load():
                     cq.recover(dispatched_position)
                     t.counters[q] = cq.next_offset
-                _make_dirs(cq.dir)
+                self._makedirs(cq.dir)
             self.save()
         except BaseException:
             self._unregister(t, remove_files=not existed)   # it could not be created
@@ -216,7 +226,7 @@ class TopicRegistry:
         added = []
         for q in range(old, nqueues):
             cq = self._new_queue(t, q)
-            _make_dirs(cq.dir)
+            self._makedirs(cq.dir)
             cq.load()
             cq.recover(dispatched_position)
             added.append(cq)
@@ -241,14 +251,15 @@ class TopicRegistry:
         self.by_name.pop(t.name, None)
         self.by_hash.pop(t.hash, None)
         self.queues_by_hash.pop(t.hash, None)
-        if remove_files:
+        if remove_files and not self.read_only:
             shutil.rmtree(os.path.join(self.cq_root, t.name), ignore_errors=True)
 
     def create(self, name: str, nqueues, system: bool, created_ms: int,
                dispatched_position: int) -> Topic:
         """create_topic: new, or extended to `nqueues`; never shrunk."""
-        if (not isinstance(nqueues, int) or isinstance(nqueues, bool)
-                or not 1 <= nqueues <= self.config.max_queues_per_topic):
+        if not isinstance(nqueues, int) or isinstance(nqueues, bool):
+            raise InvalidTypeError(f"queues must be an int, got {type(nqueues).__name__}")
+        if not 1 <= nqueues <= self.config.max_queues_per_topic:
             raise InvalidArgumentError(
                 f"queues must be an int in [1, {self.config.max_queues_per_topic}], "
                 f"got {nqueues!r}")
@@ -295,9 +306,12 @@ class TopicRegistry:
         t = self.by_name.get(name)
         if t is None:
             if not isinstance(name, str):
-                raise InvalidTopicError(f"topic must be a str, got {type(name).__name__}")
+                raise TopicTypeError(f"topic must be a str, got {type(name).__name__}")
             raise TopicNotFoundError(name)
-        if type(queue_id) is not int or not 0 <= queue_id < len(t.queues):
+        if type(queue_id) is not int:
+            raise QueueTypeError(f"queue_id must be an int, got {type(queue_id).__name__} "
+                                 f"{queue_id!r}")
+        if not 0 <= queue_id < len(t.queues):
             raise InvalidQueueError(f"queue_id {queue_id!r} outside [0, {len(t.queues)}) "
                                     f"for topic {name!r}")
         return t.queues[queue_id]

@@ -12,8 +12,10 @@ its last index is committed; `complete` replies.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import warnings
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -24,7 +26,7 @@ import numpy as np
 from .. import _consumequeue as _cq
 from ..config import StoreConfig, parse_delay_levels
 from ..errors import (BatchTooLargeError, InvalidArgumentError, InvalidDelayLevelError,
-                      InvalidQueueError)
+                      InvalidQueueError, InvalidTypeError, QueueTypeError)
 from .dispatch import Dispatcher, OffsetCounter
 from .schedule import SCHEDULE_TOPIC, check_delay_properties, delayed_properties
 from .topics import Topic, TopicRegistry
@@ -32,29 +34,46 @@ from .topics import Topic, TopicRegistry
 log = logging.getLogger(__name__)
 
 
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new} (units last, as everywhere)",
+                  DeprecationWarning, stacklevel=3)
+
+
 class PutResult(NamedTuple):
-    index: int             # raft index of the record
-    position: int          # log position of the record
-    topic: str             # where it is stored (the schedule topic for a delayed message)
+    index: int                # raft index of the record
+    position: int             # log position of the record
+    topic: str                # where it is stored (the schedule topic for a delayed message)
     queue_id: int
     queue_offset: int
-    store_timestamp: int   # ms since the epoch
+    store_timestamp_ms: int   # ms since the epoch (Message.store_timestamp_ms of the record)
+
+    @property
+    def store_timestamp(self) -> int:
+        """Deprecated alias of store_timestamp_ms."""
+        _deprecated("PutResult.store_timestamp", "store_timestamp_ms")
+        return self.store_timestamp_ms
 
 
 class BatchResult:
     """put_batch's result: one entry per message as arrays (no Python object per message).
     Also a sequence of PutResult: len(r), r[i], iteration."""
     __slots__ = ("first_index", "positions", "topic", "queue_ids", "queue_offsets",
-                 "store_timestamp")
+                 "store_timestamp_ms")
 
     def __init__(self, first_index, positions, topic, queue_ids, queue_offsets,
-                 store_timestamp):
+                 store_timestamp_ms):
         self.first_index = first_index          # raft index of the first message
         self.positions = positions              # int64 array
         self.topic = topic
         self.queue_ids = queue_ids              # int64 array
         self.queue_offsets = queue_offsets      # int64 array
-        self.store_timestamp = store_timestamp  # ms, one per batch
+        self.store_timestamp_ms = store_timestamp_ms  # ms since the epoch, one per batch
+
+    @property
+    def store_timestamp(self) -> int:
+        """Deprecated alias of store_timestamp_ms."""
+        _deprecated("BatchResult.store_timestamp", "store_timestamp_ms")
+        return self.store_timestamp_ms
 
     def __len__(self):
         return len(self.positions)
@@ -69,14 +88,14 @@ class BatchResult:
             raise IndexError(i)
         return PutResult(self.first_index + i, int(self.positions[i]), self.topic,
                          int(self.queue_ids[i]), int(self.queue_offsets[i]),
-                         self.store_timestamp)
+                         self.store_timestamp_ms)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
     def __repr__(self):
         return (f"BatchResult(first_index={self.first_index}, n={len(self)}, "
-                f"topic={self.topic!r}, store_timestamp={self.store_timestamp})")
+                f"topic={self.topic!r}, store_timestamp_ms={self.store_timestamp_ms})")
 
 
 _WAITERS = threading.Lock()     # creation of a request's Event (two waiters, one Event)
@@ -90,7 +109,7 @@ class PutRequest:
 
     After the append (the store's one append path) it holds where the messages went:
     `target` (the topic written: the schedule topic for a delayed put), `first_index`,
-    `last_index`, `store_timestamp`, `position` (of the first record), `end_position` (after
+    `last_index`, `store_timestamp_ms`, `position` (of the first record), `end_position` (after
     the last), and per message either `queue` + `first_offset` (a `single` request, put's one
     message: `positions`, `queue_ids`, `queue_offsets` stay None) or the int64 arrays
     `positions`, `queue_ids`, `queue_offsets`; `queue` is -1 when the messages went to
@@ -106,7 +125,7 @@ class PutRequest:
     __slots__ = ("owner", "topic", "bodies", "count", "nbytes", "queue_id", "tags", "keys",
                  "properties", "born", "single", "sharding_key", "explicit_queue_ids",
                  "delay_level", "flags", "on_done",
-                 "target", "first_index", "last_index", "store_timestamp", "position",
+                 "target", "first_index", "last_index", "store_timestamp_ms", "position",
                  "end_position", "positions", "queue", "first_offset", "queue_ids",
                  "queue_offsets", "counters_after", "_result", "_outcome", "_event")
 
@@ -136,6 +155,12 @@ class PutRequest:
 
     # -- outcome -----------------------------------------------------------------------------
     @property
+    def store_timestamp(self) -> int:
+        """Deprecated alias of store_timestamp_ms."""
+        _deprecated("PutRequest.store_timestamp", "store_timestamp_ms")
+        return self.store_timestamp_ms
+
+    @property
     def appended(self) -> bool:
         return self.first_index > 0
 
@@ -152,11 +177,11 @@ class PutRequest:
                 self._result = BatchResult(
                     self.first_index, np.array([self.position], dtype=np.int64),
                     self.target.name, np.array([self.queue], dtype=np.int64),
-                    np.array([self.first_offset], dtype=np.int64), self.store_timestamp)
+                    np.array([self.first_offset], dtype=np.int64), self.store_timestamp_ms)
             else:
                 self._result = BatchResult(self.first_index, self.positions, self.target.name,
                                            self.queue_ids, self.queue_offsets,
-                                           self.store_timestamp)
+                                           self.store_timestamp_ms)
         return self._result
 
     def wait(self, timeout: float | None = None) -> BatchResult:
@@ -244,7 +269,8 @@ def sharding_queue(key, nqueues: int) -> int:
     elif isinstance(key, int) and not isinstance(key, bool):
         key = str(key).encode()
     elif not isinstance(key, (bytes, bytearray, memoryview)):
-        raise InvalidArgumentError(f"sharding_key must be str, bytes or int, got {type(key)}")
+        raise InvalidTypeError(f"sharding_key must be str, bytes or int, got "
+                               f"{type(key).__name__}")
     return zlib.crc32(key) % nqueues
 
 
@@ -273,27 +299,48 @@ class Writer:
         self.track_pending = False
 
     # -- validation --------------------------------------------------------------------------
+    def batch_bodies(self, bodies) -> list | tuple:
+        """A batch's bodies as a list or tuple: any iterable of bytes-like objects (a
+        generator is read up to one past max_batch_messages, so an endless one is refused,
+        not exhausted). A single bytes-like object or str is not a batch: InvalidTypeError."""
+        if isinstance(bodies, (list, tuple)):
+            return bodies
+        if isinstance(bodies, (bytes, bytearray, memoryview, str)):
+            raise InvalidTypeError(f"bodies must be an iterable of bytes-like objects, not one "
+                                   f"{type(bodies).__name__} (use put() for one message)")
+        try:
+            it = iter(bodies)
+        except TypeError:
+            raise InvalidTypeError(f"bodies must be an iterable of bytes-like objects, got "
+                                   f"{type(bodies).__name__}") from None
+        out = list(itertools.islice(it, self.config.max_batch_messages + 1))
+        if len(out) > self.config.max_batch_messages:
+            raise BatchTooLargeError(f"more than max_batch_messages "
+                                     f"{self.config.max_batch_messages} messages")
+        return out
+
     def prepare(self, topic, bodies, *, queue_id=None, tags=None, keys=None, properties=None,
                 delay_level=0, sharding_key=None, born_timestamps_ms=None, on_done=None,
                 ) -> PutRequest:
         """Validate a put of many messages (limits, types, topic name, queue) -> PutRequest.
         Writes nothing; the log checks each record's own limits again at append."""
         cfg = self.config
-        if not isinstance(bodies, (list, tuple)):
-            raise InvalidArgumentError("bodies must be a list or tuple of bytes-like objects")
+        bodies = self.batch_bodies(bodies)
         n = len(bodies)
         if n == 0:
-            raise InvalidArgumentError("empty batch")
+            raise InvalidArgumentError("empty batch: nothing to append")
         if n > cfg.max_batch_messages:
             raise BatchTooLargeError(f"{n} messages > max_batch_messages "
                                      f"{cfg.max_batch_messages}")
         try:
             total = _cq.body_bytes(bodies)
         except TypeError:
-            raise InvalidArgumentError("every body must be a bytes-like object") from None
+            raise InvalidTypeError("every body must be a bytes-like object") from None
         if total > cfg.max_batch_bytes and n > 1:   # one message: max_message_bytes rules
             raise BatchTooLargeError(f"{total} body bytes > max_batch_bytes {cfg.max_batch_bytes}")
-        if type(delay_level) is not int or not 0 <= delay_level <= self.delay_levels:
+        if type(delay_level) is not int:
+            raise InvalidTypeError(f"delay_level must be an int, got {type(delay_level).__name__}")
+        if not 0 <= delay_level <= self.delay_levels:
             raise InvalidDelayLevelError(
                 f"delay_level {delay_level!r} outside [0, {self.delay_levels}]")
         if (tags is not None or keys is not None or properties is not None
@@ -381,7 +428,7 @@ class Writer:
         req.target = target
         req.first_index = index
         req.last_index = last = index + n - 1
-        req.store_timestamp = ts
+        req.store_timestamp_ms = ts
         req.end_position = lg.end_position
         if req.single:
             req.position = pos
@@ -504,6 +551,10 @@ class Writer:
 
 
 def check_queue_id(queue_id, nqueues: int, topic) -> None:
-    if type(queue_id) is not int or not 0 <= queue_id < nqueues:
+    """queue_id must be an int (QueueTypeError, a TypeError) in [0, nqueues)."""
+    if type(queue_id) is not int:
+        raise QueueTypeError(f"queue_id must be an int, got {type(queue_id).__name__} "
+                             f"{queue_id!r}")
+    if not 0 <= queue_id < nqueues:
         raise InvalidQueueError(f"queue_id {queue_id!r} outside [0, {nqueues}) for topic "
                                 f"{topic!r}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 
-from .core import HardState, RaftConfig, RaftCore
-from .memlog import MemLog
-from .messages import Message
+from ..raft.core import HardState, RaftConfig, RaftCore
+from ..raft.memlog import MemLog
+from ..raft.messages import Message
 
 
 def pump(cores: dict, logs: dict, *, dispatch: bool = False) -> None:
@@ -57,12 +57,13 @@ class ManualCluster:
         for i in self.ids:
             self._boot(i)
 
-    def _boot(self, i):
+    def _boot(self, i, vote_guard=False):
         self.incarnation[i] += 1
         hist = self.logs[i].config_history(self.voters)
         rng = random.Random(f"{self.seed}/{i}/{self.incarnation[i]}")
         self.cores[i] = RaftCore(i, self.logs[i], rng, self.cfg, hard_state=self.hard[i],
-                                 config_history=hist, peers=self.ids, now_ms=self.now)
+                                 config_history=hist, peers=self.ids, now_ms=self.now,
+                                 restarted=vote_guard)
         self.committed[i] = 0
 
     # -- driving ---------------------------------------------------------------------
@@ -154,9 +155,12 @@ class ManualCluster:
         self._unflushed.pop(i, None)
         self.out.append(f"{i} crashed")
 
-    def restart(self, i):
+    def restart(self, i, vote_guard=False):
+        """Start i again from its log and hard state. vote_guard=True tells the core it ran
+        before (RaftCore(restarted=True)), as a real driver does after a crash; scenario set-ups
+        that prepare logs by hand and reboot leave it off."""
         self.down.discard(i)
-        self._boot(i)
+        self._boot(i, vote_guard)
         self.out.append(f"{i} restarted t{self.hard[i].term} vote={self.hard[i].voted_for}")
 
     def partition(self, *groups):
@@ -176,7 +180,7 @@ class ManualCluster:
 
     def elect(self, i, start_ms: int | None = None):
         """Make `i` campaign now (its vote time has come) and deliver until quiet."""
-        from .messages import Role
+        from ..raft.messages import Role
         c = self.cores[i]
         t = max(self.now, c.next_time_to_request_vote) if start_ms is None else start_ms
         self.tick(t, [i])
@@ -195,7 +199,7 @@ class ManualCluster:
             self.deliver()
 
     def leaders(self):
-        from .messages import Role
+        from ..raft.messages import Role
         return [i for i in self.ids if i not in self.down and self.cores[i].role == Role.LEADER]
 
     def take_output(self) -> list[str]:

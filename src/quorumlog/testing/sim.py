@@ -1,13 +1,20 @@
-"""Deterministic simulation of a RaftCore cluster: simulated time, network, disks and crashes.
+"""Deterministic simulation of a RaftCore cluster: simulated time, network, disks, clocks, crashes.
 
 Everything random comes from one random.Random(seed), so a run is a pure function of its seed
 (and options): a failure names the seed and `pytest --sim-seed N` (or
-`python -m quorumlog.raft.soak --seed N -v`) replays it exactly.
+`python -m quorumlog.testing.soak --seed N -v`) replays it exactly.
 
-The network drops, duplicates, delays (hence reorders) messages and applies partitions,
-including one-way (asymmetric) ones. A crash throws away the core and every log write not
-flushed (MemLog.crash); the hard state survives because the driver loop persists it before it
-sends anything (the contract in core.py). A "disk" completes flushes after a random delay.
+Two kinds of network. Datagram links drop, duplicate and delay (hence reorder) messages, with
+rare long spikes. TCP-like links are FIFO per (src, dst) with a small delay and no loss, but a
+message may stall its link for 200-800 ms (a retransmission timeout): every later message on
+that link waits behind it (head-of-line blocking). Both kinds take partitions, including
+one-way ones; a message in flight on a link that is cut is lost (the connection broke).
+
+A crash throws away the core and every log write not flushed (MemLog.crash); the hard state
+survives because the driver loop persists it before it sends anything (the contract in
+core.py). A "disk" completes flushes after a random delay. A process pause stops a node for up
+to a second: its ticks, deliveries and flushes wait (its clock keeps running). Each node's
+clock runs at its own rate (clock_skew: within 1 +- skew of real time) from its own offset.
 
 Invariants are checked after every event (InvariantViolation names the seed):
   * at most one leader per term
@@ -25,11 +32,14 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from .core import (ConfigChanged, HardState, RaftConfig, RaftCore, ReadyToServe, RoleChanged)
-from .errors import MembershipChangeError, RaftError, TransferError
-from .log import EntryKind
-from .memlog import MemLog
-from .messages import Role
+from ..errors import IndexOutOfRangeError
+from ..raft.core import (HardState, LogInstalled, RaftConfig, RaftCore, ReadAborted, ReadReady,
+                         RoleChanged)
+from ..raft.errors import (DuplicateBatchError, MembershipChangeError, ProducerSequenceError,
+                           RaftError, TransferError)
+from ..raft.log import EntryKind
+from ..raft.memlog import MemLog
+from ..raft.messages import Role
 
 
 class InvariantViolation(AssertionError):
@@ -49,10 +59,19 @@ class FaultProfile:
     disk_max_ms: int = 2
     membership: bool = False      # add/remove members during the run
     transfers: bool = False       # leadership transfers during the run
+    tcp: bool = False             # FIFO links (no drop/dup/reorder) with head-of-line stalls
+    stall: float = 0.0            # probability that a message stalls its link (tcp links)
+    stall_min_ms: int = 200
+    stall_max_ms: int = 800
+    pause_rate: float = 0.0       # process pauses per simulated second (one random node each)
+    pause_max_ms: int = 1000
+    clock_skew: float = 0.0       # each node's clock rate is within 1 +- clock_skew
+    lanes: int = 1                # tcp: 2 = control messages on a connection of their own
+    retention_rate: float = 0.0   # head drops (committed entries) per simulated second
 
     @classmethod
     def random(cls, rng: random.Random) -> "FaultProfile":
-        return cls(
+        f = cls(
             drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.3)),
             dup=rng.choice((0.0, 0.02, 0.1)),
             min_delay_ms=rng.choice((0, 1, 2)),
@@ -65,6 +84,14 @@ class FaultProfile:
             membership=rng.random() < 0.3,
             transfers=rng.random() < 0.3,
         )
+        if rng.random() < 0.5:  # TCP-like links instead of datagrams
+            f.tcp, f.drop, f.dup, f.spike = True, 0.0, 0.0, 0.0
+            f.min_delay_ms, f.max_delay_ms = 0, rng.choice((2, 10))
+            f.stall = rng.choice((0.0, 0.01, 0.05))
+        f.pause_rate = rng.choice((0.0, 0.0, 0.3, 1.0))
+        f.clock_skew = rng.choice((0.0, 0.01, 0.05))
+        f.retention_rate = rng.choice((0.0, 0.0, 2.0, 10.0))
+        return f
 
 
 @dataclass
@@ -80,11 +107,14 @@ class SimResult:
     liveness_ms: int = -1
     stats: dict = field(default_factory=dict)
     trace: list = field(default_factory=list)
+    ack_times: list = field(default_factory=list)   # real ms of every acknowledged proposal
+    leader_times: list = field(default_factory=list)  # (real ms, term, node) of each election
+    failover_ms: int = -1   # with crash_leader_at_ms: crash -> first commit by a new leader
 
 
 class _Node:
     __slots__ = ("id", "core", "log", "hard", "alive", "incarnation", "flush_pending",
-                 "commit_seen", "tick_phase")
+                 "commit_seen", "tick_phase", "rate", "clock0", "paused_until")
 
     def __init__(self, nid):
         self.id = nid
@@ -96,6 +126,13 @@ class _Node:
         self.flush_pending = False
         self.commit_seen = 0
         self.tick_phase = 0
+        self.rate = 1.0       # clock rate relative to real (simulated) time
+        self.clock0 = 0       # clock offset
+        self.paused_until = 0
+
+    def clock(self, t: int) -> int:
+        """This node's monotonic clock at real time t."""
+        return self.clock0 + int(t * self.rate)
 
 
 TICK, DELIVER, FLUSH, FAULT, PROPOSE, RESTART, ADMIN = range(7)
@@ -105,7 +142,7 @@ class Simulator:
     def __init__(self, seed: int, n_nodes: int = 3, *, faults: FaultProfile | None = None,
                  config: RaftConfig | None = None, fault_ms: int = 3000, liveness_ms: int = 6000,
                  tick_ms: int = 10, propose_every_ms: int = 15, spare_nodes: int = 0,
-                 trace: bool = False):
+                 trace: bool = False, crash_leader_at_ms: int | None = None):
         self.seed = seed
         self.rng = random.Random(seed)
         rng = self.rng
@@ -116,7 +153,7 @@ class Simulator:
             inflight = rng.choice((1, 3, 16))
             config = RaftConfig(max_batch_entries=rng.choice((2, 16, 256) if inflight > 1 else (16, 256)),
                                 max_inflight_batches=inflight,
-                                max_batch_bytes=rng.choice((200, 2000, 1 << 20) if inflight > 1
+                                max_batch_bytes=rng.choice((300, 2000, 1 << 20) if inflight > 1
                                                            else (2000, 1 << 20)),
                                 max_uncommitted_entries=rng.choice((40, 200)))
         self.cfg = config
@@ -143,15 +180,35 @@ class Simulator:
         self.acked: dict[int, tuple] = {}                 # proposal id -> (index, term)
         self.pending: dict[int, tuple] = {}               # proposal id -> (node, index, term)
         self.next_pid = 1
+        self.client_seq = {cid: 0 for cid in range(1, 5)}
+        self.retry_pool: list = []                        # ((pid, seq), count) to retry
+        self.batch_of: dict[int, tuple] = {}              # last proposal id -> ((pid, seq), count)
+        self.committed_batches: dict[tuple, tuple] = {}   # (pid, seq) -> (first, last)
+        self.max_acked_index = 0                          # highest index acknowledged to a client
+        self.reads: dict[int, int] = {}                   # read id -> max_acked_index at issue
+        self.next_read = 1
         self.elections = 0
         self.events = 0
         self.stats: dict[str, int] = {}
         self.liveness_probes: set = set()
         self.liveness_done_ms = -1
+        self.link_free: dict[tuple, int] = {}   # tcp links: when the link's last message lands
+        self.ack_times: list[int] = []
+        self.leader_times: list[tuple] = []
+        self.crash_leader_at_ms = crash_leader_at_ms
+        self.crashed_leader: tuple | None = None  # (node id, real ms) of crash_leader_at_ms
+        self.failover_ms = -1
+        skew = self.faults.clock_skew
         for nid in self.ids:
             n = self.nodes[nid]
+            # half the nodes forget the term before a dropped head, as the native log does
+            n.log.keep_head_term = rng.random() < 0.5
+            n.log.meta = f"store state of {nid}".encode()
             n.log.observer = self._make_observer(n)
             n.tick_phase = rng.randrange(tick_ms)
+            if skew:
+                n.rate = 1.0 + rng.uniform(-skew, skew)
+                n.clock0 = rng.randrange(1 << 20)
             self._start(n)
 
     # -- plumbing ----------------------------------------------------------------------
@@ -172,8 +229,10 @@ class Simulator:
         n.flush_pending = False
         n.commit_seen = 0
         history = n.log.config_history(self.initial_voters)
+        n.paused_until = 0
         n.core = RaftCore(n.id, n.log, random.Random(self.rng.getrandbits(64)), self.cfg,
-                          hard_state=n.hard, config_history=history, peers=self.ids, now_ms=self.now)
+                          hard_state=n.hard, config_history=history, peers=self.ids,
+                          now_ms=n.clock(self.now), restarted=n.incarnation > 1)
         self._push(self.now + n.tick_phase, TICK, n.id, n.incarnation)
         self._t(f"start {n.id} inc={n.incarnation} {n.core.status()}")
 
@@ -186,18 +245,34 @@ class Simulator:
     def _make_observer(self, n: _Node):
         entries = self.entries
 
+        def check(lg, lo, hi):
+            for i in range(lo, hi + 1):
+                term, kind, data = lg.entry(i)
+                try:
+                    prev = lg.term_at(i - 1)
+                except IndexOutOfRangeError:
+                    prev = None  # (a dropped head's term, not kept: as the native log)
+                key = (i, term)
+                got = entries.get(key)
+                val = (int(kind), data, prev)
+                if got is None or (got[2] is None and prev is not None):
+                    entries[key] = val
+                elif got[:2] != val[:2] or (prev is not None and got[2] != prev):
+                    self._fail(f"log matching: {n.id} has {val} at {key}, another node {got}")
+
         def observer(event, lg, a, b):
             if event == "append":
-                for i in range(a, b + 1):
-                    term, kind, data = lg.entry(i)
-                    prev = lg.term_at(i - 1)
-                    key = (i, term)
-                    got = entries.get(key)
-                    val = (int(kind), data, prev)
-                    if got is None:
-                        entries[key] = val
-                    elif got != val:
-                        self._fail(f"log matching: {n.id} has {val} at {key}, another node {got}")
+                check(lg, a, b)
+            elif event == "install":  # the whole log was replaced (a had b... now b entries)
+                self.stats["installs"] = self.stats.get("installs", 0) + 1
+                core = n.core
+                if core is not None and core.commit_index > lg.last_index():
+                    self._fail(f"{n.id} installed a log ending at {lg.last_index()} below its "
+                               f"commit {core.commit_index}")
+                check(lg, lg.first_index(), lg.last_index())
+                for i in range(lg.first_index(), min(lg.last_index(), self.max_committed) + 1):
+                    if lg.entry(i) != self.committed[i]:
+                        self._fail(f"{n.id} installed {lg.entry(i)} at committed index {i}")
             else:  # truncate after a (log had b entries)
                 self.stats["truncations"] = self.stats.get("truncations", 0) + 1
                 # (a node may drop a copy of a globally committed entry it never counted as
@@ -232,6 +307,18 @@ class Simulator:
         rng = self.rng
         if (m.src, m.dst) in self.blocked:
             return
+        if f.tcp:
+            link = (m.src, m.dst, m.lane if f.lanes > 1 else 0)
+            # FIFO per link; a stalled message holds back everything sent after it
+            t = self.now + rng.randint(f.min_delay_ms, f.max_delay_ms)
+            if not self.healed and f.stall and rng.random() < f.stall:
+                t += rng.randint(f.stall_min_ms, f.stall_max_ms)
+            free = self.link_free.get(link, 0)
+            if t < free:
+                t = free
+            self.link_free[link] = t
+            self._push(t, DELIVER, m)
+            return
         if not self.healed and f.drop and rng.random() < f.drop:
             return
         copies = 2 if (not self.healed and f.dup and rng.random() < f.dup) else 1
@@ -247,11 +334,54 @@ class Simulator:
         self.stats[name] = self.stats.get(name, 0) + 1
         if isinstance(ev, RoleChanged) and ev.role == Role.LEADER:
             self.elections += 1
+            self.leader_times.append((self.now, ev.term, n.id))
             other = self.leader_of_term.get(ev.term)
             if other is not None and other != n.id:
                 self._fail(f"two leaders in term {ev.term}: {other} and {n.id}")
             self.leader_of_term[ev.term] = n.id
             self._check_leader_completeness(n)
+            self._check_no_other_leader_serves(n)
+        elif isinstance(ev, ReadReady):
+            self._check_read(n, ev.index, self.reads.pop(ev.ctx), "read_index")
+        elif isinstance(ev, ReadAborted):
+            self.reads.pop(ev.ctx, None)
+
+    def _check_no_other_leader_serves(self, n: _Node):
+        """The lease: when n becomes leader, no older leader may still be ready to serve or
+        hold a valid lease (judged by its own clock now)."""
+        for m in self.nodes.values():
+            if m is n or not m.alive or m.core.role != Role.LEADER or m.core.term >= n.core.term:
+                continue  # (a leader of an older term elected late is harmless: it can commit
+                # nothing, and the newer one's lease is not in question)
+            if m.core.lease_valid(m.clock(self.now)):
+                self._fail(f"lease: {m.id} (term {m.core.term}) still holds its lease when {n.id} "
+                           f"becomes leader of term {n.core.term}")
+            if m.core.is_ready_to_serve and m.paused_until <= self.now:
+                self._fail(f"lease: {m.id} (term {m.core.term}) still ready to serve when {n.id} "
+                           f"becomes leader of term {n.core.term}")
+
+    def _check_read(self, n: _Node, index: int, acked_before: int, how: str):
+        """Linearizable reads: a read served at `index` (dispatch >= index) sees every write
+        acknowledged to a client before the read began."""
+        self.stats["reads"] = self.stats.get("reads", 0) + 1
+        if index < acked_before:
+            self._fail(f"stale {how} on {n.id} (term {n.core.term}): index {index} < {acked_before} "
+                       "acknowledged before the read")
+
+    def _check_exactly_once(self, n: _Node, c: int):
+        """A (producer id, sequence) is committed at one place only, however often it was
+        retried."""
+        lo = max(n.commit_seen + 1, n.log.first_index())
+        if c < lo:
+            return
+        seen = self.committed_batches
+        for first, last, pid, seq in n.log.producers(lo, c):
+            got = seen.get((pid, seq))
+            if got is None:
+                seen[(pid, seq)] = (first, last)
+            elif got != (first, last):
+                self._fail(f"exactly-once: producer {pid} seq {seq} committed at {got} and at "
+                           f"{(first, last)} (on {n.id})")
 
     def _check_leader_completeness(self, n: _Node):
         """Raft's Leader Completeness: an entry committed in term t is in the log of every
@@ -260,7 +390,7 @@ class Simulator:
         lg = n.log
         u = n.core.term
         m = max((c for t, c in self.committed_in_term.items() if t < u), default=0)
-        if m:
+        if m >= lg.first_index():  # (below it: dropped by retention, committed by definition)
             if lg.last_index() < m:
                 self._fail(f"leader completeness: new leader {n.id} ends at {lg.last_index()}, "
                            f"committed {m}")
@@ -268,7 +398,8 @@ class Simulator:
                 self._fail(f"leader completeness: {n.id} entry {m} {lg.entry(m)} != committed "
                            f"{self.committed[m]}")
         for pid, (idx, term) in self.acked.items():
-            if term < u and (idx > lg.last_index() or lg.entry(idx)[2] != pid):
+            if term < u and idx >= lg.first_index() and (idx > lg.last_index()
+                                                         or lg.entry(idx)[2] != pid):
                 self._fail(f"acked proposal {pid} at {idx}/t{term} missing from new leader {n.id}")
 
     def _on_commit(self, n: _Node, c: int):
@@ -277,14 +408,18 @@ class Simulator:
         lg = n.log
         if c > lg.last_index():
             self._fail(f"{n.id} commit {c} beyond its log end {lg.last_index()}")
+        if c > lg.flushed_index():
+            # the driver dispatches and checkpoints up to the commit index: never past the disk
+            self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
         committed = self.committed
-        for i in range(n.commit_seen + 1, c + 1):
+        for i in range(max(n.commit_seen + 1, lg.first_index()), c + 1):
             e = lg.entry(i)
             got = committed.get(i)
             if got is None:
                 committed[i] = e
             elif got != e:
                 self._fail(f"committed entry {i} changed: {got} then {e} on {n.id}")
+        self._check_exactly_once(n, c)
         if c > self.max_committed:
             # committed indexes form a prefix: every node commits a prefix of the same log
             for i in range(self.max_committed + 1, c + 1):
@@ -304,12 +439,21 @@ class Simulator:
                     # reported committed to the client: the entry is still ours at commit time
                     if lg.term_at(idx) == t and lg.entry(idx)[2] == pid:
                         self.acked[pid] = (idx, t)
+                        self.ack_times.append(self.now)
+                        if idx > self.max_acked_index:
+                            self.max_acked_index = idx
                         if pid in self.liveness_probes and self.liveness_done_ms < 0:
                             self.liveness_done_ms = self.now
+                        cl = self.crashed_leader
+                        if cl is not None and self.failover_ms < 0 and n.id != cl[0]:
+                            self.failover_ms = self.now - cl[1]
                 elif t < term:
                     done.append(pid)  # an old leader's proposal: the client would time out
             for pid in done:
                 del self.pending[pid]
+                b = self.batch_of.pop(pid, None)
+                if b is not None and pid not in self.acked:
+                    self.retry_pool.append(b)  # no answer: the client retries
 
     # -- faults and workload -------------------------------------------------------------
     def _schedule_workload(self):
@@ -319,7 +463,8 @@ class Simulator:
         while t < self.fault_ms:
             t += self.propose_every_ms
             self._push(t, PROPOSE)
-        for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition")):
+        for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition"),
+                           (f.pause_rate, "pause"), (f.retention_rate, "retention")):
             if rate <= 0:
                 continue
             t = 0.0
@@ -329,32 +474,96 @@ class Simulator:
                     break
                 self._push(int(t), FAULT, kind)
         if f.membership:
-            for _ in range(3):
+            for _ in range(20):
                 self._push(rng.randrange(200, self.fault_ms), ADMIN, "member")
         if f.transfers:
             for _ in range(3):
                 self._push(rng.randrange(200, self.fault_ms), ADMIN, "transfer")
+        if self.crash_leader_at_ms is not None:
+            self._push(self.crash_leader_at_ms, FAULT, "crash_leader")
         self._push(self.fault_ms, FAULT, "heal")
 
     def _leaders(self):
         return [n for n in self.nodes.values() if n.alive and n.core.role == Role.LEADER]
 
+    def _running_leaders(self):
+        """Leaders that can take a client request now (not paused)."""
+        return [n for n in self._leaders() if n.paused_until <= self.now]
+
     def _propose(self, probe=False):
-        leaders = self._leaders()
+        leaders = self._running_leaders()
         if not leaders:
             return None
-        n = self.rng.choice(leaders)
-        count = 1 if probe else self.rng.randint(1, 4)
+        rng = self.rng
+        n = rng.choice(leaders)
+        count = 1 if probe else rng.randint(1, 4)
+        producer = None
+        if not probe:
+            # four clients with producer ids; now and then one retries a batch it got no
+            # answer for (its leader changed): the same (pid, seq), new payload objects
+            if self.retry_pool and rng.random() < 0.3:
+                producer, count = self.retry_pool.pop(rng.randrange(len(self.retry_pool)))
+            else:
+                cid = rng.randint(1, 4)
+                self.client_seq[cid] += 1
+                producer = (cid, self.client_seq[cid])
         pids = list(range(self.next_pid, self.next_pid + count))
         try:
-            first, last = n.core.propose(pids, count, count * 8)
+            first, last = n.core.propose(pids, count, count * 8, producer=producer)
+        except DuplicateBatchError:
+            self.stats["duplicates_answered"] = self.stats.get("duplicates_answered", 0) + 1
+            return None
+        except ProducerSequenceError:
+            self.stats["retries_refused"] = self.stats.get("retries_refused", 0) + 1
+            return None
         except RaftError:
+            if producer is not None and producer[1] <= self.client_seq[producer[0]]:
+                self.retry_pool.append((producer, count))  # try again later
             return None
         self.next_pid += count
         for i, pid in enumerate(pids):
             self.pending[pid] = (n.id, first + i, n.core.term)
+        if producer is not None:
+            self.batch_of[pids[-1]] = (producer, count)
         self._drain(n)
         return pids[-1]
+
+    def _retention(self, n: _Node):
+        """Drop the head of n's log below (about) its commit index, as deleting old segment
+        files does: a follower that needs those entries must be installed from a retained
+        log (a new, empty member joining later too)."""
+        lg = n.log
+        k = n.core.commit_index - self.rng.randint(0, 10)
+        if k - lg.first_index() < 5 or k > lg.last_index():
+            return
+        voters, learners = n.core.voters, ()
+        for idx, vs, ls in n.core.configs:
+            if idx <= k - 1:
+                voters, learners = vs, ls
+        dropped = lg.drop_before(k, (voters, learners))
+        self.stats["retention_drops"] = self.stats.get("retention_drops", 0) + 1
+        self._t(f"retention: {n.id} dropped {dropped} entries, head now {lg.first_index()}")
+
+    def _read(self):
+        """A client read on a random running leader: a lease read (checked at once) or a
+        read_index (checked when ReadReady comes)."""
+        leaders = self._running_leaders()
+        if not leaders:
+            return
+        n = self.rng.choice(leaders)
+        if self.rng.random() < 0.5:
+            idx = n.core.lease_read_index(n.clock(self.now))
+            if idx is not None:
+                self._check_read(n, idx, self.max_acked_index, "lease read")
+            return
+        rid = self.next_read
+        self.next_read += 1
+        try:
+            n.core.read_index(rid)
+        except RaftError:
+            return
+        self.reads[rid] = self.max_acked_index
+        self._drain(n)
 
     def _fault(self, kind):
         rng = self.rng
@@ -364,6 +573,20 @@ class Simulator:
                 n = rng.choice(alive)
                 self._crash(n)
                 self._push(self.now + rng.randint(50, 800), RESTART, n.id)
+        elif kind == "pause":
+            if alive:
+                n = rng.choice(alive)
+                n.paused_until = max(n.paused_until, self.now + rng.randint(20, self.faults.pause_max_ms))
+                self._t(f"pause {n.id} until {n.paused_until}")
+        elif kind == "retention":
+            if alive:
+                self._retention(rng.choice(alive))
+        elif kind == "crash_leader":
+            leaders = self._leaders()
+            if leaders:
+                n = leaders[0]
+                self._crash(n)
+                self.crashed_leader = (n.id, self.now)
         elif kind == "partition":
             ids = self.ids
             self.blocked = set()
@@ -396,15 +619,17 @@ class Simulator:
             self.blocked = set()
             self._t("heal: network healed, restarting crashed nodes")
             for n in self.nodes.values():
-                if not n.alive:
+                if not n.alive and (self.crashed_leader is None or n.id != self.crashed_leader[0]):
                     self._start(n)
 
     def _admin(self, kind):
         rng = self.rng
-        leaders = self._leaders()
+        leaders = self._running_leaders()
         if not leaders:
             return
-        n = leaders[0]
+        # any node that believes it leads (a stale, partitioned leader too): uncommitted
+        # changes on both sides of a partition are what deadlocked elections once
+        n = rng.choice(leaders)
         core = n.core
         try:
             if kind == "transfer":
@@ -414,12 +639,15 @@ class Simulator:
                     self._t(f"admin: {n.id} transfer to {to}")
                     core.transfer_leadership(to)
             else:
+                # groups shrink down to one voter and grow back (removals to 1-2 voters are
+                # allowed; two uncommitted removals on the two sides of a partition once
+                # deadlocked elections for good)
                 non_voters = [i for i in self.ids if i not in core.voters]
-                if non_voters and (len(core.voters) <= 3 or rng.random() < 0.5):
+                if non_voters and (len(core.voters) <= 1 or rng.random() < 0.5):
                     p = rng.choice(non_voters)
                     self._t(f"admin: {n.id} add {p}")
                     core.add_member(p)
-                elif len(core.voters) > 3:
+                elif len(core.voters) > 1:
                     p = rng.choice([v for v in core.voters if v != n.id])
                     self._t(f"admin: {n.id} remove {p}")
                     core.remove_member(p)
@@ -443,11 +671,17 @@ class Simulator:
         res.liveness_ms = self.liveness_done_ms - self.fault_ms if self.liveness_done_ms >= 0 else -1
         res.trace = self.trace
         res.stats = self.stats
+        res.ack_times = self.ack_times
+        res.leader_times = self.leader_times
+        res.failover_ms = self.failover_ms
         return res
 
     def _run(self):
         self._schedule_workload()
-        end = self.fault_ms + self.liveness_ms
+        # a proposal must commit within liveness_ms of the heal; everything must converge (all
+        # voters caught up, no learner left) within twice that (catch-up with 2-entry batches
+        # over reordering links is slow, not stuck)
+        end = self.fault_ms + 2 * self.liveness_ms
         nodes = self.nodes
         q = self._q
         tick_ms = self.tick_ms
@@ -458,11 +692,18 @@ class Simulator:
                 break
             self.now = t
             self.events += 1
+            if kind <= FLUSH:
+                # a paused process does nothing until it resumes: its ticks, deliveries (in
+                # their order) and flush completions wait
+                n = nodes[a.dst if kind == DELIVER else a]
+                if n.paused_until > t and n.alive:
+                    self._push(n.paused_until, kind, a, b)
+                    continue
             if kind == TICK:
                 n = nodes[a]
                 if not n.alive or n.incarnation != b:
                     continue
-                n.core.tick(t)
+                n.core.tick(n.clock(t))
                 self._drain(n)
                 self._push(t + tick_ms, TICK, a, b)
                 if self.healed and t >= next_probe_ms and self.liveness_done_ms < 0:
@@ -493,6 +734,7 @@ class Simulator:
                 self._drain(n)
             elif kind == PROPOSE:
                 self._propose()
+                self._read()
             elif kind == FAULT:
                 self._fault(a)
             elif kind == RESTART:
@@ -501,16 +743,27 @@ class Simulator:
                     self._start(n)
             elif kind == ADMIN:
                 self._admin(a)
-        if self.liveness_done_ms < 0:
+        if self.liveness_done_ms < 0 or self.liveness_done_ms > self.fault_ms + self.liveness_ms:
             self._fail(f"liveness: no proposal committed within {self.liveness_ms}ms after heal; "
-                       + "; ".join(n.core.status() for n in nodes.values() if n.alive))
+                       + self._states())
+        if self.crashed_leader is None and not self._converged():
+            # every voter caught up and no membership change left half done (a learner a
+            # former leader started adding is promoted by the current one)
+            self._fail(f"liveness: not converged {2 * self.liveness_ms}ms after heal; "
+                       + self._states())
         self._final_check()
+
+    def _states(self) -> str:
+        return "; ".join(f"{n.core.status()} voters={','.join(n.core.voters)} learner={n.core.learner}"
+                         for n in self.nodes.values() if n.alive)
 
     def _converged(self) -> bool:
         leaders = self._leaders()
         if len(leaders) != 1:
             return False
         ld = leaders[0].core
+        if ld.learner is not None:
+            return False
         voters = ld.voters
         end = ld.log.last_index()
         return all(self.nodes[v].alive and self.nodes[v].core.commit_index == end
@@ -521,7 +774,7 @@ class Simulator:
         for n in self.nodes.values():
             if not n.alive:
                 continue
-            for i in range(1, n.core.commit_index + 1):
+            for i in range(n.log.first_index(), n.core.commit_index + 1):
                 if n.log.entry(i) != self.committed.get(i):
                     self._fail(f"final: {n.id} entry {i} {n.log.entry(i)} != committed {self.committed.get(i)}")
 
@@ -546,3 +799,33 @@ def run_seed(seed: int, **overrides) -> SimResult:
     kw.update(overrides)
     n = kw.pop("n_nodes")
     return Simulator(seed, n, **kw).run()
+
+
+def benign_faults(stall: float = 0.01) -> FaultProfile:
+    """What a healthy LAN looks like to the core: TCP-like links, 0-2 ms, no loss; `stall` of
+    the messages hit a 200-800 ms retransmission stall that holds up their link."""
+    return FaultProfile(tcp=True, min_delay_ms=0, max_delay_ms=2, stall=stall, disk_max_ms=2)
+
+
+def benign_run(seed: int, duration_ms: int = 60000, *, stall: float = 0.01, n_nodes: int = 3,
+               config: RaftConfig | None = None) -> SimResult:
+    """A long run without crashes, partitions or pauses (the core's defaults unless `config`);
+    every election after the first is a spurious one."""
+    return Simulator(seed, n_nodes, faults=benign_faults(stall), config=config or RaftConfig(),
+                     fault_ms=duration_ms, liveness_ms=2000).run()
+
+
+def failover_run(seed: int, *, stall: float = 0.0, n_nodes: int = 3,
+                 config: RaftConfig | None = None) -> SimResult:
+    """Crash the leader at a random moment 2-3 s into a benign run; SimResult.failover_ms is
+    the time from the crash to the first proposal committed by a new leader."""
+    at = 2000 + random.Random(seed ^ 0xFA11).randrange(1000)
+    return Simulator(seed, n_nodes, faults=benign_faults(stall), config=config or RaftConfig(),
+                     fault_ms=at + 3000, liveness_ms=2000, crash_leader_at_ms=at).run()
+
+
+def silent_ms(ack_times, start_ms: int, end_ms: int, bucket_ms: int = 100) -> int:
+    """Milliseconds of [start_ms, end_ms) in bucket_ms slices during which no proposal was
+    acknowledged (proposals are offered every 15 ms, so a healthy slice always has some)."""
+    full = set(t // bucket_ms for t in ack_times if start_ms <= t < end_ms)
+    return sum(bucket_ms for b in range(start_ms // bucket_ms, end_ms // bucket_ms) if b not in full)

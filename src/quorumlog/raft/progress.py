@@ -11,6 +11,9 @@ handful of attributes and a deque, never a per-entry structure.
     APPEND   -- pipelined: up to max_inflight_batches batches in flight, each at most
                 max_batch_bytes; a batch not acknowledged within append_timeout_ms re-sends
                 from the follower's match point
+    INSTALL  -- the follower needs entries the leader no longer holds: the leader streams its
+                retained log (an InstallImage) in chunks of max_batch_bytes, up to
+                max_inflight_batches in flight; then APPEND from the image's end
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from .messages import DispatchState
 
 class Progress:
     __slots__ = ("peer", "state", "match", "next", "inflight", "epoch", "probe_prev",
-                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at")
+                 "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at",
+                 "acked_seq", "lease_ack_ms", "image", "image_sent", "image_acked",
+                 "gaps_below_match", "gap_probe_epoch")
 
     def __init__(self, peer: str, next_index: int, now_ms: int, is_learner: bool = False):
         self.peer = peer
@@ -32,13 +37,22 @@ class Progress:
         self.epoch = 0                 # bumped on every reset; stale rejections are ignored
         self.probe_prev = next_index - 1
         self.probe_sent_ms = -(1 << 62)
-        self.last_resp_ms = now_ms
+        self.last_resp_ms = now_ms     # its last answer to us (check-quorum)
+        self.acked_seq = 0             # highest heartbeat round it answered SUCCESS (read_index)
+        self.lease_ack_ms = -(1 << 62)  # send time of that round (the leader's lease)
+        self.image = None              # INSTALL: the InstallImage being streamed
+        self.image_sent = 0            # INSTALL: next byte offset to send
+        self.image_acked = 0           # INSTALL: offset the follower has staged up to
         self.is_learner = is_learner
-        self.behind_retention = False  # next < log.first_index(): needs segment streaming
+        self.behind_retention = False  # next < log.first_index(): needs an install (reported once)
         # removed from the voters by the CONFIG entry at this index: still replicated to (as
         # a learner) until that entry commits, so the removed node learns it is out and stops
         # campaigning (a removed node that never hears of it keeps bumping terms)
         self.leaving_at = 0
+        # GAP answers below `match` in a row, and the epoch of the probe they triggered: a
+        # follower that lost acknowledged entries (async flush + power loss) is re-probed
+        self.gaps_below_match = 0
+        self.gap_probe_epoch = -1
 
     def reset_to(self, state: DispatchState, next_index: int) -> None:
         self.state = state

@@ -1,0 +1,344 @@
+"""Clients of a quorumlog replica group: AsyncClient (asyncio) and Client (plain threads).
+
+    with quorumlog.Client(["127.0.0.1:8001", "127.0.0.1:8002"], secret=...) as c:
+        r = c.produce("orders", [b"a", b"b"])          # committed on a majority when it returns
+        msgs = c.fetch("orders", r.queue_id, r.first_queue_offset, wait_ms=1000)
+
+* Connects to any member and follows NOT_LEADER redirects to the leader (the error names the
+  leader's client address); with no address known it tries the other members.
+* Idempotent retries: the client has a random 63-bit producer id and numbers its batches; a
+  retried batch keeps its sequence number, so a leader (a new one after failover too) that
+  already holds it answers with the original result instead of appending it twice. Retries
+  go on (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, timeouts and lost
+  connections, until `retry_timeout` runs out.
+* produce_many(topic, batches, window=8) keeps up to `window` batches in flight.
+* The batch's bodies are framed by a Cython loop (quorumlog._clientframe), not a Python loop
+  per message.
+* Reads (fetch, offsets) go to the member the client is connected to (a follower serves its
+  own committed data); fetch long-polls with wait_ms.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from typing import NamedTuple
+
+from .errors import QuorumlogError
+from ._clientframe import decode_fetched
+from .net import codec
+from .net import messages as m
+from .net.auth import AuthConfig
+from .net.errors import NetError, TransportClosedError
+from .net.transport import TransportConfig, connect_client
+from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AsyncClient", "Client", "FetchResult"]
+
+_RETRYABLE = (NotLeaderError, LeaderTransferringError, BackpressureError, TimeoutError,
+              TransportClosedError, ConnectionError, OSError, m.RequestTimeoutError)
+_PRODUCE_TYPE = codec.spec_for(m.ProduceRequest("t", [])).type_code
+
+
+class FetchResult(NamedTuple):
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list           # FetchedMessage (quorumlog._clientframe), one per message
+
+
+def _addr(a) -> tuple[str, int]:
+    if isinstance(a, tuple):
+        return a[0], int(a[1])
+    host, _, port = str(a).rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class _EncodedProduce:
+    """A ProduceRequest whose frame payload was built by the Cython framer (sent with
+    ClientChannel.request_encoded)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+
+def encode_produce(topic: str, bodies, queue_id: int, tags, producer_id: int, sequence: int,
+                   delay_level: int = 0) -> list:
+    """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields, topic and
+    tags in Python (once per batch), the bodies by the Cython framer (once per message)."""
+    from ._clientframe import encode_bodies
+    req = m.ProduceRequest(topic, [], queue_id, tags, delay_level, producer_id, sequence)
+    code, head = codec.encode_payload(req)        # validates every field but the bodies
+    # head ends with the empty bodies list's u32 count 0: replace it with the real list
+    h = head[0][:-4] if len(head) == 1 else None
+    if h is None:
+        raise QuorumlogError("unexpected produce header layout")
+    body_list = encode_bodies(bodies, m.MAX_BATCH_MESSAGES)
+    return [h, body_list]
+
+
+class AsyncClient:
+    def __init__(self, addresses, *, client_id: str | None = None, secret=None,
+                 cluster_id: str = "quorumlog", insecure: bool = False,
+                 request_timeout: float = 10.0, retry_timeout: float = 30.0,
+                 producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
+                 connect_timeout: float = 1.0):
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        self.addresses = [_addr(a) for a in addresses]
+        if not self.addresses:
+            raise QuorumlogError("AsyncClient needs at least one server address")
+        self.client_id = client_id or f"client-{random.getrandbits(40):010x}"
+        self.auth = AuthConfig(cluster_id, self.client_id, secret, insecure=insecure)
+        self.request_timeout = request_timeout
+        self.retry_timeout = retry_timeout
+        self.producer_id = producer_id if producer_id is not None else \
+            random.getrandbits(63) or 1
+        self._seq = 0
+        # a member that accepts TCP but does not answer (stopped, overloaded) must not hold
+        # a request for long: give up on it after connect_timeout and try the next one
+        self.connect_timeout = min(connect_timeout, request_timeout)
+        self._tconfig = TransportConfig(max_frame_bytes=max_frame_bytes,
+                                        max_send_queue_bytes=max(64 << 20, max_frame_bytes),
+                                        handshake_timeout_ms=int(self.connect_timeout * 1000),
+                                        connect_timeout_ms=int(self.connect_timeout * 1000))
+        self._channel = None
+        self._channel_addr = None
+        self._leader_addr = None
+        self._connecting: asyncio.Lock | None = None
+        self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0}
+
+    # -- connection --------------------------------------------------------------------------
+    async def _connect(self, prefer=None, exact=False):
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            ch = self._channel
+            if ch is not None and not ch.closed and (prefer is None
+                                                           or prefer == self._channel_addr):
+                return ch
+            if ch is not None:
+                await ch.close()
+                self._channel = None
+            order = ([prefer] if prefer else []) + \
+                ([] if exact else [a for a in self.addresses if a != prefer])
+            last = None
+            for host, port in order:
+                try:
+                    ch = await connect_client(host, port, self.auth,
+                                              timeout=self.connect_timeout,
+                                              config=self._tconfig)
+                except (OSError, TimeoutError, NetError) as e:
+                    last = e
+                    continue
+                self._channel, self._channel_addr = ch, (host, port)
+                self.stats["reconnects"] += 1
+                return ch
+            raise ConnectionError(f"no server reachable among {order}: {last}")
+
+    async def _request(self, msg, prefer=None, timeout=None, exact=False):
+        ch = await self._connect(prefer, exact)
+        self.stats["requests"] += 1
+        if isinstance(msg, _EncodedProduce):
+            resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
+                                            timeout or self.request_timeout)
+        else:
+            resp = await ch.request(msg, timeout or self.request_timeout)
+        if isinstance(resp, m.ErrorResponse):
+            raise resp.to_exception()
+        return resp
+
+    async def _with_retries(self, msg, *, to_leader: bool, timeout=None):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout
+        delay = 0.02
+        while True:
+            prefer = self._leader_addr if to_leader else None
+            try:
+                return await self._request(msg, prefer, timeout)
+            except _RETRYABLE as e:
+                if isinstance(e, NotLeaderError):
+                    addr = getattr(e, "leader_address", None)
+                    if addr and _addr(addr) != self._leader_addr:
+                        # a redirect to a leader we were not talking to: go there at once
+                        self._leader_addr = _addr(addr)
+                        self.stats["redirects"] += 1
+                        self.stats["retries"] += 1
+                        if loop.time() > deadline:
+                            raise
+                        continue
+                    else:
+                        self._leader_addr = self._next_address()
+                else:
+                    # the member may be gone: drop the connection, try the others
+                    if self._channel is not None:
+                        await self._channel.close()
+                        self._channel = None
+                    if to_leader:
+                        self._leader_addr = self._next_address()
+                self.stats["retries"] += 1
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _next_address(self):
+        cur = self._channel_addr or self._leader_addr
+        if cur in self.addresses:
+            return self.addresses[(self.addresses.index(cur) + 1) % len(self.addresses)]
+        return self.addresses[0]
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    # -- produce -----------------------------------------------------------------------------
+    def next_sequence(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    async def produce(self, topic: str, bodies, *, queue_id: int = -1, tags: str | None = None,
+                      sequence: int | None = None) -> m.ProduceResponse:
+        """Append one message (bytes) or a batch (list of bytes) to one queue of `topic`
+        (queue_id -1: the server picks, round-robin per batch). Returns once committed."""
+        if isinstance(bodies, (bytes, bytearray, memoryview)):
+            bodies = [bodies]
+        seq = self.next_sequence() if sequence is None else sequence
+        parts = encode_produce(topic, bodies, queue_id, tags, self.producer_id, seq)
+        return await self._with_retries(_EncodedProduce(parts), to_leader=True)
+
+    async def produce_many(self, topic: str, batches, *, window: int = 8, queue_id: int = -1,
+                           tags: str | None = None) -> list:
+        """Produce every batch of `batches`, at most `window` in flight; results in order."""
+        sem = asyncio.Semaphore(window)
+
+        async def one(b, seq):
+            async with sem:
+                return await self.produce(topic, b, queue_id=queue_id, tags=tags, sequence=seq)
+        return await asyncio.gather(*(one(b, self.next_sequence()) for b in batches))
+
+    # -- reads -------------------------------------------------------------------------------
+    async def fetch(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32,
+                    max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
+        """Messages of (topic, queue) from `offset`; wait_ms > 0 long-polls for the first."""
+        req = m.FetchRequest(topic, queue_id, offset, max_messages, max_bytes, wait_ms)
+        resp = await self._with_retries(req, to_leader=False,
+                                        timeout=self.request_timeout + wait_ms / 1000)
+        return FetchResult(resp.next_offset, resp.min_offset, resp.max_offset,
+                           decode_fetched(resp.records))
+
+    async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        r = await self._with_retries(m.OffsetsRequest(topic, queue_id), to_leader=False)
+        return r.min_offset, r.max_offset
+
+    async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        r = await self._with_retries(m.OffsetsRequest(topic, queue_id, timestamp_ms),
+                                     to_leader=False)
+        return r.offset_for_timestamp
+
+    # -- admin -------------------------------------------------------------------------------
+    async def status(self, address=None) -> m.AdminResponse:
+        """The status of `address` (default: the member we are connected to)."""
+        return await self._request(m.AdminRequest(m.AdminOp.STATUS),
+                                   _addr(address) if address else None, exact=bool(address))
+
+    async def members(self) -> tuple:
+        return (await self._with_retries(m.AdminRequest(m.AdminOp.STATUS),
+                                         to_leader=False)).voters
+
+    async def transfer_leadership(self, to: str) -> m.AdminResponse:
+        return await self._with_retries(m.AdminRequest(m.AdminOp.TRANSFER_LEADERSHIP, to),
+                                        to_leader=True)
+
+    async def add_member(self, node_id: str, peer_address: str) -> m.AdminResponse:
+        return await self._with_retries(
+            m.AdminRequest(m.AdminOp.ADD_MEMBER, node_id, peer_address), to_leader=True)
+
+    async def remove_member(self, node_id: str) -> m.AdminResponse:
+        return await self._with_retries(m.AdminRequest(m.AdminOp.REMOVE_MEMBER, node_id),
+                                        to_leader=True)
+
+
+class Client:
+    """AsyncClient for plain threads: its own event loop in a background thread."""
+
+    def __init__(self, addresses, **kw):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client",
+                                        daemon=True)
+        self._thread.start()
+        self._ac = AsyncClient(addresses, **kw)
+        self._closed = False
+
+    @property
+    def aclient(self) -> AsyncClient:
+        return self._ac
+
+    @property
+    def producer_id(self) -> int:
+        return self._ac.producer_id
+
+    def _run(self, coro):
+        if self._closed:
+            coro.close()
+            raise QuorumlogError("client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def produce(self, topic, bodies, **kw):
+        return self._run(self._ac.produce(topic, bodies, **kw))
+
+    def produce_many(self, topic, batches, **kw):
+        return self._run(self._ac.produce_many(topic, batches, **kw))
+
+    def fetch(self, topic, queue_id, offset, **kw) -> FetchResult:
+        return self._run(self._ac.fetch(topic, queue_id, offset, **kw))
+
+    def offsets(self, topic, queue_id):
+        return self._run(self._ac.offsets(topic, queue_id))
+
+    def offset_for_timestamp(self, topic, queue_id, timestamp_ms):
+        return self._run(self._ac.offset_for_timestamp(topic, queue_id, timestamp_ms))
+
+    def status(self, address=None):
+        return self._run(self._ac.status(address))
+
+    def members(self):
+        return self._run(self._ac.members())
+
+    def transfer_leadership(self, to):
+        return self._run(self._ac.transfer_leadership(to))
+
+    def add_member(self, node_id, peer_address):
+        return self._run(self._ac.add_member(node_id, peer_address))
+
+    def remove_member(self, node_id):
+        return self._run(self._ac.remove_member(node_id))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._ac.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,740 @@
+"""Node: the asyncio driver of one replica -- RaftCore + the store's commit log + the TCP
+transport. It owns the event loop's time, the sockets and the flush thread, and does what
+each Ready says, in the order the core's docstring gives, and nothing else.
+
+THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
+
+ 1. hard_state: write it to <dir>/raft-state (atomic: temporary file, fsync, rename, fsync of
+    the directory) BEFORE any message of the same Ready leaves. A vote or a term announced and
+    then forgotten by a crash would let this node vote twice in one term. (Done on the loop:
+    it happens once per election, never per entry.)
+ 2. messages: hand each to the transport (PeerTransport.send never blocks; a message it drops
+    is a lost message, which Raft tolerates). A leader may send entries it has not flushed:
+    its own copy counts towards commit only once duty 3 reported it.
+ 3. flush_to: make the log durable and then call core.on_persisted(index, flush_gen).
+    flush = "sync": the Flusher thread runs one CommitLog.flush() (msync, GIL released) for
+    everything appended so far -- group commit: every Ready that asked while a flush ran is
+    covered by the next one -- and posts the report back to the loop. A follower therefore
+    acknowledges an entry only once it is on its disk, and a put returns only after a
+    majority flushed it. flush = "async": report at once (the entry is in the page cache);
+    the log's own background thread flushes every flush_interval_ms (DLedger's behaviour).
+    The index reported is the log's last index when the Ready was drained; the core ignores
+    a report whose gen predates a truncation.
+ 4. commit_index: apply through the store's seam -- store.apply_committed(i) commits up to i
+    in the log, applies META records, dispatches (consume queues) and completes the clients'
+    requests waiting on those indexes, in that order -- then core.on_dispatched(dispatched).
+    Only entries that are both committed and durable here are applied:
+    i = min(commit_index, core.persisted_index) (a follower learns the commit index from its
+    leader and may hold it before its own flush finished); a later on_persisted applies the
+    rest.
+ 5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
+    BehindRetention go
+    to the listeners (the embedding API runs them on a thread of its own). Leaving LEADER
+    fails every request still waiting for a commit (NotLeaderError: it may or may not commit
+    under the next leader; an idempotent producer retries safely).
+
+Inputs, each followed by draining the core (at most once per loop iteration: the inputs of
+one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
+request and one cumulative acknowledgement):
+  * transport on_message(peer, msg) -> core.step(msg)
+  * a tick every tick_ms from time.monotonic() -> core.tick(now_ms)
+  * propose (put) -> core.propose(request, count, nbytes) (leader only: NotLeaderError naming
+    the leader and its client address, LeaderTransferringError, BackpressureError over
+    max_pending_puts / max_pending_bytes)
+  * the Flusher's report -> core.on_persisted(index, gen), then duty 4 for what became durable
+
+Restart: the store recovers the log (torn tail cut, CRCs checked); the hard state comes from
+raft-state; the CONFIG history is rebuilt by scanning the log's CONFIG records; the core
+starts as CANDIDATE with commit_index = the log's committed index and rejoins. A follower
+whose log diverged is truncated back to the match point by the protocol (never below its
+commit index).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+
+from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
+from ..net.auth import AuthConfig
+from ..net.messages import LeaderRedirectError
+from ..net.transport import PeerTransport, TransportConfig
+from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, RaftConfig, RaftCore,
+                         ReadyToServe, RoleChanged, TransferAborted)
+from ..raft.errors import BackpressureError, NotLeaderError
+from ..raft.log import decode_config
+from ..raft.messages import Role
+from . import meta
+from .config import NodeConfig, parse_address, read_secret
+from .dedupe import PROP_PID, PROP_SEQ, RESERVED_PROPERTIES, Entry, ProducerTable
+from .flusher import Flusher
+from .hardstate import HardStateFile
+from .storebridge import MetaSeam
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Node", "config_history"]
+
+_COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
+_COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
+_COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
+_COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+
+
+class _Queued:
+    __slots__ = ("topic", "queue_id", "tags", "bodies", "props", "fut", "entry", "lo", "hi")
+
+    def __init__(self, topic, queue_id, tags, bodies, props, fut):
+        self.topic, self.queue_id, self.tags = topic, queue_id, tags
+        self.bodies, self.props, self.fut = bodies, props, fut
+        self.entry = None
+        self.lo = self.hi = 0
+
+
+def _split_result(f: asyncio.Future, items) -> None:
+    """Hand each coalesced put its slice of the batch's result (or the batch's error)."""
+    if f.cancelled():
+        return
+    e = f.exception()
+    if e is not None:
+        for it in items:
+            if not it.fut.done():
+                it.fut.set_exception(e)
+        return
+    r = f.result()
+    if len(items) == 1:
+        if not items[0].fut.done():
+            items[0].fut.set_result(r)
+        return
+    from ..store import BatchResult
+    for it in items:
+        if not it.fut.done():
+            lo, hi = it.lo, it.hi
+            it.fut.set_result(BatchResult(r.first_index + lo, r.positions[lo:hi], r.topic,
+                                          r.queue_ids[lo:hi], r.queue_offsets[lo:hi],
+                                          r.store_timestamp_ms))
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def config_history(commitlog, initial_voters) -> list:
+    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records."""
+    from ..commitlog import CONFIG
+    hist = [(0, tuple(sorted(initial_voters)))]
+    cl = commitlog
+    if cl.last_index <= 0:
+        return hist
+    pos, end = cl.min_position, cl.end_position
+    while pos < end:
+        info, nxt = cl.scan(pos, end, 65536)
+        if nxt == pos:
+            break
+        cfgs = info[info["type"] == CONFIG]
+        for p, idx, off, n in zip(cfgs["position"].tolist(), cfgs["index"].tolist(),
+                                  cfgs["body_offset"].tolist(), cfgs["body_len"].tolist()):
+            hist.append((idx, *decode_config(bytes(cl.record_at(p)[off:off + n]))))
+        pos = nxt
+    return hist
+
+
+class Node:
+    """One replica. Build, then `await start()` inside the loop that will run it; every
+    method below runs on that loop (quorumlog.open_replica wraps it for threads)."""
+
+    def __init__(self, path, cfg: NodeConfig, raft_cfg: RaftConfig | None = None, *,
+                 store_cfg=None, transport_config: TransportConfig | None = None,
+                 rng: random.Random | None = None):
+        self.path = os.fspath(path)
+        self.cfg = cfg
+        self.raft_cfg = raft_cfg or RaftConfig()
+        self.store_cfg = store_cfg
+        self.transport_config = transport_config
+        self.rng = rng or random.Random()
+        self.id = cfg.node_id
+        self.store = None          # MessageStore
+        self.seam = None           # the store's seam (bridge_for)
+        self.core: RaftCore | None = None
+        self.transport: PeerTransport | None = None
+        self.client_transport: PeerTransport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.hsfile = HardStateFile(self.path)
+        self.flusher: Flusher | None = None
+        self.producers = ProducerTable()
+        self._listeners: list = []
+        self._drain_pending = False
+        self._queued: list = []
+        self._queued_pending = False
+        self._ticker: asyncio.Task | None = None
+        self._commit_target = 0
+        self._applied = 0
+        self._applied_changed: asyncio.Event | None = None
+        self._stopped = False
+        self._failed: BaseException | None = None
+        self.ready_to_serve = False
+        self.pending_puts = 0        # messages proposed here and not completed yet
+        self.pending_bytes = 0
+        self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
+                      "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
+                      "coalesced_proposals": 0}
+
+    # ---------------------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        from ..store import MessageStore
+        from .config import wire_carries_pre_vote
+        if self.raft_cfg.pre_vote and not wire_carries_pre_vote():
+            from ..errors import ConfigError
+            raise ConfigError("RaftConfig.pre_vote needs a wire codec that carries the pre-vote "
+                              "flag (quorumlog.net.codec does not yet): pass pre_vote=False")
+        self.loop = asyncio.get_running_loop()
+        self._applied_changed = asyncio.Event()
+        cfg = self.cfg
+        os.makedirs(self.path, exist_ok=True)
+        if self.store_cfg is None:
+            from ..config import load_config
+            self.store_cfg = load_config(None, {})
+        self.store = MessageStore(self.path, self.store_cfg, replicated=True)
+        try:
+            self.seam = MetaSeam(self.store)
+            cl = self.store.commitlog
+            rlog = self.seam.raft_log()
+            hs = self.hsfile.load()
+            hist = config_history(cl, cfg.peers.keys())
+            # a replica that ran before may have acknowledged a leader whose lease still
+            # runs: the core then grants no vote for one leak period (docs/raft.md, leases)
+            restarted = hs.term > 0 or cl.last_index > 0
+            self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
+                                 config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
+                                 commit_index=cl.committed_index, restarted=restarted)
+            self._applied = self._commit_target = cl.committed_index
+            log.info("node %s: opened %s: log %d..%d (term %d), committed %d, hard state "
+                     "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
+                     cl.last_index, cl.last_term if cl.last_index else 0, cl.committed_index,
+                     hs.term, hs.voted_for, hist[-1][1])
+            if self.store_cfg.flush == "sync":
+                self.flusher = Flusher(cl, self.loop, self._on_flushed, self._on_flush_error)
+            secret = read_secret(cfg)
+            auth = AuthConfig(cfg.cluster_id, self.id, secret,
+                              peers=[p for p in cfg.peers if p != self.id],
+                              insecure=cfg.insecure)
+            host, port = parse_address(cfg.peers[self.id], f"peers[{self.id!r}]")
+            tcfg = self.transport_config or TransportConfig(
+                max_frame_bytes=cfg.max_frame_bytes,
+                handshake_timeout_ms=cfg.handshake_timeout_ms,
+                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+            peers = {p: parse_address(a, f"peers[{p!r}]") for p, a in cfg.peers.items()
+                     if p != self.id}
+            self.transport = PeerTransport(self.id, auth, self._on_message, listen=(host, port),
+                                           peers=peers, config=tcfg, rng=self.rng)
+            await self.transport.start()
+            self._ticker = self.loop.create_task(self._tick_loop())
+        except BaseException:
+            self.store.close()
+            raise
+
+    @property
+    def peer_address(self):
+        return self.transport.address if self.transport is not None else None
+
+    async def stop(self) -> None:
+        """Stop ticking, fail waiting requests, close the transport, flush and close the
+        store. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except (asyncio.CancelledError, Exception):
+                pass
+        stopping = LogClosedError(f"node {self.id} is stopping")
+        for it in self._queued:
+            if not it.fut.done():
+                it.fut.set_exception(stopping)
+        self._queued = []
+        if self.seam is not None:
+            self.seam.abandon_pending(stopping)
+        if self.transport is not None:
+            await self.transport.close()
+        if self.flusher is not None:
+            await self.loop.run_in_executor(None, self.flusher.stop)
+        if self.store is not None:
+            self.store.close()
+        if self._applied_changed is not None:
+            self._applied_changed.set()
+        log.info("node %s stopped", self.id)
+
+    # ---------------------------------------------------------------------------- inputs
+    async def _tick_loop(self) -> None:
+        interval = self.cfg.tick_ms / 1000
+        last = _now_ms()
+        while True:
+            await asyncio.sleep(interval)
+            if self._failed is not None:
+                return
+            now = _now_ms()
+            if now - last > 250:
+                # the loop did not run for that long (a blocked call, or an overloaded
+                # machine): heartbeats stopped too, followers may have started an election
+                self.stats["loop_stalls"] += 1
+                log.info("node %s: event loop stalled for %d ms", self.id, now - last)
+            last = now
+            try:
+                self.core.tick(now)
+                self._drain()
+            except Exception as e:
+                self._fail(e)
+                return
+
+    def _on_message(self, peer: str, msg) -> None:
+        if self._stopped or self._failed is not None:
+            return
+        try:
+            self.core.step(msg)
+        except QuorumlogError as e:
+            # the core refused the message (e.g. a RaftInvariantError: a peer claims
+            # something that contradicts our committed log): nothing was changed by it
+            log.error("node %s: message %s from %s refused: %s", self.id, msg.describe(), peer, e)
+            return
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_pending:
+            self._drain_pending = True
+            self.loop.call_soon(self._drain_soon)
+
+    def _drain_soon(self) -> None:
+        self._drain_pending = False
+        if self._stopped or self._failed is not None:
+            return
+        try:
+            self._drain()
+        except Exception as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        """An error the driver cannot continue after (a failed flush or hard-state write, a
+        broken invariant): stop participating; the process must restart to recover."""
+        if self._failed is None:
+            self._failed = e
+            log.critical("node %s: stopping Raft after an unrecoverable error: %r", self.id, e)
+            if self.seam is not None:
+                self.seam.abandon_pending(LogClosedError(f"node {self.id} failed: {e}"))
+
+    # ---------------------------------------------------------------------------- duties
+    def _drain(self) -> None:
+        core = self.core
+        send = self.transport.send
+        while core.has_ready():
+            r = core.ready()
+            self.stats["readies"] += 1
+            if r.hard_state is not None:                       # duty 1
+                self.hsfile.save(r.hard_state)
+                self.stats["hard_state_saves"] += 1
+            for m in r.messages:                               # duty 2
+                send(m.dst, m)
+            if r.flush_to is not None:                         # duty 3
+                self._flush(r.flush_gen)
+            if r.commit_index is not None:                     # duty 4
+                self._commit_target = r.commit_index
+                self._apply()
+            if r.events:                                       # duty 5
+                self._on_events(r.events)
+
+    def _flush(self, gen: int) -> None:
+        last = self.core.log.last_index()
+        self.stats["flush_requests"] += 1
+        if self.flusher is None:
+            # async: acknowledged at page-cache level; the log flushes in the background
+            self.core.on_persisted(last, gen)
+            self._apply()
+        else:
+            self.flusher.request(last, gen)
+
+    def _on_flushed(self, index: int, gen: int) -> None:
+        if self._stopped or self._failed is not None:
+            return
+        try:
+            self.core.on_persisted(index, gen)
+            self._apply()
+            self._drain()
+        except Exception as e:
+            self._fail(e)
+
+    def _on_flush_error(self, e: BaseException) -> None:
+        self._fail(e)
+
+    def _apply(self) -> None:
+        core = self.core
+        upto = self._commit_target
+        p = core.persisted_index
+        if p < upto:
+            upto = p
+        if upto <= self._applied:
+            return
+        d = self.seam.apply_committed(upto)
+        self._applied = upto
+        core.on_dispatched(d)
+        ev = self._applied_changed
+        ev.set()
+        self._applied_changed = asyncio.Event()
+
+    def _on_events(self, events) -> None:
+        for ev in events:
+            if isinstance(ev, RoleChanged):
+                log.info("node %s: %s in term %d (leader %s)", self.id, ev.role.name, ev.term,
+                         ev.leader_id)
+                if ev.role == Role.LEADER:
+                    self.stats["elections_won"] += 1
+                    n = self.producers.rebuild(self.store.commitlog)
+                    log.info("node %s: producer table rebuilt from %d records (%d producers)",
+                             self.id, n, len(self.producers))
+                else:
+                    self.producers.clear()
+                    self.seam.abandon_pending(self._not_leader())
+                self.ready_to_serve = False
+            elif isinstance(ev, ReadyToServe):
+                log.info("node %s: ready to serve as leader of term %d", self.id, ev.term)
+                self.ready_to_serve = True
+            elif isinstance(ev, LeaseExpired):
+                log.info("node %s: leader lease of term %d expired: not serving", self.id,
+                         ev.term)
+                self.ready_to_serve = False
+            elif isinstance(ev, ConfigChanged):
+                log.info("node %s: voters are now %s (CONFIG entry %d)", self.id, ev.voters,
+                         ev.index)
+            elif isinstance(ev, TransferAborted):
+                log.warning("node %s: leadership transfer to %s aborted: %s", self.id,
+                            ev.transferee, ev.reason)
+            elif isinstance(ev, BehindRetention):
+                log.warning("node %s: follower %s needs entries from %d, which this log no "
+                            "longer holds", self.id, ev.peer, ev.next_index)
+            for fn in self._listeners:
+                try:
+                    fn(ev)
+                except Exception:
+                    log.exception("node %s: event listener failed", self.id)
+
+    def add_listener(self, fn) -> None:
+        """fn(event) is called on the loop for every core event (keep it short)."""
+        self._listeners.append(fn)
+
+    # ---------------------------------------------------------------------------- writes
+    def _not_leader(self) -> NotLeaderError:
+        core = self.core
+        lid = core.leader_id if core.leader_id != self.id else None
+        addr = self.cfg.client_addrs.get(lid) if lid is not None else None
+        return LeaderRedirectError(
+            f"node {self.id} is not the leader (term {core.term}; leader "
+            f"{lid or 'unknown'}{' at ' + addr if addr else ''})", lid, core.term, addr)
+
+    def _check_writable(self) -> None:
+        if self._stopped:
+            raise LogClosedError(f"node {self.id} is stopped")
+        if self._failed is not None:
+            raise LogClosedError(f"node {self.id} failed: {self._failed}")
+        if self.core.role != Role.LEADER:
+            raise self._not_leader()
+
+    def _propose(self, req) -> None:
+        core = self.core
+        seam = self.seam
+        cfg = self.cfg
+        if self.pending_puts + req.count > cfg.max_pending_puts:
+            raise BackpressureError(
+                f"node {self.id}: {self.pending_puts} messages awaiting commit + {req.count} "
+                f"> max_pending_puts={cfg.max_pending_puts}")
+        if self.pending_bytes + req.nbytes > cfg.max_pending_bytes:
+            raise BackpressureError(
+                f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
+                f"max_pending_bytes={cfg.max_pending_bytes}")
+        core.propose(req, req.count, req.nbytes)
+        if req.on_done is not None:     # (counted until _completion's callback runs)
+            self.pending_puts += req.count
+            self.pending_bytes += req.nbytes
+        self.stats["proposals"] += 1
+        self._schedule_drain()
+
+    def _ensure_topic(self, topic: str) -> None:
+        """A topic this replica has never seen: replicate its creation (META) first."""
+        if self.seam.has_topic(topic):
+            return
+        if not self.store_cfg.auto_create_topics:
+            from ..errors import TopicNotFoundError
+            raise TopicNotFoundError(topic)
+        self._propose(self.seam.prepare_meta(
+            meta.encode_topic(topic, self.store_cfg.default_topic_queues)))
+
+    async def create_topic(self, name: str, queues: int = 8) -> int:
+        """Create (or extend) a topic on every replica; returns the META entry's index."""
+        self._check_writable()
+        if type(queues) is not int or not 1 <= queues <= self.store_cfg.max_queues_per_topic:
+            raise InvalidArgumentError(f"queues must be an int in [1, "
+                                       f"{self.store_cfg.max_queues_per_topic}]")
+        self._check_topic(name)
+        req = self.seam.prepare_meta(meta.encode_topic(name, queues))
+        return await self._submit(req)
+
+    @staticmethod
+    def _check_topic(name) -> None:
+        from ..store.topics import check_user_topic
+        check_user_topic(name)
+
+    def _completion(self, req) -> asyncio.Future:
+        """A future completed by req.on_done (called on the loop: apply_committed,
+        abandon_pending and truncations all run there)."""
+        fut = self.loop.create_future()
+        count, nbytes = req.count, req.nbytes
+
+        def done(value):
+            self.pending_puts -= count
+            self.pending_bytes -= nbytes
+            if not fut.done():
+                if isinstance(value, BaseException):
+                    fut.set_exception(value)
+                else:
+                    fut.set_result(value)
+        req.on_done = done
+        return fut
+
+    async def _submit(self, req):
+        fut = self._completion(req)
+        self._propose(req)
+        return await fut
+
+    async def put_batch(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
+                        **kw):
+        """Append a batch; returns once it is committed (and durable per the flush mode) and
+        dispatched: BatchResult (PutResult for a one-message batch). With a producer id, a
+        batch whose (producer_id, sequence) this leader already holds is not appended again:
+        the original's result is returned."""
+        self._check_writable()
+        self._check_topic(topic)
+        props = kw.get("properties")
+        if props is not None:
+            ps = props if isinstance(props, list) else [props]
+            for p in ps:
+                if p and RESERVED_PROPERTIES.intersection(p):
+                    raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are "
+                                               "reserved")
+        if producer_id:
+            if type(producer_id) is not int or type(sequence) is not int or sequence < 0 \
+                    or producer_id < 0:
+                raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
+            e = self.producers.lookup(producer_id, sequence)
+            if e is not None:
+                self.stats["duplicates"] += 1
+                self.producers.duplicates += 1
+                log.info("node %s: batch (producer %d, sequence %d) is entries %d..%d "
+                         "already: not appended again", self.id, producer_id, sequence,
+                         e.first_index, e.last_index)
+                return await self._duplicate_result(e)
+            if props is None:
+                kw["properties"] = {PROP_PID: str(producer_id), PROP_SEQ: str(sequence)}
+            elif isinstance(props, list):
+                kw["properties"] = [dict(p or {}, **{PROP_PID: str(producer_id),
+                                                     PROP_SEQ: str(sequence)}) for p in props]
+            else:
+                kw["properties"] = dict(props, **{PROP_PID: str(producer_id),
+                                                  PROP_SEQ: str(sequence)})
+        if self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE and isinstance(bodies, list) \
+                and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES \
+                and not isinstance(kw.get("properties"), list):
+            return await self._queue_put(topic, bodies, kw, producer_id, sequence)
+        self._ensure_topic(topic)
+        req = self.seam.prepare_put(topic, bodies, **kw)
+        fut = self._completion(req)
+        self._propose(req)
+        self.stats["messages_put"] += req.count
+        if producer_id:
+            self.producers.record(producer_id, sequence,
+                                  Entry(req.first_index, req.last_index, fut))
+        return await asyncio.shield(fut)
+
+    # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
+    async def _queue_put(self, topic, bodies, kw, producer_id, sequence):
+        """Many small concurrent puts (64 producers of single messages) would each be a
+        proposal, an Append per follower, an acknowledgement and a store append. Puts that
+        arrive in the same loop iteration with the same topic, queue and tags are proposed
+        as one batch at the end of the iteration; each gets its slice of the result."""
+        fut = self.loop.create_future()
+        item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
+                       fut)
+        self._queued.append(item)
+        if producer_id:
+            item.entry = Entry(0, 0, fut)
+            self.producers.record(producer_id, sequence, item.entry)
+        if not self._queued_pending:
+            self._queued_pending = True
+            self.loop.call_soon(self._propose_queued)
+        return await asyncio.shield(fut)
+
+    def _propose_queued(self) -> None:
+        self._queued_pending = False
+        queued, self._queued = self._queued, []
+        groups: dict = {}
+        for it in queued:
+            groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)
+        for (topic, qid, tags), items in groups.items():
+            part, n, nbytes = [], 0, 0
+            for it in items:
+                k = len(it.bodies)
+                if part and (n + k > _COALESCE_MAX_MESSAGES or nbytes > _COALESCE_MAX_BYTES):
+                    self._propose_group(topic, qid, tags, part)
+                    part, n, nbytes = [], 0, 0
+                part.append(it)
+                n += k
+                nbytes += sum(len(b) for b in it.bodies)
+            self._propose_group(topic, qid, tags, part)
+
+    def _propose_group(self, topic, qid, tags, items) -> None:
+        if len(items) == 1:
+            bodies, props = items[0].bodies, items[0].props
+        else:
+            bodies = [b for it in items for b in it.bodies]
+            if any(it.props for it in items):
+                props = [it.props for it in items for _ in it.bodies]
+            else:
+                props = None
+        kw = {}
+        if qid is not None:
+            kw["queue_id"] = qid
+        if tags is not None:
+            kw["tags"] = tags
+        if props is not None:
+            kw["properties"] = props
+        try:
+            self._check_writable()
+            self._ensure_topic(topic)
+            req = self.seam.prepare_put(topic, bodies, **kw)
+            done = self._completion(req)
+            self._propose(req)
+        except Exception as e:
+            if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
+                                                     BackpressureError)):
+                for it in items:       # one bad put must not fail the others: one by one
+                    self._propose_group(topic, qid, tags, [it])
+                return
+            for it in items:
+                if not it.fut.done():
+                    it.fut.set_exception(e)
+            return
+        self.stats["messages_put"] += req.count
+        self.stats["coalesced_proposals"] += len(items) > 1
+        first = req.first_index
+        a = 0
+        for it in items:
+            b = a + len(it.bodies)
+            it.lo, it.hi = a, b
+            if it.entry is not None:
+                it.entry.first_index, it.entry.last_index = first + a, first + b - 1
+            a = b
+        done.add_done_callback(lambda f, items=items: _split_result(f, items))
+
+    async def put(self, topic, body, **kw):
+        """One message -> its PutResult, once committed and dispatched."""
+        r = await self.put_batch(topic, [body], **kw)
+        return r[0]
+
+    async def _duplicate_result(self, e: Entry):
+        if e.future is not None:
+            try:
+                return await asyncio.shield(e.future)
+            except NotLeaderError:
+                raise
+        # rebuilt from the log: in this leader's log, so it commits with this leader's NOOP
+        await self.wait_applied(e.last_index, timeout=self.cfg.put_timeout_ms / 1000)
+        self._check_writable()
+        return self.result_from_log(e.first_index, e.last_index)
+
+    def result_from_log(self, first: int, last: int):
+        """A BatchResult for log entries first..last (a duplicate batch's original)."""
+        from ..store import BatchResult
+        cl = self.store.commitlog
+        pos = cl.position_of(first)
+        end = cl.position_of(last) + cl.size_of(last)
+        info, _ = cl.scan(pos, end, last - first + 1 + 16)
+        from ..commitlog import MESSAGE
+        info = info[info["type"] == MESSAGE]
+        topic = cl.topic_at(int(info["position"][0]))
+        return BatchResult(first, info["position"].copy(), topic,
+                           info["queue_id"].astype("int64"), info["queue_offset"].copy(),
+                           int(info["store_ts"][0]))
+
+    async def wait_applied(self, index: int, timeout: float) -> None:
+        deadline = self.loop.time() + timeout
+        while self._applied < index:
+            if self._stopped:
+                raise LogClosedError(f"node {self.id} is stopped")
+            left = deadline - self.loop.time()
+            if left <= 0:
+                raise TimeoutError(f"entry {index} not applied within {timeout} s")
+            try:
+                await asyncio.wait_for(self._applied_changed.wait(), left)
+            except TimeoutError:
+                pass
+
+    async def wait_for_data(self, timeout: float) -> None:
+        """Wait (at most timeout s) until something more is applied (long polls)."""
+        try:
+            await asyncio.wait_for(self._applied_changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    # ---------------------------------------------------------------------------- admin
+    def transfer_leadership(self, to: str) -> None:
+        self._check_writable()
+        self.core.transfer_leadership(to)
+        self._schedule_drain()
+
+    def add_member(self, peer: str, address: str) -> None:
+        self._check_writable()
+        host, port = parse_address(address, f"address of {peer!r}")
+        self.transport.add_peer(peer, (host, port))
+        self.core.add_member(peer)
+        self._schedule_drain()
+
+    def remove_member(self, peer: str) -> int:
+        self._check_writable()
+        idx = self.core.remove_member(peer)
+        self._schedule_drain()
+        return idx
+
+    # ---------------------------------------------------------------------------- status
+    @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def leader_id(self):
+        return self.core.leader_id
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def applied_index(self) -> int:
+        return self._applied
+
+    def status(self) -> dict:
+        core = self.core
+        cl = self.store.commitlog
+        st = {"node_id": self.id, "role": core.role.name, "term": core.term,
+              "leader_id": core.leader_id, "voted_for": core.voted_for,
+              "commit_index": core.commit_index, "applied_index": self._applied,
+              "persisted_index": core.persisted_index, "last_index": cl.last_index,
+              "end_position": cl.end_position, "voters": list(core.voters),
+              "ready_to_serve": self.ready_to_serve,
+              "pending_puts": self.pending_puts, "pending_bytes": self.pending_bytes,
+              "failed": repr(self._failed) if self._failed else None, **self.stats}
+        if core.role == Role.LEADER:
+            st["followers"] = {p: {"match": pr.match, "lag": cl.last_index - pr.match,
+                                   "state": pr.state.name}
+                               for p, pr in core.progress.items()}
+        st["transport"] = self.transport.stats() if self.transport is not None else None
+        return st

@@ -1,0 +1,70 @@
+"""Group commit for flush = "sync": one thread makes the log durable off the event loop.
+
+The driver asks for `request(index, gen)` whenever a Ready says flush_to; the thread runs one
+CommitLog.flush() (msync with the GIL released) for everything appended so far -- every
+request that arrived while the previous flush ran is covered by the next one -- and reports
+`on_flushed(index, gen)` on the event loop through call_soon_threadsafe. The index reported is
+the log's last index captured on the loop when the request was made (so it never names an
+entry appended after the flush began), and gen is the Ready's flush_gen (the core ignores a
+report that raced a truncation).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Flusher"]
+
+
+class Flusher:
+    def __init__(self, commitlog, loop, on_flushed, on_error, name="quorumlog-flusher"):
+        self.cl = commitlog
+        self.loop = loop
+        self.on_flushed = on_flushed
+        self.on_error = on_error
+        self._cv = threading.Condition()
+        self._want: tuple | None = None     # (index, gen) of the newest request
+        self._stop = False
+        self.flushes = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def request(self, index: int, gen: int) -> None:
+        with self._cv:
+            w = self._want
+            if w is None or gen != w[1] or index > w[0]:
+                self._want = (index, gen)
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while self._want is None and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
+                index, gen = self._want
+                self._want = None
+            try:
+                self.cl.flush()
+            except Exception as e:  # EIO: never retried into success (the driver stops)
+                log.critical("flush of %s failed: %s", getattr(self.cl, "path", "?"), e)
+                self._post(self.on_error, e)
+                return
+            self.flushes += 1
+            self._post(self.on_flushed, index, gen)
+
+    def _post(self, fn, *args) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:   # the loop is closed: the node is stopping
+            pass
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)

@@ -1,0 +1,98 @@
+"""The replica's persisted Raft state (`<dir>/raft-state`): current term and vote.
+
+Written atomically (write a temporary file, fsync it, rename it over the old one, fsync the
+directory) so a crash leaves either the old state or the new one, never a torn mix. The file
+is small and binary with a CRC, so damage is detected rather than read as a smaller term:
+
+    0  4s  magic b"QLRS"        8  u64 term
+    4  u16 version (1)         16  u16 voted_for length (0: none), then that many UTF-8 bytes
+    6  u16 reserved (0)        ..  u32 CRC-32C of every byte before it
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+from ..errors import CorruptLogError
+from ..raft.core import HardState
+
+__all__ = ["HardStateFile", "FILE_NAME"]
+
+FILE_NAME = "raft-state"
+_MAGIC = b"QLRS"
+_VERSION = 1
+_HEAD = struct.Struct("<4sHHQH")
+_CRC = struct.Struct("<I")
+_MAX_ID_BYTES = 255
+
+
+def _crc(data: bytes) -> int:
+    from ..commitlog import crc32c   # hardware CRC32C of the native extension
+    return crc32c(data)
+
+
+def encode_hard_state(hs: HardState) -> bytes:
+    vote = (hs.voted_for or "").encode("utf-8")
+    if len(vote) > _MAX_ID_BYTES:
+        raise ValueError(f"voted_for {hs.voted_for!r} is over {_MAX_ID_BYTES} bytes")
+    body = _HEAD.pack(_MAGIC, _VERSION, 0, hs.term, len(vote)) + vote
+    return body + _CRC.pack(_crc(body))
+
+
+def decode_hard_state(data: bytes, path: str = FILE_NAME) -> HardState:
+    def bad(why):
+        return CorruptLogError(f"{path}: {why}; the replica cannot know its term or vote "
+                               "(restore the file or rebuild this replica from its peers)",
+                               path, 0)
+    if len(data) < _HEAD.size + _CRC.size:
+        raise bad(f"{len(data)} bytes is too short")
+    magic, version, reserved, term, vlen = _HEAD.unpack_from(data, 0)
+    if magic != _MAGIC:
+        raise bad("bad magic")
+    if version != _VERSION or reserved:
+        raise bad(f"unsupported version {version}")
+    end = _HEAD.size + vlen
+    if len(data) != end + _CRC.size:
+        raise bad(f"length {len(data)} does not match the vote length {vlen}")
+    (crc,) = _CRC.unpack_from(data, end)
+    if crc != _crc(data[:end]):
+        raise bad("CRC mismatch")
+    try:
+        vote = data[_HEAD.size:end].decode("utf-8") or None
+    except UnicodeDecodeError:
+        raise bad("voted_for is not UTF-8") from None
+    return HardState(term, vote)
+
+
+class HardStateFile:
+    """load() at open; save(hs) before any message of the Ready that produced hs is sent."""
+
+    def __init__(self, directory: str):
+        self.dir = os.fspath(directory)
+        self.path = os.path.join(self.dir, FILE_NAME)
+        self.saves = 0
+
+    def load(self) -> HardState:
+        try:
+            with open(self.path, "rb") as fh:
+                data = fh.read(4096)
+        except FileNotFoundError:
+            return HardState()
+        return decode_hard_state(data, self.path)
+
+    def save(self, hs: HardState) -> None:
+        data = encode_hard_state(hs)
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self.saves += 1

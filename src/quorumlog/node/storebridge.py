@@ -1,0 +1,196 @@
+"""The store's single-writer seam as the node drives it, plus META records.
+
+The store (quorumlog.store) gives a Raft driver four calls: prepare_put -> PutRequest,
+raft_log() (its append_as_leader(term, request) is the store's one append path),
+apply_committed(index) (commit -> dispatch -> complete the requests) and abandon_pending(exc).
+`MetaSeam` passes those through and adds store metadata replicated through the log:
+
+* `prepare_meta(payload)` makes a request the core proposes like any other; the raft log
+  below appends it as one META record (CommitLog.append_control) after applying it locally
+  (the leader needs the topic's queues before it appends the topic's first message).
+* `apply_committed(index)` applies every META record up to `index` (store.create_topic)
+  BEFORE the store commits and dispatches them: a reader thread's get() dispatches up to the
+  committed position on its own, so the topic must exist first -- followers then hold the
+  leader's topics and queue counts, and never meet a message of a topic they do not know.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..errors import InvalidArgumentError, QuorumlogError
+from .._clientframe import record_indexes_of_type as _meta_indexes
+from ..raft.log import EntryKind
+from . import meta
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MetaRequest", "MetaSeam"]
+
+MAX_SCAN = 65536
+
+
+class MetaRequest:
+    """A proposal of one META record. on_done(index_or_exception) once committed."""
+
+    __slots__ = ("payload", "count", "nbytes", "on_done", "term", "first_index", "last_index",
+                 "done")
+
+    def __init__(self, payload: bytes):
+        self.payload = payload
+        self.count = 1
+        self.nbytes = len(payload)
+        self.on_done = None
+        self.term = self.first_index = self.last_index = 0
+        self.done = False
+
+    def finish(self, value) -> None:
+        if not self.done:
+            self.done = True
+            if self.on_done is not None:
+                self.on_done(value)
+
+
+class _MetaRaftLog:
+    """The store's RaftLog, with META requests appended as control records."""
+
+    def __init__(self, seam: "MetaSeam", inner):
+        self._seam = seam
+        self._inner = inner
+
+    def __getattr__(self, name):          # every RaftLog method but append_as_leader
+        return getattr(self._inner, name)
+
+    def append_as_leader(self, term: int, req) -> int:
+        if type(req) is MetaRequest:
+            return self._seam._append_meta(term, req)
+        return self._inner.append_as_leader(term, req)
+
+    def append_replicated(self, payload) -> int:
+        last = self._inner.append_replicated(payload)
+        metas = _meta_indexes(payload, self._seam._META)
+        if metas:
+            self._seam._meta_indexes.extend(metas)
+        return last
+
+
+class MetaSeam:
+    def __init__(self, store):
+        from ..commitlog import META
+        self.store = store
+        self.cl = store.commitlog
+        self._META = META
+        self._rlog = _MetaRaftLog(self, store.raft_log())
+        self._metas: list[MetaRequest] = []      # appended, waiting for their commit
+        # raft indexes of META records not applied yet: found in replicated payloads as they
+        # arrive (a C walk over the headers), and at open in the log after the dispatched
+        # position (records before it were applied when they committed: their topics are in
+        # topics.json). Applied when they commit, before the store commits them.
+        self._meta_indexes: list[int] = self._scan_meta(store.dispatched_position,
+                                                         self.cl.end_position)
+        self._known_topics = set(store.topics())
+
+    def raft_log(self):
+        return self._rlog
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._known_topics
+
+    def prepare_put(self, topic, bodies, **kw):
+        return self.store.prepare_put(topic, bodies, **kw)
+
+    @staticmethod
+    def prepare_meta(payload: bytes) -> MetaRequest:
+        return MetaRequest(bytes(payload))
+
+    def apply_committed(self, index: int) -> int:
+        cl = self.cl
+        index = min(index, cl.last_index)
+        if self._meta_indexes and index > cl.committed_index:
+            self._apply_meta(index)
+        upto = self.store.apply_committed(index)
+        if self._metas:
+            self._complete_metas(index)
+        return upto
+
+    def abandon_pending(self, exc: BaseException) -> None:
+        metas, self._metas = self._metas, []
+        for r in metas:
+            r.finish(exc)
+        self.store.abandon_pending(exc)
+
+    # -- META --------------------------------------------------------------------------------
+    def _append_meta(self, term: int, req: MetaRequest) -> int:
+        self._apply_payload(req.payload, local=True)
+        idx = self._rlog._inner.append_control(term, EntryKind.META, req.payload)
+        req.term = term
+        req.first_index = req.last_index = idx
+        self._metas.append(req)
+        return idx
+
+    def _complete_metas(self, upto: int) -> None:
+        keep = []
+        for r in self._metas:
+            if r.last_index > upto:
+                keep.append(r)
+            elif self.cl.term_at(r.last_index) == r.term:
+                r.finish(r.last_index)
+            else:
+                from ..raft.errors import NotLeaderError
+                r.finish(NotLeaderError("the META entry was replaced by a newer leader"))
+        self._metas = keep
+
+    def _scan_meta(self, pos: int, end: int) -> list[int]:
+        cl = self.cl
+        pos = max(pos, cl.min_position)
+        out = []
+        while pos < end:
+            info, nxt = cl.scan(pos, end, MAX_SCAN)
+            if nxt == pos:
+                break
+            out.extend(info["index"][info["type"] == self._META].tolist())
+            pos = nxt
+        return out
+
+    def _apply_meta(self, upto: int) -> None:
+        """Apply the META records with index <= upto (still META of the same bytes: a
+        truncation may have replaced an entry found earlier)."""
+        cl = self.cl
+        keep = []
+        for idx in sorted(set(self._meta_indexes)):
+            if idx > upto:
+                keep.append(idx)
+                continue
+            if idx > cl.last_index or idx < cl.first_index:
+                continue
+            pos = cl.position_of(idx)
+            info, _ = cl.scan(pos, pos + cl.size_of(idx), 1)
+            if len(info) != 1 or int(info["type"][0]) != self._META:
+                continue     # truncated and replaced by a message
+            off, n = int(info["body_offset"][0]), int(info["body_len"][0])
+            self._apply_payload(cl.record_at(pos)[off:off + n], local=False, position=pos)
+        self._meta_indexes = keep
+
+    def _apply_payload(self, payload, *, local: bool, position: int = -1) -> None:
+        try:
+            d = meta.decode(payload)
+        except InvalidArgumentError as e:
+            log.error("store %s: META record at position %d is malformed (%s); skipped",
+                      self.store.path, position, e)
+            return
+        if d["op"] == "offset":
+            return        # consumer offsets: the store applies them itself at dispatch
+        if d["op"] != "topic":
+            log.warning("store %s: META record at position %d: unknown op %r; skipped",
+                        self.store.path, position, d["op"])
+            return
+        name, queues = d["name"], d["queues"]
+        have = self.store.topics().get(name)
+        if have is None or have < queues:
+            try:
+                self.store.create_topic(name, queues)
+            except QuorumlogError as e:
+                if local:
+                    raise
+                log.error("store %s: META record at position %d: topic %r with %d queues "
+                          "not applied: %s", self.store.path, position, name, queues, e)
+        self._known_topics.add(name)

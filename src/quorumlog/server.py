@@ -1,0 +1,285 @@
+"""The replica server: one Node (Raft + store + peer listener) and a client listener that
+serves the client protocol (quorumlog.net.messages: produce, fetch with long-poll, offsets,
+admin), and `python -m quorumlog.server` / `quorumlog serve`.
+
+    python -m quorumlog.server --config node.toml --dir /var/lib/q1 [--node-id n1 ...]
+
+Settings: a TOML file ([node], [raft], [store] tables) < QUORUMLOG_* environment < flags
+(quorumlog.node.config). Logs go to stderr; SIGTERM/SIGINT stop the replica cleanly (the
+store is flushed and closed, the process exits 0).
+
+Requests on a follower: reads (fetch, offsets, status) are served from its own committed,
+dispatched data; writes and leadership/membership changes answer NOT_LEADER with the leader's
+id and client address, which clients follow.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+import time
+
+from .errors import InvalidArgumentError, QuorumlogError
+from .net import messages as m
+from .net.auth import AuthConfig
+from .net.transport import PeerTransport, TransportConfig
+from .node.config import NodeConfig, load_node_config, parse_address, read_secret
+from .node.driver import Node
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClientService", "run_server", "main"]
+
+
+class ClientService:
+    """Serves client connections for one Node on its own listener (client_addr)."""
+
+    def __init__(self, node: Node, cfg: NodeConfig):
+        self.node = node
+        self.cfg = cfg
+        self.transport: PeerTransport | None = None
+        self._rr: dict[str, int] = {}
+        self._tasks: set = set()
+        self.stats = {"requests": 0, "errors": 0}
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        secret = read_secret(cfg)
+        auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
+                          client_secret=cfg.client_secret or secret, peers=(),
+                          accept_clients=True, insecure=cfg.insecure)
+        host, port = parse_address(cfg.client_addr, "client_addr")
+        tcfg = TransportConfig(max_frame_bytes=cfg.max_frame_bytes,
+                               handshake_timeout_ms=cfg.handshake_timeout_ms,
+                               max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+        self.transport = PeerTransport(cfg.node_id, auth, self._on_peer_message,
+                                       listen=(host, port), peers={}, config=tcfg,
+                                       on_client_request=self._on_request)
+        await self.transport.start()
+
+    @property
+    def address(self):
+        return self.transport.address if self.transport is not None else None
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.transport is not None:
+            await self.transport.close()
+
+    @staticmethod
+    def _on_peer_message(peer, msg) -> None:   # (no peers on the client listener)
+        log.warning("client listener: unexpected peer message from %r dropped", peer)
+
+    def _on_request(self, conn, request_id: int, msg) -> None:
+        self.stats["requests"] += 1
+        t = asyncio.get_running_loop().create_task(self._serve(conn, request_id, msg))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, conn, request_id: int, msg) -> None:
+        try:
+            if isinstance(msg, m.ProduceRequest):
+                resp = await self._produce(msg)
+            elif isinstance(msg, m.FetchRequest):
+                resp = await self._fetch(msg)
+            elif isinstance(msg, m.OffsetsRequest):
+                resp = self._offsets(msg)
+            elif isinstance(msg, m.AdminRequest):
+                resp = await self._admin(msg)
+            else:
+                raise m.UnsupportedRequestError(f"{type(msg).__name__} is not a request")
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError as e:
+            resp = m.ErrorResponse(m.ErrorCode.TIMEOUT, str(e) or "timed out")
+        except Exception as e:
+            self.stats["errors"] += 1
+            if not isinstance(e, QuorumlogError):
+                log.exception("client %r: request %s failed", conn.client_id, type(msg).__name__)
+            resp = m.ErrorResponse.from_exception(e)
+        conn.reply(request_id, resp)
+
+    async def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
+        node = self.node
+        if req.delay_level:
+            raise InvalidArgumentError("delay levels are not served by the replicated "
+                                       "client protocol yet")
+        qid = req.queue_id
+        if qid < 0:
+            # the whole batch goes to one queue (round-robin per batch), so the response's
+            # (queue_id, first_queue_offset) names every message of it
+            nq = node.store.topics().get(req.topic, node.store_cfg.default_topic_queues)
+            k = self._rr.get(req.topic, 0)
+            self._rr[req.topic] = k + 1
+            # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
+            # into one proposal (Node._queue_put); over time every queue gets its share
+            qid = (k >> 5) % nq
+        r = await node.put_batch(req.topic, req.bodies, queue_id=qid, tags=req.tags,
+                                 producer_id=req.producer_id, sequence=req.sequence)
+        if hasattr(r, "positions"):
+            return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
+                                     int(r.queue_offsets[0]), r.store_timestamp_ms,
+                                     tuple(r.positions.tolist()))
+        return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp_ms,
+                                 (r.position,))
+
+    async def _fetch(self, req: m.FetchRequest) -> m.FetchResponse:
+        node = self.node
+        st = node.store
+        wait = min(req.wait_ms, self.cfg.max_fetch_wait_ms) / 1000
+        deadline = time.monotonic() + wait
+        while True:
+            msgs = st.get(req.topic, req.queue_id, req.offset, req.max_messages)
+            if msgs or time.monotonic() >= deadline:
+                break
+            await node.wait_for_data(max(0.0, deadline - time.monotonic()))
+        records, total = [], 0
+        for msg in msgs:
+            raw = msg.raw()
+            if records and total + raw.nbytes > req.max_bytes:
+                break
+            records.append(raw)
+            total += raw.nbytes
+        nxt = records_next(msgs, len(records)) if records else req.offset
+        return m.FetchResponse(nxt, st.min_offset(req.topic, req.queue_id),
+                               st.max_offset(req.topic, req.queue_id), records)
+
+    def _offsets(self, req: m.OffsetsRequest) -> m.OffsetsResponse:
+        st = self.node.store
+        ts = -1
+        if req.timestamp_ms >= 0:
+            ts = st.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)
+        return m.OffsetsResponse(st.min_offset(req.topic, req.queue_id),
+                                 st.max_offset(req.topic, req.queue_id), ts)
+
+    async def _admin(self, req: m.AdminRequest) -> m.AdminResponse:
+        node = self.node
+        op = req.op
+        if op == m.AdminOp.TRANSFER_LEADERSHIP:
+            if not req.node_id:
+                raise InvalidArgumentError("transfer_leadership needs a node id")
+            node.transfer_leadership(req.node_id)
+        elif op == m.AdminOp.ADD_MEMBER:
+            if not req.node_id or not req.address:
+                raise InvalidArgumentError("add_member needs a node id and its peer address")
+            node.add_member(req.node_id, req.address)
+        elif op == m.AdminOp.REMOVE_MEMBER:
+            if not req.node_id:
+                raise InvalidArgumentError("remove_member needs a node id")
+            node.remove_member(req.node_id)
+        return self.status_response()
+
+    def status_response(self) -> m.AdminResponse:
+        node = self.node
+        core = node.core
+        lid = core.leader_id
+        return m.AdminResponse(node.id, int(core.role), core.term, lid,
+                               self.cfg.client_addrs.get(lid) if lid else None,
+                               core.commit_index, node.store.commitlog.last_index,
+                               tuple(core.voters))
+
+
+def records_next(msgs, n: int) -> int:
+    """The queue offset after the n-th message returned."""
+    return msgs[n - 1].queue_offset + 1
+
+
+# ------------------------------------------------------------------------------------ serve
+async def run_server(path, cfg: NodeConfig, raft_cfg, store_cfg, *, stop_event=None,
+                     ready_file: str | None = None) -> int:
+    """Run one replica until stop_event is set (or SIGTERM/SIGINT); returns an exit code."""
+    loop = asyncio.get_running_loop()
+    stop_event = stop_event or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop_event.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
+    await node.start()
+    service = None
+    try:
+        if cfg.client_addr:
+            service = ClientService(node, cfg)
+            await service.start()
+        log.info("replica %s serving: peers on %s, clients on %s, flush=%s", cfg.node_id,
+                 node.peer_address, service.address if service else None, store_cfg.flush)
+        if ready_file:
+            tmp = ready_file + ".tmp"
+            with open(tmp, "w") as fh:
+                fh.write(f"{os.getpid()}\n")
+            os.replace(tmp, ready_file)
+        await stop_event.wait()
+        log.info("replica %s stopping", cfg.node_id)
+    finally:
+        if service is not None:
+            await service.stop()
+        await node.stop()
+    return 0
+
+
+def build_parser(prog="quorumlog serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run one replica of a quorumlog group.")
+    p.add_argument("--dir", required=True, help="the replica's data directory")
+    p.add_argument("--config", help="TOML file with [node], [raft], [store] tables")
+    p.add_argument("--node-id")
+    p.add_argument("--peers", help="id=host:port,... of every voter (this node included)")
+    p.add_argument("--client-addr", help="host:port of the client listener")
+    p.add_argument("--client-addrs", help="id=host:port,... client listeners of all members")
+    p.add_argument("--cluster-id")
+    p.add_argument("--secret-file")
+    p.add_argument("--insecure", action="store_true", default=None)
+    p.add_argument("--flush", choices=("sync", "async"))
+    p.add_argument("--segment-size-bytes", type=int)
+    p.add_argument("--ready-file", help="written (with the pid) once the listeners are up")
+    p.add_argument("--log-level", default=os.environ.get("QUORUMLOG_LOG_LEVEL", "INFO"))
+    return p
+
+
+def config_from_args(a, environ=None):
+    store = {}
+    if a.flush:
+        store["flush"] = a.flush
+    if a.segment_size_bytes:
+        store["segment_size_bytes"] = a.segment_size_bytes
+    return load_node_config(a.config, environ, store=store, node_id=a.node_id, peers=a.peers,
+                            client_addr=a.client_addr, client_addrs=a.client_addrs,
+                            cluster_id=a.cluster_id, secret_file=a.secret_file,
+                            insecure=a.insecure)
+
+
+def main(argv=None) -> int:
+    a = build_parser("python -m quorumlog.server").parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        cfg, rcfg, scfg = config_from_args(a)
+    except QuorumlogError as e:
+        print(f"quorumlog serve: {e}", file=sys.stderr)
+        return 2
+    # This process is the replica: everything allocated at start-up lives as long as it, and
+    # a full collection of the young generations every 700 allocations costs the event loop
+    # pauses under load (profiled: gc was a visible share of the leader's GIL time).
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        import uvloop  # noqa: F401  (optional: faster sockets, see DESIGN.md)
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(run_server(a.dir, cfg, rcfg, scfg, ready_file=a.ready_file))
+    except QuorumlogError as e:
+        log.critical("replica %s failed: %s", cfg.node_id, e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Checkers for the cluster tests: bounded waits, commit-log comparison, queue reads."""
+from __future__ import annotations
+
+import os
+import time
+
+from quorumlog.format import decode_checkpoint
+from quorumlog.localcluster import LocalCluster
+
+SEGMENT = 1 << 24   # small segments: the tests cross segment boundaries
+
+
+def wait_until(cond, timeout, what, interval=0.02):
+    """Poll cond() until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(interval)
+
+
+def checkpoint(c: LocalCluster, nid):
+    with open(os.path.join(c.data_dir(nid), "checkpoint"), "rb") as fh:
+        return decode_checkpoint(fh.read())
+
+
+def log_bytes(c: LocalCluster, nid, upto: int) -> bytes:
+    """The first `upto` bytes of a replica's commit log (segments concatenated)."""
+    d = os.path.join(c.data_dir(nid), "commitlog")
+    out = bytearray()
+    for name in sorted(os.listdir(d)):
+        start = int(name)
+        if start >= upto:
+            break
+        with open(os.path.join(d, name), "rb") as fh:
+            out += fh.read(min(upto - start, SEGMENT))
+    return bytes(out)
+
+
+def assert_logs_identical(c: LocalCluster, nodes=None) -> int:
+    """Every replica's commit log byte-identical up to the smallest committed position
+    (from the checkpoints of stopped replicas) -> that position."""
+    nodes = nodes or c.ids
+    upto = min(checkpoint(c, n).committed_position for n in nodes)
+    assert upto > 0
+    ref = log_bytes(c, nodes[0], upto)
+    assert len(ref) == upto
+    for n in nodes[1:]:
+        other = log_bytes(c, n, upto)
+        if other != ref:
+            i = next(k for k in range(upto) if other[k] != ref[k])
+            raise AssertionError(f"{n}'s log differs from {nodes[0]}'s at byte {i} "
+                                 f"(committed up to {upto})")
+    return upto
+
+
+def read_queue(client, address, topic, queue_id, upto_offset) -> list[bytes]:
+    """Every body of (topic, queue) offsets [0, upto_offset) as served by one member."""
+    out: list[bytes] = []
+    off = 0
+    while off < upto_offset:
+        r = client.fetch(topic, queue_id, off, max_messages=4096, max_bytes=8 << 20)
+        if not r.messages:
+            raise AssertionError(f"{address}: {topic}/{queue_id} ends at {off}, "
+                                 f"expected {upto_offset}")
+        out.extend(bytes(m.body) for m in r.messages)
+        off = r.next_offset
+    return out[:upto_offset]
+
+
+def wait_all_follow(c: LocalCluster, client, leader, timeout=10):
+    """Until every member names `leader` and all are in one term (a follower learns of its
+    leader from the first heartbeat) -> the statuses."""
+    def agreed():
+        st = c.statuses(client)
+        ok = (all(not isinstance(s, Exception) for s in st.values())
+              and {s.leader_id for s in st.values()} == {leader}
+              and len({s.term for s in st.values()}) == 1)
+        return st if ok else None
+    return wait_until(agreed, timeout, "every member following the leader")

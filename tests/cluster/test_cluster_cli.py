@@ -1,0 +1,34 @@
+"""`quorumlog cluster start|status|stop` on a local 3-replica group (click CliRunner; the
+replicas are real processes, killed by pid in a finally)."""
+from __future__ import annotations
+
+import re
+
+from click.testing import CliRunner
+
+from quorumlog.cli_node import main
+from quorumlog.localcluster import LocalCluster
+
+
+def test_cluster_start_status_stop(tmp_path):
+    d = str(tmp_path / "q")
+    runner = CliRunner()
+    try:
+        r = runner.invoke(main, ["cluster", "start", "--nodes", "3", "--dir", d])
+        assert r.exit_code == 0, r.output
+        assert re.search(r"leader n[123]", r.output)
+        assert (tmp_path / "q" / "secret").stat().st_mode & 0o077 == 0
+        r = runner.invoke(main, ["cluster", "start", "--nodes", "3", "--dir", d])
+        assert r.exit_code != 0 and "already running" in r.output
+        r = runner.invoke(main, ["cluster", "status", "--dir", d])
+        assert r.exit_code == 0, r.output
+        rows = [ln.split() for ln in r.output.splitlines()[1:]]
+        assert sorted(row[2] for row in rows) == ["FOLLOWER", "FOLLOWER", "LEADER"]
+        assert len({row[3] for row in rows}) == 1          # one term
+        r = runner.invoke(main, ["cluster", "stop", "--dir", d])
+        assert r.exit_code == 0, r.output
+        assert r.output.count("stopped") == 4
+        c = LocalCluster(d)
+        assert not any(c.alive(n) for n in c.ids)
+    finally:
+        LocalCluster(d).kill_all()

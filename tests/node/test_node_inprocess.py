@@ -1,0 +1,103 @@
+"""Three Nodes in one process (one event loop, real TCP on 127.0.0.1): coalesced puts each
+get their own slice of the batch's result, a retried (producer, sequence) is answered with
+the original and stored once, followers hold the topic (META) and redirect writes."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from quorumlog.localcluster import free_port
+from quorumlog.net.messages import LeaderRedirectError
+from quorumlog.node import Node, load_node_config
+from quorumlog.raft.messages import Role
+
+
+async def _group(tmp_path, flush="async"):
+    ids = ["n1", "n2", "n3"]
+    peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
+    clients = {i: f"127.0.0.1:{9000 + k}" for k, i in enumerate(ids)}   # names only
+    nodes = []
+    for i in ids:
+        cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers, secret="s" * 16,
+                                           client_addrs=clients,
+                                           store=dict(segment_size_bytes=1 << 22, flush=flush))
+        n = Node(tmp_path / i, cfg, rcfg, store_cfg=scfg)
+        await n.start()
+        nodes.append(n)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not any(n.role == Role.LEADER and n.ready_to_serve for n in nodes):
+        assert loop.time() < deadline, "no leader"
+        await asyncio.sleep(0.01)
+    return nodes, next(n for n in nodes if n.role == Role.LEADER), clients
+
+
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_coalesced_puts_dedupe_meta_and_redirects(tmp_path, flush):
+    async def run():
+        nodes, leader, clients = await _group(tmp_path, flush)
+        try:
+            async def producer(p):
+                out = []
+                for k in range(20):
+                    r = await leader.put("t", f"p{p}-{k}".encode(), queue_id=1,
+                                         producer_id=p + 1, sequence=k)
+                    out.append((r, f"p{p}-{k}".encode()))
+                return out
+            results = await asyncio.gather(*(producer(p) for p in range(16)))
+            assert leader.stats["coalesced_proposals"] > 0
+            offsets = [r.queue_offset for rs in results for r, _ in rs]
+            assert sorted(offsets) == list(range(16 * 20))      # each its own offset
+            # a retry of producer 1's last batch: the original result, nothing appended
+            before = leader.store.max_offset("t", 1)
+            again = await leader.put("t", b"p0-19", queue_id=1, producer_id=1, sequence=19)
+            assert again == results[0][-1][0]
+            assert leader.store.max_offset("t", 1) == before
+            assert leader.stats["duplicates"] == 1
+            # every replica: the topic (from META, 4 queues) and every body at its offset
+            for n in nodes:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while n.store.topics().get("t") != 4 or n.store.max_offset("t", 1) < before:
+                    assert loop.time() < deadline, f"{n.id} not caught up"
+                    await asyncio.sleep(0.01)
+                for rs in results:
+                    for r, body in rs:
+                        (m,) = n.store.get("t", 1, r.queue_offset, 1)
+                        assert bytes(m.body) == body
+            # a follower refuses writes, naming the leader and its client address
+            f = next(n for n in nodes if n is not leader)
+            with pytest.raises(LeaderRedirectError) as ei:
+                await f.put("t", b"x")
+            assert ei.value.leader_id == leader.id
+            assert ei.value.leader_address == clients[leader.id]
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+def test_backpressure_and_transfer_refuse_puts_with_their_errors(tmp_path):
+    from quorumlog.raft.errors import BackpressureError, LeaderTransferringError
+
+    async def run():
+        nodes, leader, _ = await _group(tmp_path)
+        try:
+            await leader.put("t", b"warm")
+            # more messages awaiting commit than max_pending_puts allows
+            leader.cfg = type(leader.cfg)(**{**leader.cfg.__dict__, "max_pending_puts": 8})
+            with pytest.raises(BackpressureError, match="max_pending_puts=8"):
+                await leader.put_batch("t", [b"x"] * 9, queue_id=0)
+            assert leader.pending_puts == 0
+            r = await leader.put_batch("t", [b"y"] * 8, queue_id=0)   # within the limit
+            assert len(r) == 8
+            # during a leadership transfer the leader refuses puts
+            target = next(n for n in nodes if n is not leader)
+            leader.transfer_leadership(target.id)
+            with pytest.raises(LeaderTransferringError):
+                await leader.put("t", b"z")
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
