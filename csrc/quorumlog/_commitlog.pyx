@@ -267,8 +267,12 @@ cdef class CommitLog:
                 raise
             self._closed = False
             return
-        os.makedirs(self._segdir, exist_ok=True)
-        os.makedirs(self._idxdir, exist_ok=True)
+        for d in (self._segdir, self._idxdir):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(f"{d}: cannot be the log's directory: "
+                                   f"{exc.strerror or exc}", d, exc.errno) from None
         take_lock(self)
         try:
             recover(self)

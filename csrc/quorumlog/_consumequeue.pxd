@@ -54,3 +54,4 @@ cdef class ConsumeQueue:
     cdef public list starts
     cdef public object min_offset_cache
     cdef public bint read_only
+    cdef public bint detached     # read-only and reset: files are not read again (zeros)

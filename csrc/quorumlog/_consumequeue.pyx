@@ -32,6 +32,7 @@ import bisect
 import logging
 import mmap
 import os
+import shutil
 
 import numpy as np
 

@@ -64,6 +64,9 @@ cdef dict read_checkpoint(CommitLog self):
             data = f.read(CP_SIZE + 1)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise CorruptLogError(f"{cp}: the checkpoint cannot be read: {exc.strerror or exc}",
+                              cp, 0) from None
     if len(data) != CP_SIZE:
         raise CorruptLogError(f"{cp}: checkpoint is {len(data)} bytes, not {CP_SIZE}", cp, 0)
     (magic, version, flags, flushed_pos, flushed_index, committed_index, committed_pos,

@@ -73,7 +73,12 @@ cdef inline void _release(CommitLog self) noexcept:
 
 
 cdef take_lock(CommitLog self):
-    fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock = os.path.join(self.path, "LOCK")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StorageError(f"{lock}: cannot be the store's lock file: {exc.strerror or exc}",
+                           lock, exc.errno) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -48,10 +48,10 @@ cdef class Mapping:
         return f"<Mapping {self.path!r} start={self.start} size={self.size}>"
 
 
-def _disk_error(int err, str what):
+def _disk_error(int err, str what, str path=None):
     if err == ENOSPC or err == EDQUOT:
         return DiskFullError(err, f"no space to preallocate {what}", what)
-    return OSError(err, os.strerror(err), what)
+    return StorageError(f"{what}: {os.strerror(err)}", path, err)
 
 
 cdef Mapping map_file(str path, int64_t size, int64_t start, bint create,
@@ -72,7 +72,7 @@ cdef Mapping map_file(str path, int64_t size, int64_t start, bint create,
                 pass
         if err == _errno.EFBIG:
             raise ConfigError(f"{path} is longer than the configured size {size}")
-        raise _disk_error(err, f"{what} {path}")
+        raise _disk_error(err, f"{what} {path}", path)
     cdef Mapping m = Mapping.__new__(Mapping)
     m.addr = <char *>addr
     m.size = size

@@ -36,16 +36,20 @@ cdef recover(CommitLog self):
     abort_path = os.path.join(self.path, "abort")
     self.unclean_open = os.path.exists(abort_path)
     identity = page_cache_identity(self.path)
-    if self.unclean_open:
-        with open(abort_path, "rb") as fh:
-            previous = fh.read(4096).decode("ascii", "replace")
-        # unknown (an older marker, or no boot id here): treat as a possible power cut
-        self._lost_writeback = not identity or previous != identity
-    else:
-        self._lost_writeback = False
-    if not self.read_only and not self.unclean_open:
-        with open(abort_path, "wb"):
-            pass
+    try:
+        if self.unclean_open:
+            with open(abort_path, "rb") as fh:
+                previous = fh.read(4096).decode("ascii", "replace")
+            # unknown (an older marker, or no boot id here): treat as a possible power cut
+            self._lost_writeback = not identity or previous != identity
+        else:
+            self._lost_writeback = False
+        if not self.read_only and not self.unclean_open:
+            with open(abort_path, "wb"):
+                pass
+    except OSError as exc:
+        raise StorageError(f"{abort_path}: cannot be the store's abort marker: "
+                           f"{exc.strerror or exc}", abort_path, exc.errno) from None
     cp = read_checkpoint(self)
     starts = _segment_starts(self, cp)
     self._first_seg = starts[0] // self.segment_size_bytes
@@ -91,15 +95,21 @@ cdef _install_recovered(CommitLog self, Mapping m):
 
 cdef list list_numbered(str d, bint remove_tmp=True):
     """The numbers of the 20-digit files in d, sorted; leftover *.tmp files are removed
-    (unless `remove_tmp` is false: a read-only log)."""
+    (unless `remove_tmp` is false: a read-only log). A 20-digit name that is not a regular
+    file is StorageError naming it (it cannot be mapped; `quorumlog repair` moves it
+    aside)."""
     out = []
     if not remove_tmp and not os.path.isdir(d):
         return out
     for name in os.listdir(d):
+        f = os.path.join(d, name)
         if is_numbered_name(name):
+            if not os.path.isfile(f) or os.path.islink(f):
+                raise StorageError(f"{f}: named like a log file but not a regular file", f,
+                                   _errno.EISDIR if os.path.isdir(f) else None)
             out.append(int(name))
-        elif name.endswith(".tmp") and remove_tmp:
-            os.unlink(os.path.join(d, name))
+        elif name.endswith(".tmp") and remove_tmp and os.path.isfile(f):
+            os.unlink(f)
     out.sort()
     return out
 
@@ -113,8 +123,9 @@ cdef _check_numbered(str d, list starts, int64_t step, int64_t first, str what, 
                                   os.path.join(d, numbered_name(s)), 0)
     for a, b in zip(starts, starts[1:]):
         if b != a + step:
-            raise CorruptLogError(f"{what}s are not contiguous: {a} then {b}",
-                                  os.path.join(d, numbered_name(b)), 0)
+            miss = os.path.join(d, numbered_name(a + step))
+            raise CorruptLogError(f"{miss}: missing: {what}s are not contiguous ({a} then "
+                                  f"{b})", miss, 0)
 
 
 cdef list _segment_starts(CommitLog self, cp):
@@ -126,13 +137,16 @@ cdef list _segment_starts(CommitLog self, cp):
     if cp and starts and starts[0] < cp["min_position"] and starts[len(starts) - 1] >= \
             cp["min_position"]:
         # retention writes its checkpoint before it unlinks: finish what a crash cut short
+        # (a read-only log only leaves those segments out)
         while starts[0] < cp["min_position"]:
             f = os.path.join(self._segdir, numbered_name(starts[0]))
-            log.warning("%s: removing %s, below the checkpoint's min position %d (retention "
-                        "was interrupted)", self.path, f, cp["min_position"])
-            os.unlink(f)
+            if not self.read_only:
+                log.warning("%s: removing %s, below the checkpoint's min position %d "
+                            "(retention was interrupted)", self.path, f, cp["min_position"])
+                os.unlink(f)
             starts.pop(0)
-        _fsync_dir(self._segdir)
+        if not self.read_only:
+            _fsync_dir(self._segdir)
     if not starts:
         start = cp["min_position"] if cp else 0
         if start % S:

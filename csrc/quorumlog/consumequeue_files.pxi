@@ -7,10 +7,13 @@ cdef inline CQEntry *_cq_entry(CQFile f, Py_ssize_t i) noexcept:
 
 
 
-cdef object _map_private(path, Py_ssize_t nbytes, bint create):
+cdef object _map_private(path, Py_ssize_t nbytes, bint create, bint detached=False):
     """A read-only store's mapping of a consume-queue file: copy-on-write (dispatch and
     repair stay in memory), nothing created; a missing file (`create`) or a short one reads
-    as zeros past its end."""
+    as zeros past its end. `detached`: the queue was reset (rebuilt in memory), so what the
+    file holds is not used: zeros."""
+    if detached:
+        return mmap.mmap(-1, nbytes)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -33,21 +36,25 @@ cdef object _map_private(path, Py_ssize_t nbytes, bint create):
 
 cdef class CQFile:
     def __cinit__(self, path, int64_t first_offset, Py_ssize_t capacity, bint create,
-                  bint read_only=False):
+                  bint read_only=False, bint detached=False):
         cdef Py_ssize_t nbytes = capacity * sizeof(CQEntry), i
         cdef bint fresh = False
         self.path = path
         self.first_offset = first_offset
         self.capacity = capacity
         if read_only:
-            self.mm = _map_private(path, nbytes, create)
+            self.mm = _map_private(path, nbytes, create, detached)
             PyObject_GetBuffer(self.mm, &self._buf, PyBUF_SIMPLE | PyBUF_WRITABLE)
             self._has_buf = True
             self.base = <unsigned char *>self._buf.buf
             self.dirty = False
             return
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"consume queue file {path}: {exc.strerror or exc}", str(path),
+                               exc.errno) from None
         try:
             st = os.fstat(fd)
             fresh = st.st_size == 0
@@ -179,6 +186,7 @@ cdef class ConsumeQueue:
                  bint read_only=False):
         # read_only: files mapped copy-on-write, nothing created or deleted on disk
         self.read_only = read_only
+        self.detached = False
         self.topic = topic
         self.queue_id = queue_id
         self.dir = dir
@@ -191,11 +199,15 @@ cdef class ConsumeQueue:
         self.min_offset_cache = None
 
     def load(self):
-        """List the files on disk. Returns False when the queue directory is missing."""
+        """List the files on disk. Returns False when the queue directory is missing;
+        CorruptLogError / StorageError when what is there is not a queue's files."""
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise StorageError(f"consume queue directory {self.dir}: {exc.strerror or exc}",
+                               str(self.dir), exc.errno) from None
         starts = []
         for n in names:
             if is_numbered_name(n):
@@ -217,7 +229,7 @@ cdef class ConsumeQueue:
         path = os.path.join(self.dir, file_name(first))
         if create and not self.read_only:
             os.makedirs(self.dir, exist_ok=True)
-        f = CQFile(path, first, self.file_entries, create, self.read_only)
+        f = CQFile(path, first, self.file_entries, create, self.read_only, self.detached)
         self.files[first] = f
         if first not in self.starts:
             bisect.insort(self.starts, first)
@@ -259,19 +271,29 @@ cdef class ConsumeQueue:
         self.min_offset_cache = None
 
     def reset(self):
-        """Forget every entry: unlink the queue's files (live views of them stay valid) and
-        start empty, for a rebuild from the log."""
-        for first in self.starts:
-            try:
-                os.unlink(os.path.join(self.dir, file_name(first)))
-            except FileNotFoundError:
-                pass
+        """Forget every entry: remove whatever the queue's directory holds under a file's
+        name (live views of unlinked files stay valid; a directory there goes too) and start
+        empty, for a rebuild from the log. The directory is made again if it is missing or
+        a file stands in its place. Read-only: only the entries in memory are forgotten
+        (the queue is rebuilt in copy-on-write memory; files created anew are private)."""
+        if not self.read_only:
+            if os.path.lexists(self.dir) and not os.path.isdir(self.dir):
+                os.unlink(self.dir)
+            os.makedirs(self.dir, exist_ok=True)
+            for name in os.listdir(self.dir):
+                if is_numbered_name(name):
+                    f = os.path.join(self.dir, name)
+                    if os.path.isdir(f) and not os.path.islink(f):
+                        shutil.rmtree(f)
+                    else:
+                        os.unlink(f)
         self.files = {}
         self.starts = []
         self.cur = None
         self.empty = True
         self.next_offset = 0
         self.min_offset_cache = None
+        self.detached = self.read_only
 
     def put(self, int64_t offset, int64_t position, int32_t size, int64_t tag_hash):
         """Slow-path write of one entry (first entry of an empty queue, a new file, a gap).

@@ -4,17 +4,12 @@ eats the space; appends run until DiskFullError; the log is then readable and co
 (nothing half-written, end unchanged by the failed append), and appends succeed again once
 the filler is deleted. Skipped, with the reason, where the machine cannot make the mount.
 """
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import textwrap
 
 import pytest
 
 from cl_support import SEG
+from tmpfs_support import namespace_support, run_on_tmpfs
 
 
 SCENARIO = textwrap.dedent(f"""
@@ -85,37 +80,11 @@ SCENARIO = textwrap.dedent(f"""
 """)
 
 
-def namespace_support():
-    if not shutil.which("unshare"):
-        return "no unshare(1) on this machine"
-    d = tempfile.mkdtemp(prefix="ql-nscheck-")
-    try:
-        r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                            f"mount -t tmpfs -o size=1m tmpfs {d}"],
-                           capture_output=True, text=True, timeout=30)
-        if r.returncode != 0:
-            return f"cannot mount a tmpfs in a private mount namespace: {r.stderr.strip()}"
-        return None
-    finally:
-        os.rmdir(d)
-
-
 @pytest.mark.parametrize("prealloc", [True, False], ids=["preallocate_next", "no_prealloc"])
 def test_disk_full_then_space_freed(tmp_path, prealloc):
     why = namespace_support()
     if why:
         pytest.skip(why)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    script = tmp_path / "scenario.py"
-    script.write_text(SCENARIO)
-    r = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f'mount -t tmpfs -o size=1m tmpfs "{mnt}" && exec "{sys.executable}" "{script}" '
-         f'"{mnt}" {1 if prealloc else 0}'],
-        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    res = json.loads(line[len("RESULT "):])
+    res = run_on_tmpfs(tmp_path, SCENARIO, "1m", 1 if prealloc else 0)
     assert res["appended"] > 0 and res["after"] == 300
     assert "space" in res["err"].lower() or "full" in res["err"].lower()

@@ -65,7 +65,7 @@ def test_offset_for_timestamp_checks_the_records_it_probes(open_store, store_dir
     s.flush()
     flip_log_byte(store_dir, r.position + HEADER_OFFSETS["store_timestamp_ms"] + 7)
     with pytest.raises(errors.CorruptLogError) as ei:
-        s.offset_for_timestamp("one", 0, r.store_timestamp)
+        s.offset_for_timestamp("one", 0, r.store_timestamp_ms)
     assert ei.value.offset == r.position
 
 

@@ -6,9 +6,13 @@ results in one Cython loop when they are the whole undispatched committed tail a
 segment; everything else (recovery, rollover with a BLANK, replicated records) goes through
 CommitLog.scan columns and the same kind of loop.
 
-Durable dispatch: the dispatched position is handed to the log (set_dispatched_position, saved
-in its checkpoint) only after the consume-queue files covering it were msync'd; on reopen every
-entry pointing at or past min(dispatched, end of log) is dropped and re-dispatched from the log.
+Durable dispatch: the dispatched position P is recorded in queue_offsets.json (with each
+queue's next offset and last entry) and handed to the log (set_dispatched_position, saved in
+its checkpoint) only after the consume-queue files covering it were msync'd; on reopen every
+entry pointing at or past P is dropped and re-dispatched from the log, and the entries below
+P are checked against that file and the log: a topic whose queues disagree is rebuilt from
+the log (see Dispatcher.recover). The consume queues are derived data: never trusted into
+loss.
 
 Nothing in a record is trusted (it may come from another replica): a topic name breaking the
 rule or a queue id outside [0, max_queues_per_topic) is rejected (stats "dispatch_rejected"), a
@@ -18,20 +22,24 @@ record claiming an offset its queue holds for another position is reported (stat
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from .. import _consumequeue as _cq
 from ..config import StoreConfig
-from ..errors import DiskFullError, InvalidTopicError, StorageError
+from ..errors import (CorruptLogError, DiskFullError, InvalidArgumentError, InvalidTopicError,
+                      QuorumlogError, StorageError)
 from ..format import TYPE_MESSAGE, TYPE_META, check_topic_name
+from .files import read_checked_json, write_checked_json
 from .schedule import SCHEDULE_TOPIC
 from .topics import TOPICS_FILE, Topic, TopicRegistry
 
 log = logging.getLogger(__name__)
 
 MAX_SCAN_RECORDS = 65536
+QUEUE_OFFSETS_FILE = "queue_offsets.json"   # what checkpoint() made durable (see recover)
 
 
 class TagHashes:
@@ -141,6 +149,8 @@ class Dispatcher:
         self.conflicts = 0           # records claiming an offset their queue holds elsewhere
         self.rejected = 0            # records naming a bad topic / queue id / offset
         self.queue_rebuilds = 0      # topics whose queues were rebuilt from the log
+        self.rebuild_skipped = 0     # damaged log records passed over by a rebuild at open
+        self._summary = None         # what queue_offsets.json holds now
         self.durable_failed = None   # why consume-queue files are no longer made durable
         self.path = commitlog.path
         self.segment_size = commitlog.segment_size_bytes
@@ -160,33 +170,232 @@ class Dispatcher:
         self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
 
     # -- recovery ----------------------------------------------------------------------------
-    def recover(self, rebuild: bool, replicated: bool, counter: OffsetCounter) -> None:
-        """On open: trust consume-queue entries only below what the log confirms, rebuild or
-        catch up from the log, and set the counters (and round-robin cursors)."""
+    def recover(self, topics_untrusted: bool, replicated: bool, counter: OffsetCounter) -> None:
+        """On open: check the consume queues against what the store recorded and the log,
+        rebuild what does not agree, catch up from the log, set the counters (and round-robin
+        cursors).
+
+        queue_offsets.json (written by checkpoint() after the queue files were msync'd) names
+        the dispatched position P it describes and, per queue, the next offset and the
+        position of the last entry. With it, entries below P are trusted only if each queue
+        holds exactly that many entries below P, the last one naming that position, whose
+        record (CRC-checked) is of that topic, queue and offset; a topic whose queues do not
+        agree (a file missing, short, truncated, damaged; a directory gone) is rebuilt from
+        the log. Topics it names that topics.json lacks (or has fewer queues of) are
+        registered again. Without it (missing, damaged, or P outside the log), every queue is
+        rebuilt from the log."""
         lg = self.log
-        limit = max(min(lg.dispatched_position, lg.end_position), lg.min_position)
-        rebuild = rebuild and lg.end_position > lg.min_position
-        for t in self.topics.all():
-            for cq in t.queues:
-                cq.recover(limit)
+        topics = self.topics
+        lo, end = lg.min_position, lg.end_position
+        summary = self._load_summary(lo, end)
         if not replicated and lg.last_index > lg.committed_index:
             # Single replica: every intact record the log recovered is ours and committed.
             lg.commit(lg.last_index)
-        if rebuild:
-            log.warning("store %s: consume queues missing, rebuilding from the log", self.path)
+        adopted = self._adopt_topics(summary, topics_untrusted)
+        if summary is None and end > lo:
+            log.warning("store %s: %s missing or not usable: rebuilding every consume queue "
+                        "from the log", self.path, QUEUE_OFFSETS_FILE)
             self.rebuilt = True
-            self.position = lg.min_position
+            floors = self._floors(topics.all(), max(min(lg.dispatched_position, end), lo))
+            self._rebuild(list(topics.all()), lo, lo, skip_damage=True)
+            topics.damaged.clear()
+            self.position = lo
         else:
+            limit = summary[0] if summary is not None else lo
+            expected = summary[1] if summary is not None else {}
+            damaged = [t for t in topics.all()
+                       if t.name in topics.damaged or not self._queues_agree(t, limit,
+                                                                             expected)]
+            if damaged:
+                names = sorted(t.name for t in damaged)
+                log.error("store %s: consume queues of %s do not agree with %s and the log: "
+                          "rebuilding them from the log", self.path, names, QUEUE_OFFSETS_FILE)
+                self.rebuilt = True
+                self._rebuild(damaged, lo, limit, skip_damage=True)
+            topics.damaged.clear()
             self.position = limit
-        self.dispatch(checkpoint=True)
-        for t in self.topics.all():
+            floors = {t.name: [n for n, _ in expected.get(t.name, ())] for t in topics.all()}
+        if adopted or topics_untrusted:
+            topics.save()
+        self.dispatch(checkpoint=True, skip_damage=True)
+        if self.durable_failed is not None:
+            # at open this is not a device going bad under a running store: say it now
+            raise StorageError(f"store {self.path}: {self.durable_failed}",
+                               os.path.join(self.log.path, QUEUE_OFFSETS_FILE))
+        for t in topics.all():
+            floor = floors.get(t.name, ())
             for q, cq in enumerate(t.queues):
-                t.counters[q] = cq.next_offset
+                # Never below what was handed out before, as far as the store knows: a queue
+                # whose every record went with retention keeps its end.
+                f = floor[q] if q < len(floor) else 0
+                if cq.empty and f > cq.next_offset:
+                    cq.next_offset = f
+                t.counters[q] = max(cq.next_offset, f)
             # Resume round-robin at the first least-filled queue: where an uninterrupted
             # round-robin sequence would continue.
             t.rr = int(np.argmin(t.counters)) if len(t.counters) else 0
         # Records appended but not yet committed (replicated mode) already hold offsets.
         counter.count_from(self.position)
+
+    @staticmethod
+    def _floors(topics, limit: int) -> dict:
+        """{topic: [next offset of each queue]} from the queue files as they are, trusted up
+        to `limit` (before a rebuild that distrusts them: what they say was handed out is a
+        floor for the counters, never a ceiling)."""
+        out = {}
+        for t in topics:
+            ends = []
+            for cq in t.queues:
+                try:
+                    cq.recover(limit)
+                    ends.append(int(cq.next_offset))
+                except (CorruptLogError, StorageError, OSError):
+                    ends.append(0)
+            out[t.name] = ends
+        return out
+
+    def _load_summary(self, lo: int, end: int):
+        """(P, {topic: [(next_offset, last_position), ...]}) from queue_offsets.json, or None
+        when it is missing, damaged or describes a position outside the log."""
+        path = os.path.join(self.log.path, QUEUE_OFFSETS_FILE)
+        try:
+            obj = read_checked_json(path)
+            if obj is None:
+                return None
+            pos, queues = obj.get("position"), obj.get("queues")
+            if obj.get("version") != 1 or type(pos) is not int or not isinstance(queues, dict):
+                raise CorruptLogError(f"{path}: not a version-1 queue summary", path, 0)
+            out = {}
+            for name, qs in queues.items():
+                if not isinstance(qs, list) or not all(
+                        isinstance(x, list) and len(x) == 2 and all(type(v) is int for v in x)
+                        for x in qs):
+                    raise CorruptLogError(f"{path}: bad entry for topic {name!r}", path, 0)
+                out[name] = [tuple(x) for x in qs]
+        except CorruptLogError as exc:
+            log.error("store %s: %s", self.path, exc)
+            return None
+        if not lo <= pos <= end:
+            log.error("store %s: %s describes position %d, outside the log [%d, %d]",
+                      self.path, path, pos, lo, end)
+            return None
+        return pos, out
+
+    def _adopt_topics(self, summary, topics_untrusted: bool) -> bool:
+        """Topics the summary (or, when topics.json was lost, the queue directories) names
+        but the registry lacks, or has fewer queues of, are registered -> True if any."""
+        topics = self.topics
+        want = {}
+        if summary is not None:
+            want = {name: len(qs) for name, qs in summary[1].items()}
+        if topics_untrusted:
+            for name, n in topics.disk_queue_counts().items():
+                want[name] = max(want.get(name, 0), n)
+        changed = False
+        for name, n in want.items():
+            t = topics.by_name.get(name)
+            if t is not None and len(t.queues) >= n:
+                continue
+            try:
+                check_topic_name(name)
+                if t is None and not topics_untrusted:
+                    log.error("store %s: topic %r is not in %s; registering it", self.path,
+                              name, TOPICS_FILE)
+                elif t is not None:
+                    log.error("store %s: topic %r has %d queues in %s, %d in use; extending",
+                              self.path, name, len(t.queues), TOPICS_FILE, n)
+                topics.adopt(name, max(n, 1), self._clock_ms())
+                changed = True
+            except (InvalidTopicError, QuorumlogError) as exc:
+                log.error("store %s: topic %r not registered again: %s", self.path, name, exc)
+        return changed
+
+    def _queues_agree(self, t: Topic, limit: int, expected: dict) -> bool:
+        """Drop t's entries at or past `limit`, then: does each queue hold what the summary
+        says it held below `limit` (a queue it does not name: nothing)?"""
+        want = expected.get(t.name, ())
+        lg = self.log
+        for q, cq in enumerate(t.queues):
+            try:
+                cq.recover(limit)
+            except (CorruptLogError, StorageError, OSError) as exc:
+                log.error("store %s: consume queue %s/%d: %s", self.path, t.name, q, exc)
+                return False
+            n, last = want[q] if q < len(want) else (0, -1)
+            if last < 0:
+                if not cq.empty:
+                    return False
+                continue
+            if cq.empty or cq.next_offset != n:
+                return False
+            e = cq.position_of(n - 1)
+            if e is None or e[0] != last:
+                return False
+            if last < lg.min_position:
+                continue                    # its record went with retention
+            try:
+                info, _ = lg.scan(last, last + e[1], 1)
+            except InvalidArgumentError:
+                return False                # no record starts there
+            except CorruptLogError as exc:
+                # the log's record is damaged: the queue is not; reading it will say so
+                log.error("store %s: the last entry of %s/%d names a damaged record: %s",
+                          self.path, t.name, q, exc)
+                continue
+            if (len(info) != 1 or int(info["size"][0]) != e[1]
+                    or int(info["topic_hash"][0]) != t.hash or int(info["queue_id"][0]) != q
+                    or int(info["queue_offset"][0]) != n - 1):
+                return False
+        return True
+
+    def _rebuild(self, targets: list, lo: int, limit: int, skip_damage: bool) -> None:
+        """Reset the queues of the topics `targets` and place their records in [lo, limit)
+        again from the log. skip_damage: a damaged record (CorruptLogError) is logged and
+        passed over (the raft index says where the next one starts) instead of raised."""
+        lg = self.log
+        for t in targets:
+            for cq in t.queues:
+                cq.reset()
+        hashes = np.array([t.hash for t in targets], dtype=np.int64)
+        pos = lo
+        while pos < limit:
+            try:
+                info, nxt = lg.scan(pos, limit, MAX_SCAN_RECORDS)
+            except CorruptLogError as exc:
+                if not skip_damage:
+                    raise
+                nxt = self._after_damage(pos, exc)
+                if nxt is None or nxt <= pos:
+                    break
+                pos = nxt
+                continue
+            if nxt == pos:
+                break
+            mine = info[np.isin(info["topic_hash"], hashes) & (info["type"] == TYPE_MESSAGE)]
+            if len(mine):
+                self._place_columns(mine["position"], mine["size"], mine["queue_id"],
+                                    mine["queue_offset"], mine["tag_hash"],
+                                    mine["topic_hash"], mine["type"])
+            pos = nxt
+        self.queue_rebuilds += len(targets)
+
+    def _after_damage(self, pos: int, exc) -> int | None:
+        """Where the record after the damaged one at `pos` starts, from the raft index; None
+        when that cannot be found."""
+        lg = self.log
+        lo, hi = lg.first_index, lg.last_index
+        while lo < hi:                      # the first index whose record starts at >= pos
+            mid = (lo + hi) // 2
+            if lg.position_of(mid) < pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.rebuild_skipped += 1
+        log.error("store %s: rebuilding consume queues: %s; the record is skipped", self.path,
+                  exc)
+        if lo + 1 > lg.last_index:
+            return None
+        return lg.position_of(lo + 1)
 
     # -- dispatch ----------------------------------------------------------------------------
     def dispatched_index(self) -> int:
@@ -197,22 +406,30 @@ class Dispatcher:
             return lg.committed_index
         return self.index
 
-    def dispatch(self, checkpoint: bool = False) -> None:
-        """Dispatch every committed record not dispatched yet (scan path)."""
+    def dispatch(self, checkpoint: bool = False, skip_damage: bool = False) -> None:
+        """Dispatch every committed record not dispatched yet (scan path). skip_damage (at
+        open): a damaged record is logged and passed over instead of raised."""
         lg = self.log
         limit = lg.committed_position
         start = self.position
         try:
-            self._dispatch_to(lg, limit)
+            self._dispatch_to(lg, limit, skip_damage)
         finally:
             if self.position != start and self.on_advance is not None:
                 self.on_advance()
         if checkpoint or self._monotonic() >= self._checkpoint_due:
             self.checkpoint()
 
-    def _dispatch_to(self, lg, limit: int) -> None:
+    def _dispatch_to(self, lg, limit: int, skip_damage: bool = False) -> None:
         while self.position < limit:
-            info, nxt = lg.scan(self.position, limit, MAX_SCAN_RECORDS)
+            try:
+                info, nxt = lg.scan(self.position, limit, MAX_SCAN_RECORDS)
+            except CorruptLogError as exc:
+                nxt = self._after_damage(self.position, exc) if skip_damage else None
+                if nxt is None or nxt <= self.position:
+                    raise
+                self.position = nxt
+                continue
             if nxt == self.position:
                 break
             if len(info):
@@ -322,21 +539,8 @@ class Dispatcher:
         lg = self.log
         t = self.topics.by_name[name]
         lg.verify(lg.min_position)
-        for cq in t.queues:
-            cq.reset()
-        pos, limit = lg.min_position, self.position
-        while pos < limit:
-            info, nxt = lg.scan(pos, limit, MAX_SCAN_RECORDS)
-            if nxt == pos:
-                break
-            mine = info[(info["topic_hash"] == t.hash) & (info["type"] == TYPE_MESSAGE)]
-            if len(mine):
-                self._place_columns(mine["position"], mine["size"], mine["queue_id"],
-                                    mine["queue_offset"], mine["tag_hash"],
-                                    mine["topic_hash"], mine["type"])
-            pos = nxt
+        self._rebuild([t], lg.min_position, self.position, skip_damage=False)
         self.checkpoint()            # entries below the dispatched position are durable again
-        self.queue_rebuilds += 1
         log.warning("store %s: consume queues of topic %r rebuilt from the log", self.path, name)
 
     def place_slow(self, pos, size, qid, qoff, th, topic_hash) -> None:
@@ -423,10 +627,38 @@ class Dispatcher:
                           self.path, exc, self.log.dispatched_position)
         if self.durable_failed is None and self.before_checkpoint is not None:
             self.before_checkpoint(self.position)
-        if self.durable_failed is None and self.position != self.log.dispatched_position:
-            self.log.set_dispatched_position(self.position)
+        if self.durable_failed is None and self._save_summary():
+            if self.position != self.log.dispatched_position:
+                self.log.set_dispatched_position(self.position)
         self._checkpoint_due = (self._monotonic()
                                 + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+
+    def _save_summary(self) -> bool:
+        """Write queue_offsets.json for the dispatched position (the queue files are durable
+        up to it) -> False when it could not be written (the durable dispatched position then
+        stays where it was; a full disk is retried at the next checkpoint)."""
+        queues = {}
+        for t in self.topics.all():
+            qs = []
+            for cq in t.queues:
+                e = None if cq.empty else cq.position_of(cq.next_offset - 1)
+                qs.append([int(cq.next_offset), -1 if e is None else e[0]])
+            queues[t.name] = qs
+        summary = {"version": 1, "position": self.position, "queues": queues}
+        if summary == self._summary:
+            return True
+        try:
+            write_checked_json(os.path.join(self.log.path, QUEUE_OFFSETS_FILE), summary)
+        except DiskFullError as exc:
+            log.warning("store %s: %s", self.path, exc)
+            return False
+        except StorageError as exc:
+            self.durable_failed = str(exc)
+            log.error("store %s: %s; the consume queues are not made durable again until the "
+                      "store is reopened", self.path, exc)
+            return False
+        self._summary = summary
+        return True
 
     def segments_deleted(self, min_position: int) -> int:
         """Consume-queue files follow the log's new min position -> files deleted."""

@@ -69,6 +69,9 @@ class Services:
     def dispatched_position(self) -> int:
         return self.dispatcher.position
 
+    def checkpoint_dispatch(self) -> None:
+        self.dispatcher.checkpoint()
+
     def queue_count(self, topic: str) -> int:
         t = self.topics.by_name.get(topic)
         return 0 if t is None else len(t.queues)
@@ -757,7 +760,7 @@ class MessageStore:
                        cq_files_deleted=self._cq_files_deleted, disk_full_rejects=r.rejects,
                        dispatch_stalls=d.stalls, dispatch_conflicts=d.conflicts,
                        dispatch_rejected=d.rejected, delay_rejected=self.schedule.rejected,
-                       queue_rebuilds=d.queue_rebuilds,
+                       queue_rebuilds=d.queue_rebuilds, rebuild_skipped=d.rebuild_skipped,
                        dispatch_durable_failed=d.durable_failed,
                        topics=len([t for t in topics if not t.system]),
                        queues=sum(len(t.queues) for t in topics),
@@ -856,7 +859,8 @@ STORE_ENTRIES = frozenset({
     "LOCK", "abort", "checkpoint", "checkpoint.tmp", "commitlog", "index", "consumequeue",
     "topics.json", "topics.json.tmp", "delay_offsets.json", "delay_offsets.json.tmp",
     "consumer_offsets.json", "consumer_offsets.json.tmp", "keyindex", "raft-state",
-    "raft-state.tmp"})
+    "raft-state.tmp", "queue_offsets.json", "queue_offsets.json.tmp"})
+REPAIR_DIR_PREFIX = "repair-"     # what `quorumlog repair` removed (quorumlog.repair)
 
 
 def _stored_geometry(path: str) -> dict:
@@ -882,7 +886,8 @@ def _classify(path: str, create_if_missing: bool, read_only: bool) -> str:
         raise NotAStoreError(f"not a quorumlog store: {path} (not a directory)")
     entries = set(os.listdir(path)) if os.path.isdir(path) else None
     if entries:
-        foreign = sorted(entries - STORE_ENTRIES)
+        foreign = sorted(e for e in entries - STORE_ENTRIES
+                         if not e.startswith(REPAIR_DIR_PREFIX))
         if foreign:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise NotAStoreError(f"not a quorumlog store: {path} holds other files ({shown}); "

@@ -124,7 +124,10 @@ class Retention:
         mode = self.mode(now_ms, ratio)
         deleted = 0
         if mode is not None:
-            limit = min(s.dispatched_position, lg.committed_position)
+            # Only what the consume queues hold durably may go (the queue summary then
+            # names a position inside the log at the next open): make it durable first.
+            s.checkpoint_dispatch()
+            limit = min(s.dispatched_position, lg.committed_position, lg.dispatched_position)
             while deleted < s.config.max_segment_deletes_per_run:
                 segs = lg.segments()
                 if len(segs) < 2:

@@ -11,7 +11,11 @@ each level stops at its first not-yet-due one.
 
 Progress survives restarts exactly (no loss, no re-delivery):
 - after a round that delivered anything, the log is flushed and then <dir>/delay_offsets.json
-  is written atomically with every level's next offset and the log end position P at that time;
+  is written atomically (with its own checksum, files.write_checked_json) with every level's
+  next offset and the log end position P at that time;
+- a delay_offsets.json that is missing, damaged, or names an offset past its level's queue is
+  not used: the progress is recovered from the log (every delivery record after the oldest
+  retained delayed message);
 - on open, the records after P are scanned for FLAG_FROM_SCHEDULE and their SCHEDULE_OFFSET
   advances the progress past deliveries made after the last save (a crash between re-put and
   save). Deliveries are flushed before the progress that names them, so the file is never ahead
@@ -29,7 +33,6 @@ The service sees the store only through StoreServices (services.py).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -37,7 +40,8 @@ from collections.abc import Callable
 from ..config import parse_delay_levels
 from ..errors import InvalidArgumentError, InvalidTopicError
 from ..format import TYPE_MESSAGE, check_topic_name
-from .files import atomic_write
+from ..errors import CorruptLogError
+from .files import read_checked_json, write_checked_json
 from .services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -93,21 +97,33 @@ class ScheduleService:
         self._scanned_to = store.commitlog.committed_position   # replicated: see _catch_up
 
     def _load(self):
+        """Progress from delay_offsets.json; left at 0 (recovered from the log by _reconcile)
+        when the file is missing, damaged or wrong."""
         try:
-            with open(self.path, "rb") as fh:
-                data = json.loads(fh.read())
-            offsets = {int(k): int(v) for k, v in data["offsets"].items()}
-            self._saved_position = int(data["log_position"])
-        except FileNotFoundError:
+            data = read_checked_json(self.path)
+            if data is None:
+                return
+            offsets, pos = data.get("offsets"), data.get("log_position")
+            if (data.get("version") != 1 or not isinstance(offsets, dict)
+                    or type(pos) is not int or pos < 0
+                    or not all(k.isdigit() and type(v) is int and v >= 0
+                               for k, v in offsets.items())):
+                raise CorruptLogError(f"{self.path}: not a version-1 delay progress", self.path,
+                                      0)
+        except CorruptLogError as exc:
+            log.error("%s: recovering delay progress from the log", exc)
             return
-        except (ValueError, KeyError, TypeError) as exc:
-            log.error("%s is damaged (%s): recovering delay progress from the log", self.path,
-                      exc)
-            self._saved_position = 0
-            return
-        for lvl, off in offsets.items():
-            if lvl in self.progress:
-                self.progress[lvl] = off
+        for lvl, q in self._levels():
+            off = offsets.get(str(lvl), 0)
+            end = self.store.queue_range(SCHEDULE_TOPIC, q)[1]
+            if off > end:
+                log.error("%s names offset %d for delay level %d, past its queue's end %d: "
+                          "recovering delay progress from the log", self.path, off, lvl, end)
+                return
+        self._saved_position = pos
+        for k, off in offsets.items():
+            if int(k) in self.progress:
+                self.progress[int(k)] = off
 
     def _catch_up(self):
         """Replicated mode: advance progress past deliveries in records added since the last
@@ -175,7 +191,7 @@ class ScheduleService:
     def save(self):
         data = {"version": 1, "offsets": {str(k): v for k, v in self.progress.items()},
                 "log_position": self.store.commitlog.end_position}
-        atomic_write(self.path, json.dumps(data, sort_keys=True).encode())
+        write_checked_json(self.path, data)
 
     def pending(self) -> int:
         s = self.store

@@ -43,6 +43,9 @@ class StoreServices(Protocol):
         """A validated request that re-puts delayed messages into (topic, queue_ids[i]),
         creating the topic or its queues at append when missing."""
 
+    def checkpoint_dispatch(self) -> None:
+        """Make the consume queues durable up to the dispatched position (and tell the log)."""
+
     def segments_deleted(self, count: int) -> None:
         """Retention deleted `count` commit-log segments: consume-queue files, min offsets and
         read mappings follow the log's new min position."""

@@ -1,15 +1,20 @@
 """The topic registry: topics and their consume queues, <dir>/topics.json, the naming rule.
 
 Topic metadata lives in <dir>/topics.json (written atomically: tmp + fsync + rename + fsync
-dir), written before the first record of a new topic is appended. It is a cache, not the truth:
-a record of a topic missing from it (the file was lost) registers the topic again at dispatch.
+dir, with its own checksum, files.write_checked_json), written before the first record of a new
+topic is appended. It is a cache, not the truth: a file that is missing, damaged or not what
+the format says (a queue count that is not an int in [1, max_queues_per_topic], ...) is not
+used -- the topic list is rebuilt from queue_offsets.json, the queue directories and the log
+(dispatch.Dispatcher.recover) -- and a record of a topic missing from it registers the topic
+again at dispatch.
 
 The topic-name rule is quorumlog.format.check_topic_name (one rule for the log, the reference
 codec and the store); the store adds one reservation: SCHEDULE_TOPIC belongs to delay levels.
 """
 from __future__ import annotations
 
-import json
+import errno
+import logging
 import os
 import shutil
 
@@ -17,12 +22,14 @@ import numpy as np
 
 from .._consumequeue import ConsumeQueue, fnv1a64
 from ..config import StoreConfig
-from ..errors import (InvalidArgumentError, InvalidQueueError, InvalidTopicError,
-                      InvalidTypeError, QueueTypeError, QuorumlogError, TopicNotFoundError,
-                      TopicTypeError)
+from ..errors import (CorruptLogError, DiskFullError, InvalidArgumentError, InvalidQueueError,
+                      InvalidTopicError, InvalidTypeError, QueueTypeError, StorageError,
+                      TopicNotFoundError, TopicTypeError)
 from ..format import check_topic_name
-from .files import atomic_write
+from .files import read_checked_json, write_checked_json
 from .schedule import SCHEDULE_TOPIC
+
+log = logging.getLogger(__name__)
 
 TOPICS_FILE = "topics.json"
 
@@ -55,8 +62,8 @@ class TopicRegistry:
     def __init__(self, root: str, config: StoreConfig, read_only: bool = False):
         self.root = root
         self.config = config
-        # read_only: nothing created or saved; queues mapped copy-on-write (topics found in
-        # the log are registered in memory only)
+        # read_only: nothing created, saved or removed; queues mapped copy-on-write (topics
+        # found in the log are registered in memory only)
         self.read_only = read_only
         self.cq_root = os.path.join(root, "consumequeue")
         self.by_name: dict[str, Topic] = {}
@@ -66,36 +73,109 @@ class TopicRegistry:
         # Replicated mode: next offsets implied by counted log records for (topic hash, queue)
         # pairs that have no queue here yet; adopted when the queue is created.
         self.unregistered: dict[tuple[int, int], int] = {}
+        # topics whose queue files were found missing or damaged at load: rebuilt from the log
+        self.damaged: set[str] = set()
 
     # -- loading and saving ------------------------------------------------------------------
     def load(self) -> bool:
-        """Read topics.json and list each queue's files -> True when consume queues must be
-        rebuilt from the log (the file or a queue directory is missing)."""
+        """Read topics.json and list each queue's files -> True when the topic list cannot be
+        trusted (missing or damaged: the dispatcher rebuilds it). Queues whose directory is
+        missing or whose files are damaged are put in `damaged` (rebuilt from the log)."""
         meta_path = os.path.join(self.root, TOPICS_FILE)
-        rebuild = not os.path.isdir(self.cq_root)
         try:
-            with open(meta_path, "rb") as fh:
-                meta = json.loads(fh.read())
-            topics = meta["topics"]
-        except FileNotFoundError:
-            topics = {}
-            rebuild = True      # no topic list: rebuild the queues (and the list) from the log
-        except (ValueError, KeyError, TypeError) as exc:
-            raise QuorumlogError(f"{meta_path} is damaged ({exc}); delete it to rebuild the "
-                                 "topic list from the log") from None
+            topics = self._parse(read_checked_json(meta_path), meta_path)
+        except CorruptLogError as exc:
+            log.error("store %s: %s; the topic list is rebuilt from the log", self.root, exc)
+            topics = None
         self._makedirs(self.cq_root)
+        for name, (nqueues, system, created_ms) in (topics or {}).items():
+            self._register(Topic(name, nqueues, system, created_ms))
+        for t in self.by_name.values():
+            self.load_queues(t, 0)
+        return topics is None
+
+    def _parse(self, meta, path) -> dict | None:
+        """topics.json's object -> {name: (queues, system, created_ms)}; CorruptLogError for
+        anything the format does not allow."""
+        if meta is None:
+            return None
+        topics = meta.get("topics")
+        if meta.get("version") != 1 or not isinstance(topics, dict):
+            raise CorruptLogError(f"{path}: not a version-1 topic list", path, 0)
+        out = {}
+        maxq = self.config.max_queues_per_topic
         for name, info in topics.items():
-            t = self._register(Topic(name, int(info["queues"]), bool(info.get("system", False)),
-                                     int(info.get("created_ms", 0))))
-            for cq in t.queues:
+            try:
+                check_topic_name(name)
+            except InvalidTopicError as exc:
+                raise CorruptLogError(f"{path}: topic {name!r}: {exc}", path, 0) from None
+            q = info.get("queues") if isinstance(info, dict) else None
+            system = info.get("system", False) if isinstance(info, dict) else None
+            created = info.get("created_ms", 0) if isinstance(info, dict) else None
+            if (type(q) is not int or not 1 <= q <= maxq or type(system) is not bool
+                    or system != (name == SCHEDULE_TOPIC) or type(created) is not int):
+                raise CorruptLogError(f"{path}: topic {name!r} has a bad entry {info!r}",
+                                      path, 0)
+            out[name] = (q, system, created)
+        hashes = {}
+        for name in out:
+            other = hashes.setdefault(fnv1a64(name.encode()), name)
+            if other != name:
+                raise CorruptLogError(f"{path}: topics {name!r} and {other!r} have one hash",
+                                      path, 0)
+        return out
+
+    def load_queues(self, t: Topic, first_q: int) -> None:
+        """List the files of t's queues from `first_q` on; a queue whose directory is missing
+        or whose files are damaged puts the topic in `damaged`."""
+        for cq in t.queues[first_q:]:
+            try:
                 if not cq.load():
-                    rebuild = True
+                    self.damaged.add(t.name)
                     self._makedirs(cq.dir)
-        return rebuild
+            except (CorruptLogError, StorageError, OSError) as exc:
+                log.error("store %s: consume queue %s/%d: %s", self.root, t.name,
+                          cq.queue_id, exc)
+                self.damaged.add(t.name)
+
+    def disk_queue_counts(self) -> dict[str, int]:
+        """{topic: 1 + the highest queue id} of the queue directories under consumequeue/
+        (what a lost topic list is rebuilt from, with the log)."""
+        out = {}
+        try:
+            names = os.listdir(self.cq_root)
+        except OSError:
+            return out
+        for name in names:
+            try:
+                check_topic_name(name)
+                ids = [int(q) for q in os.listdir(os.path.join(self.cq_root, name))
+                       if q.isdigit() and len(q) <= 6]
+            except (InvalidTopicError, OSError):
+                continue
+            if ids:
+                out[name] = min(max(ids) + 1, self.config.max_queues_per_topic)
+        return out
+
+    def adopt(self, name: str, nqueues: int, created_ms: int) -> Topic:
+        """Recovery: make sure topic `name` exists with at least `nqueues` queues (registered
+        from what the store's other files show), listing their files; not saved."""
+        nqueues = min(nqueues, self.config.max_queues_per_topic)
+        t = self.by_name.get(name)
+        if t is None:
+            t = self._register(Topic(name, nqueues, name == SCHEDULE_TOPIC, created_ms))
+            self.load_queues(t, 0)
+        elif nqueues > len(t.queues):
+            old = len(t.queues)
+            t.queues.extend(self._new_queue(t, q) for q in range(old, nqueues))
+            t.counters = np.concatenate([t.counters, np.zeros(nqueues - old, dtype=np.int64)])
+            self.queues_by_hash[t.hash] = t.queues
+            self.load_queues(t, old)
+        return t
 
     def _makedirs(self, d: str) -> None:
         if not self.read_only:
-            os.makedirs(d, exist_ok=True)
+            _make_dirs(d)
 
     def save(self) -> None:
         if self.read_only:
@@ -103,8 +183,7 @@ class TopicRegistry:
         meta = {"version": 1, "topics": {
             t.name: {"queues": len(t.queues), "system": t.system, "created_ms": t.created_ms}
             for t in self.by_name.values()}}
-        atomic_write(os.path.join(self.root, TOPICS_FILE),
-                     json.dumps(meta, indent=1, sort_keys=True).encode())
+        write_checked_json(os.path.join(self.root, TOPICS_FILE), meta)
 
     # -- creating ----------------------------------------------------------------------------
     def _new_queue(self, t: Topic, q: int) -> ConsumeQueue:
@@ -126,39 +205,54 @@ class TopicRegistry:
             dispatched_position: int) -> Topic:
         """Register a new topic and save topics.json. Queue files already on disk (the metadata
         was lost) keep what the log confirms: entries below `dispatched_position`."""
+        existed = os.path.isdir(os.path.join(self.cq_root, name))
         t = self._register(Topic(name, nqueues, system, created_ms))
-        for q, cq in enumerate(t.queues):
-            if cq.load():
-                cq.recover(dispatched_position)
-                t.counters[q] = cq.next_offset
-            self._makedirs(cq.dir)
+        try:
+            for q, cq in enumerate(t.queues):
+                if cq.load():
+                    cq.recover(dispatched_position)
+                    t.counters[q] = cq.next_offset
+                self._makedirs(cq.dir)
+            self.save()
+        except BaseException:
+            self._unregister(t, remove_files=not existed)   # it could not be created
+            raise
         self._adopt_unregistered(t, 0)
-        self.save()
         return t
 
     def extend(self, t: Topic, nqueues: int, dispatched_position: int) -> None:
         """Give `t` more queues (never fewer) and save topics.json."""
         old = len(t.queues)
+        added = []
         for q in range(old, nqueues):
             cq = self._new_queue(t, q)
             self._makedirs(cq.dir)
             cq.load()
             cq.recover(dispatched_position)
-            t.queues.append(cq)
+            added.append(cq)
+        t.queues.extend(added)
+        try:
+            self.save()
+        except BaseException:
+            del t.queues[old:]        # the queues that could not be recorded are not there
+            raise
         t.counters = np.concatenate([t.counters, np.array(
-            [cq.next_offset for cq in t.queues[old:]], dtype=np.int64)])
+            [cq.next_offset for cq in added], dtype=np.int64)])
         self._adopt_unregistered(t, old)
         self.queues_by_hash[t.hash] = t.queues
-        self.save()
 
     def drop(self, t: Topic) -> None:
         """Undo the auto-creation of a topic whose first put was rejected (bad input changes
         nothing)."""
+        self._unregister(t)
+        self.save()
+
+    def _unregister(self, t: Topic, remove_files: bool = True) -> None:
         self.by_name.pop(t.name, None)
         self.by_hash.pop(t.hash, None)
         self.queues_by_hash.pop(t.hash, None)
-        shutil.rmtree(os.path.join(self.cq_root, t.name), ignore_errors=True)
-        self.save()
+        if remove_files and not self.read_only:
+            shutil.rmtree(os.path.join(self.cq_root, t.name), ignore_errors=True)
 
     def create(self, name: str, nqueues, system: bool, created_ms: int,
                dispatched_position: int) -> Topic:
@@ -227,3 +321,14 @@ class TopicRegistry:
 
     def all(self):
         return self.by_name.values()
+
+
+def _make_dirs(path: str) -> None:
+    """os.makedirs, with an OS error as a quorumlog error naming the directory."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(exc.errno, f"no space to create {path}", path) from None
+        raise StorageError(f"{path}: cannot create the directory: {exc.strerror or exc}",
+                           path, exc.errno) from None
