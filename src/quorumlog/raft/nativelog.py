@@ -30,9 +30,77 @@ one of them:
 """
 from __future__ import annotations
 
-from ..errors import IndexOutOfRangeError
+import struct
+
+from ..errors import IndexOutOfRangeError, InvalidArgumentError
 from .errors import NotSupportedByLogError
 from .log import EntryKind
+
+# A producer batch's records carry these reserved properties (docs/format.md): the producer
+# id and sequence (decimal), the batch's message count and the message's ordinal in it.
+PROP_PID = "QL_PID"
+PROP_SEQ = "QL_SEQ"
+PROP_COUNT = "QL_N"
+PROP_ORDINAL = "QL_I"
+RESERVED_PROPERTIES = frozenset((PROP_PID, PROP_SEQ, PROP_COUNT, PROP_ORDINAL))
+_LENGTHS = struct.Struct("<HHII")      # topic_len, tags_len, keys_len, props_len at 76
+
+
+def producer_properties(pid: int, seq: int, count: int, first_ordinal: int, properties=None):
+    """The per-message properties of messages first_ordinal.. of batch (pid, seq) of `count`
+    messages: the caller's (one dict, a list with one per message, or None) with the reserved
+    ones added; a caller's reserved key: InvalidArgumentError."""
+    n = count - first_ordinal if not isinstance(properties, list) else len(properties)
+    ps = properties if isinstance(properties, list) else [properties] * n
+    # (the reserved ones first, in this order: producers() reads them at a fixed place)
+    p_, s_, n_ = str(pid), str(seq), str(count)
+    out = []
+    for i, p in enumerate(ps):
+        d = {PROP_PID: p_, PROP_SEQ: s_, PROP_COUNT: n_, PROP_ORDINAL: str(first_ordinal + i)}
+        if p:
+            if RESERVED_PROPERTIES.intersection(p):
+                raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are "
+                                           "reserved")
+            d.update(p)
+        out.append(d)
+    return out
+
+
+def producer_tag(rec) -> tuple | None:
+    """(pid, seq, count, ordinal) of a MESSAGE record's bytes (count, ordinal None when it
+    carries only QL_PID/QL_SEQ), or None without a producer. Reads the properties field in
+    place: a new leader reads this for every record of its window."""
+    tl, gl, kl, plen = _LENGTHS.unpack_from(rec, 76)
+    if not plen:
+        return None
+    o = 96 + tl + gl + kl
+    b = bytes(rec[o:o + plen])
+    o, stop = 0, plen
+    pid = seq = count = ordinal = None
+    try:
+        while o < stop:
+            klen = b[o] | b[o + 1] << 8
+            k = b[o + 2:o + 2 + klen] if klen in (4, 6) else None
+            o += 2 + klen
+            vlen = b[o] | b[o + 1] << 8
+            if k is not None:
+                v = b[o + 2:o + 2 + vlen]
+                if k == b"QL_PID":
+                    pid = int(v)
+                elif k == b"QL_SEQ":
+                    seq = int(v)
+                elif k == b"QL_N":
+                    count = int(v)
+                elif k == b"QL_I":
+                    ordinal = int(v)
+            o += 2 + vlen
+    except ValueError:
+        return None
+    if pid is None or seq is None:
+        return None
+    if count is None or ordinal is None:
+        return pid, seq, None, None
+    return pid, seq, count, ordinal
 
 
 class NativeRaftLog:
@@ -40,6 +108,7 @@ class NativeRaftLog:
         from ..commitlog import CONFIG, META, NOOP  # the extension is needed only if used
         self.cl = commitlog
         self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
+        self.producer_table = None      # the leader's ProducerTable (attach_producer_table)
 
     def first_index(self) -> int:
         f = self.cl.first_index
@@ -96,21 +165,60 @@ class NativeRaftLog:
         self.cl.flush()
         return last
 
-    # -- capabilities the native log does not have yet (docs/raft.md says what they need) --
+    # -- producer ids (docs/raft.md "The producer table") -------------------------------------
+    def attach_producer_table(self, table) -> None:
+        """ProducerTable.rebuild hands the new leader's table to the log: the driver of a
+        store's log reads and updates it here (raft/producers.py)."""
+        self.producer_table = table
+
     def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids need reserved record properties on the batch's last "
-            "record and a scan for them (docs/raft.md 'The producer table')")
+        """Standalone: append_as_leader with producer_properties(pid, seq, ...) merged into
+        each message's properties (a caller's QL_* property: InvalidArgumentError)."""
+        topic, bodies = batch[0], list(batch[1])
+        kwargs = dict(batch[2]) if len(batch) > 2 else {}
+        kwargs["properties"] = producer_properties(pid, seq, len(bodies), 0,
+                                                   kwargs.get("properties"))
+        first, _positions, _ts = self.cl.append_batch(topic, bodies, term=term, **kwargs)
+        return first + len(bodies) - 1
 
     def producers(self, lo: int, hi: int) -> list:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids are not stored by the native log yet "
-            "(docs/raft.md 'The producer table')")
+        """[(first, last, pid, seq, count, first_ordinal)]: the runs of consecutive entries
+        in [lo, hi] holding consecutive messages of one producer batch, in log order (count
+        and first_ordinal None for records that carry only QL_PID/QL_SEQ)."""
+        from ..commitlog import MESSAGE
+        cl = self.cl
+        lo = max(lo, self.first_index())
+        hi = min(hi, cl.last_index)
+        out: list = []
+        if lo > hi:
+            return out
+        run = None       # [first, last, pid, seq, count, first_ordinal]
+        pos, end = cl.position_of(lo), cl.position_of(hi) + cl.size_of(hi)
+        record_at = cl.record_at
+        while pos < end:
+            info, nxt = cl.scan(pos, end, 65536)
+            if nxt == pos:
+                break
+            msg = info[info["type"] == MESSAGE]
+            for p, idx in zip(msg["position"].tolist(), msg["index"].tolist()):
+                tag = producer_tag(record_at(p))
+                if tag is None:
+                    continue
+                pid, seq, count, ordinal = tag
+                if (run is not None and idx == run[1] + 1 and run[2] == pid and run[3] == seq
+                        and run[4] == count
+                        and (ordinal is None or ordinal == run[5] + idx - run[0])):
+                    run[1] = idx
+                    continue
+                run = [idx, idx, pid, seq, count, ordinal]
+                out.append(run)
+            pos = nxt
+        return [tuple(r) for r in out]
 
     def producer_snapshot(self) -> list:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids are not stored by the native log yet "
-            "(docs/raft.md 'The producer table')")
+        """The native log keeps nothing about the batches of a dropped head: a table rebuilt
+        after retention knows the batches still in the log (docs/raft.md)."""
+        return []
 
     def install_image(self):
         raise NotSupportedByLogError(_INSTALL)
