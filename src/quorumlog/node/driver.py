@@ -679,6 +679,11 @@ class Node:
         log.info("node %s: batch (producer %d, sequence %d) is in the log already (%d of %d "
                  "messages, entries %s)", self.id, pid, seq, batch.held, n, batch.ranges)
         if not batch.complete:
+            if self._producer_table().latest(pid) is not batch:
+                raise UncompletableBatchError(
+                    f"producer {pid} sequence {seq}: the log holds {batch.held} of its {n} "
+                    "messages and later batches of the producer: it cannot be completed (the "
+                    "log keeps a producer's records in sequence order)")
             await self._complete_batch(batch, topic, bodies, kw, pid, seq)
         return await self._result_of(batch.ranges)
 

@@ -112,6 +112,13 @@ class ProducerTable:
                     return b
         return None
 
+    def latest(self, pid: int) -> Batch | None:
+        """pid's newest batch. Only it may be completed (place() after its first run): the
+        log then holds every record of a producer's batches in sequence order, which is what
+        makes "above the highest in the window" mean "never written" at a rebuild."""
+        batches = self._by_pid.get(pid)
+        return batches[-1] if batches else None
+
     def check(self, pid: int, seq: int) -> None:
         """Return if seq is new (above every sequence of pid written so far); raise
         KnownBatchError (a DuplicateBatchError) if (pid, seq) is one of the batches
