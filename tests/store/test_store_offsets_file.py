@@ -14,10 +14,8 @@ OFFSETS = {"t": {0: 1, 1: 7}}
 
 def _store_with_offsets(open_store, store_dir):
     s = open_store()
-    s.put("t", b"x")
-    s.commit_offset("g", "t", 0, 1)
-    s.put("t", b"y")
-    s.commit_offset("g", "t", 1, 7)
+    s.commit_offset("g", "t", 0, 5)                 # (replaced by the next commit)
+    s.commit_offsets("g", {("t", 0): 1, ("t", 1): 7})
     s.close()
     path = os.path.join(store_dir, "consumer_offsets.json")
     with open(path, "rb") as fh:
