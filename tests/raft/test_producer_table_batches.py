@@ -117,6 +117,33 @@ def test_producer_properties_and_tags_round_trip(tmp_path):
         cl.close()
 
 
+def test_producers_reads_every_form_of_record(tmp_path):
+    from quorumlog.commitlog import NOOP
+    cl = CommitLog(str(tmp_path / "log"), segment_size_bytes=1 << 16)   # several segments
+    try:
+        lg = NativeRaftLog(cl)
+        big = (1 << 63) - 1
+        lg.append_producer_batch(1, ("t", [b"a"] * 3, {"tags": "x", "keys": [("k",)] * 3,
+                                                       "properties": {"u": "v"}}), big, 1)
+        cl.append_control(NOOP, b"", term=1)
+        # a writer that put the reserved properties after its own (read the slow way)
+        ps = [dict({"z": "1"}, **p) for p in producer_properties(5, 2, 2, 0)]
+        cl.append_batch("t", [b"b", b"c"], term=1, properties=ps)
+        cl.append_batch("t", [b"d", b"e"], term=1, properties={"QL_PID": "6", "QL_SEQ": "3"})
+        cl.append_batch("t", [b"f"], term=1, properties={"other": "1"})
+        cl.append_batch("t", [b"g"], term=1)
+        cl.append_batch("t", [b"h" * 9000] * 12, term=1,    # crosses segments
+                        properties=producer_properties(7, 4, 12, 0))
+        want = [(1, 3, big, 1, 3, 0), (5, 6, 5, 2, 2, 0), (7, 8, 6, 3, None, None),
+                (11, 22, 7, 4, 12, 0)]
+        assert lg.producers(1, cl.last_index) == want
+        assert lg.producers(2, 12) == [(2, 3, big, 1, 3, 1), (5, 6, 5, 2, 2, 0),
+                                       (7, 8, 6, 3, None, None), (11, 12, 7, 4, 12, 0)]
+        assert lg.producers(14, 13) == []
+    finally:
+        cl.close()
+
+
 # -- a model: which (pid, seq, ordinal) each entry of a log holds ------------------------------
 _op = st.one_of(
     st.tuples(st.just("new"), st.integers(1, 3), st.integers(1, 5), st.integers(0, 4)),

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from ..errors import IndexOutOfRangeError, InvalidArgumentError
 from .errors import NotSupportedByLogError
 from .log import EntryKind
@@ -63,6 +65,63 @@ def producer_properties(pid: int, seq: int, count: int, first_ordinal: int, prop
                                            "reserved")
             d.update(p)
         out.append(d)
+    return out
+
+
+_FAST_KEYS = tuple(np.frombuffer(k, np.uint8) for k in (
+    b"\x06\x00QL_PID", b"\x06\x00QL_SEQ", b"\x04\x00QL_N", b"\x04\x00QL_I"))
+
+
+def _tags_in(cl, view, base: int):
+    """[(index, pid, seq, count, ordinal)] of the producer records among the whole records
+    `view` (log position `base` on). The records producer_properties wrote start their
+    properties with the four reserved ones in order: those are read with numpy, a few
+    vector operations for every record at once; any other record with properties goes
+    through producer_tag."""
+    from ..commitlog import MESSAGE
+    info, _ = cl.scan(base, base + len(view), 1 << 20)
+    msg = info[(info["type"] == MESSAGE)]
+    if not len(msg):
+        return []
+    buf = np.frombuffer(view, np.uint8)
+    rel = msg["position"].astype(np.int64) - base
+    plen = np.zeros(len(rel), np.int64)
+    for k in range(4):
+        plen |= buf[rel + 84 + k].astype(np.int64) << (8 * k)
+    end = rel + msg["body_offset"].astype(np.int64)        # the properties end at the body
+    ok = plen >= 8
+    o = end - plen
+    vals = []
+    for key in _FAST_KEYS:
+        klen = len(key)
+        ok &= o + klen + 2 <= end
+        at = np.where(ok, o, 0)
+        ok &= (buf[at[:, None] + np.arange(klen)] == key).all(axis=1)
+        at = np.where(ok, at + klen, 0)
+        vlen = buf[at].astype(np.int64) | buf[at + 1].astype(np.int64) << 8
+        ok &= (vlen >= 1) & (vlen <= 19) & (at + 2 + vlen <= end)
+        vlen = np.where(ok, vlen, 1)
+        val = np.zeros(len(rel), np.uint64)           # (19 decimal digits fit)
+        for j in range(int(vlen.max())):
+            m = ok & (j < vlen)
+            d = buf[np.where(m, at + 2 + j, 0)].astype(np.int64) - 48
+            ok &= ~m | ((d >= 0) & (d <= 9))
+            val = np.where(m, val * np.uint64(10) + d.clip(0, 9).astype(np.uint64), val)
+        vals.append(val)
+        o = at + 2 + vlen
+    out = []
+    fast = ok.tolist()
+    index = msg["index"].tolist()
+    pids, seqs, counts, ords = (v.tolist() for v in vals)
+    slow = plen.tolist()
+    positions = msg["position"].tolist()
+    for k in range(len(fast)):
+        if fast[k]:
+            out.append((index[k], pids[k], seqs[k], counts[k], ords[k]))
+        elif slow[k]:
+            tag = producer_tag(cl.record_at(positions[k]))
+            if tag is not None:
+                out.append((index[k], *tag))
     return out
 
 
@@ -185,34 +244,22 @@ class NativeRaftLog:
         """[(first, last, pid, seq, count, first_ordinal)]: the runs of consecutive entries
         in [lo, hi] holding consecutive messages of one producer batch, in log order (count
         and first_ordinal None for records that carry only QL_PID/QL_SEQ)."""
-        from ..commitlog import MESSAGE
         cl = self.cl
         lo = max(lo, self.first_index())
         hi = min(hi, cl.last_index)
         out: list = []
-        if lo > hi:
-            return out
         run = None       # [first, last, pid, seq, count, first_ordinal]
-        pos, end = cl.position_of(lo), cl.position_of(hi) + cl.size_of(hi)
-        record_at = cl.record_at
-        while pos < end:
-            info, nxt = cl.scan(pos, end, 65536)
-            if nxt == pos:
-                break
-            msg = info[info["type"] == MESSAGE]
-            for p, idx in zip(msg["position"].tolist(), msg["index"].tolist()):
-                tag = producer_tag(record_at(p))
-                if tag is None:
+        idx = lo
+        while idx <= hi:
+            view, count = cl.read(idx, hi + 1, 64 << 20)   # whole records, one segment
+            for i, pid, seq, n, o in _tags_in(cl, view, cl.position_of(idx)):
+                if (run is not None and i == run[1] + 1 and run[2] == pid and run[3] == seq
+                        and run[4] == n and (o is None or o == run[5] + i - run[0])):
+                    run[1] = i
                     continue
-                pid, seq, count, ordinal = tag
-                if (run is not None and idx == run[1] + 1 and run[2] == pid and run[3] == seq
-                        and run[4] == count
-                        and (ordinal is None or ordinal == run[5] + idx - run[0])):
-                    run[1] = idx
-                    continue
-                run = [idx, idx, pid, seq, count, ordinal]
+                run = [i, i, pid, seq, n, o]
                 out.append(run)
-            pos = nxt
+            idx += count
         return [tuple(r) for r in out]
 
     def producer_snapshot(self) -> list:
