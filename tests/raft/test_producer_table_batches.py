@@ -236,3 +236,19 @@ def test_rebuilt_table_matches_a_model_of_the_log(ops, lo_frac):
                     t.check(pid, top + 1)                 # above the highest: new
         finally:
             cl.close()
+
+
+def test_a_log_that_cannot_be_read_refuses_every_producer_batch():
+    from quorumlog.errors import CorruptLogError
+
+    class Damaged(_RunsLog):
+        def producers(self, lo, hi):
+            raise CorruptLogError("segment 0 offset 96: CRC mismatch", "segment", 96)
+
+    t = ProducerTable(16, 8)
+    t.rebuild(Damaged([]), 1, 10)
+    with pytest.raises(ProducerSequenceError, match="could not read .* CRC mismatch"):
+        t.check(1, 1)
+    t.rebuild(_RunsLog([(1, 1, 1, 1)]), 1, 10)        # a later election reads it again
+    with pytest.raises(DuplicateBatchError):
+        t.check(1, 1)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from .errors import DuplicateBatchError, ProducerSequenceError
+from ..errors import QuorumlogError
+from .errors import DuplicateBatchError, NotSupportedByLogError, ProducerSequenceError
 
 __all__ = ["Batch", "BatchMismatchError", "KnownBatchError", "ProducerTable",
            "UncompletableBatchError"]
@@ -93,13 +94,16 @@ class UncompletableBatchError(ProducerSequenceError):
 
 
 class ProducerTable:
-    __slots__ = ("max_producers", "batches_per_producer", "_by_pid")
+    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken")
 
     def __init__(self, max_producers: int, batches_per_producer: int):
         self.max_producers = max_producers
         self.batches_per_producer = batches_per_producer
         # pid -> deque of Batch, oldest first; LRU order
         self._by_pid: OrderedDict = OrderedDict()
+        # the error that kept rebuild() from reading the log (a damaged record): every
+        # producer batch is refused then -- an incomplete table would let retries in twice
+        self.broken: QuorumlogError | None = None
 
     def __len__(self) -> int:
         return len(self._by_pid)
@@ -127,6 +131,10 @@ class ProducerTable:
         highest" is exactly "not written" -- a lost pipelined batch retried after later ones
         is refused, not guessed (a remembered window that had lost an old batch once let a
         retry be written twice: simulation seed 967)."""
+        if self.broken is not None:
+            raise ProducerSequenceError(
+                f"producer {pid} sequence {seq}: refused, this leader could not read its log's "
+                f"producer ids ({self.broken})")
         batches = self._by_pid.get(pid)
         if not batches or seq > batches[-1].seq:
             return
@@ -193,12 +201,19 @@ class ProducerTable:
         attach = getattr(log, "attach_producer_table", None)
         if attach is not None:
             attach(self)
-        for first, last, pid, seq, term in log.producer_snapshot():
-            self._record_known(pid, seq, first, last, term, last - first + 1, 0)
-        for run in log.producers(lo, hi):
-            first, last, pid, seq = run[:4]
-            count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
-            self._record_known(pid, seq, first, last, log.term_at(last), count, ordinal)
+        self.broken = None
+        try:
+            for first, last, pid, seq, term in log.producer_snapshot():
+                self._record_known(pid, seq, first, last, term, last - first + 1, 0)
+            for run in log.producers(lo, hi):
+                first, last, pid, seq = run[:4]
+                count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
+                self._record_known(pid, seq, first, last, log.term_at(last), count, ordinal)
+        except NotSupportedByLogError:
+            raise
+        except QuorumlogError as e:     # (a damaged record: never raised into an election)
+            self._by_pid.clear()
+            self.broken = e
 
     def _record_known(self, pid, seq, first, last, term, count, ordinal) -> None:
         """A run of entries [first, last] holding ordinals ordinal.. of batch (pid, seq) of
