@@ -27,6 +27,11 @@ one of them:
     append_replicated, which the subclass does not change. The order of the driver's calls
     (propose, flush, on_persisted, apply_committed, on_dispatched, abandon_pending) is
     written in quorumlog/store/__init__.py.
+
+Producer ids (docs/raft.md "The producer table"): every record of a producer batch carries
+the reserved properties QL_PID, QL_SEQ, QL_N and QL_I (producer_properties); producers()
+reads them back for a new leader's ProducerTable, which attach_producer_table keeps here for
+the driver of a store's log.
 """
 from __future__ import annotations
 
