@@ -169,8 +169,9 @@ def _runs(model, lo):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(_op, min_size=1, max_size=25), lo_frac=st.floats(0, 1))
-def test_rebuilt_table_matches_a_model_of_the_log(ops, lo_frac):
+@given(ops=st.lists(_op, min_size=1, max_size=25), lo_frac=st.floats(0, 1),
+       step=st.sampled_from([1, 2, 3, 7, None]))
+def test_rebuilt_table_matches_a_model_of_the_log(ops, lo_frac, step):
     with tempfile.TemporaryDirectory() as d:
         cl = CommitLog(d + "/log", segment_size_bytes=1 << 16)
         try:
@@ -214,6 +215,12 @@ def test_rebuilt_table_matches_a_model_of_the_log(ops, lo_frac):
             assert lg.producers(lo, len(model)) == _runs(model, lo)
             t = ProducerTable(16, 64)
             t.rebuild(lg, lo, len(model))
+            assert lg.producer_table is t and t.pending      # read later, not in the election
+            steps = 0
+            while step is not None and t.pending:            # a driver's slices (runs split)
+                t.read_step(step)
+                steps += 1
+            assert step is None or steps == -(-(len(model) - lo + 1) // step)
             seen = {e[:2] for e in model[lo - 1:] if e}
             for pid in (1, 2, 3):
                 for seq in range(1, next_seq[pid] + 1):

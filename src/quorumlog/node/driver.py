@@ -82,6 +82,7 @@ _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
 _COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
 _COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+_PRODUCER_READ_STEP = 4096           # log entries read into a new leader's table per step
 
 
 class _Queued:
@@ -391,9 +392,6 @@ class Node:
                          ev.leader_id)
                 if ev.role == Role.LEADER:
                     self.stats["elections_won"] += 1
-                    t = self.seam.raft_log().producer_table
-                    log.info("node %s: producer table rebuilt from the log (%d producers)",
-                             self.id, len(t) if t is not None else 0)
                 else:
                     self.seam.abandon_pending(self._not_leader())
                 self.ready_to_serve = False
@@ -531,7 +529,7 @@ class Node:
             if type(producer_id) is not int or type(sequence) is not int or sequence < 0 \
                     or producer_id < 0:
                 raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
-            table = self._producer_table()
+            table = await self._read_producer_table()
             bodies = bodies if isinstance(bodies, list) else list(bodies)
             try:
                 table.check(producer_id, sequence)   # ProducerSequenceError: refused
@@ -557,6 +555,19 @@ class Node:
         t = self.seam.raft_log().producer_table
         if t is None:      # (the core builds it when this replica becomes leader)
             raise self._not_leader()
+        return t
+
+    async def _read_producer_table(self):
+        """The producer table once the new leader has read its log's window into it: a
+        slice per loop iteration (a whole 65,536-entry window at once held the loop long
+        enough to lose the leadership; raft/producers.py, rebuild). Puts that arrive
+        meanwhile wait here together."""
+        t = self._producer_table()
+        while t.pending:
+            t.read_step(_PRODUCER_READ_STEP)
+            await asyncio.sleep(0)
+            self._check_writable()
+            t = self._producer_table()
         return t
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)

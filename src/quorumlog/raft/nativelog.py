@@ -77,57 +77,66 @@ _FAST_KEYS = tuple(np.frombuffer(k, np.uint8) for k in (
     b"\x06\x00QL_PID", b"\x06\x00QL_SEQ", b"\x04\x00QL_N", b"\x04\x00QL_I"))
 
 
-def _tags_in(cl, view, base: int):
-    """[(index, pid, seq, count, ordinal)] of the producer records among the whole records
-    `view` (log position `base` on). The records producer_properties wrote start their
-    properties with the four reserved ones in order: those are read with numpy, a few
-    vector operations for every record at once; any other record with properties goes
-    through producer_tag."""
+_U64 = (1 << 64) - 1
+_PREFIX = 96          # bytes of a record's properties that hold the four reserved ones
+
+
+def _prefixes(cl, view, base: int):
+    """(index, position, props_len, prefix) of the MESSAGE records among the whole records
+    `view` (log position `base` on); prefix: the first _PREFIX bytes of each record's
+    properties field (what follows them where it is shorter), one row per record."""
     from ..commitlog import MESSAGE
     info, _ = cl.scan(base, base + len(view), 1 << 20)
     msg = info[(info["type"] == MESSAGE)]
-    if not len(msg):
-        return []
     buf = np.frombuffer(view, np.uint8)
     rel = msg["position"].astype(np.int64) - base
     plen = np.zeros(len(rel), np.int64)
     for k in range(4):
         plen |= buf[rel + 84 + k].astype(np.int64) << (8 * k)
-    end = rel + msg["body_offset"].astype(np.int64)        # the properties end at the body
+    start = rel + msg["body_offset"].astype(np.int64) - plen   # the properties end at the body
+    at = np.minimum(start[:, None] + np.arange(_PREFIX), len(buf) - 1)
+    return msg["index"].astype(np.int64), msg["position"], plen, buf[at]
+
+
+def _tags(cl, index, positions, plen, pre):
+    """(index, pid, seq, count, ordinal, legacy) arrays of the producer records among those
+    _prefixes gave; legacy: no QL_N/QL_I (count and ordinal 0 then). The records
+    producer_properties wrote start their properties with the four reserved ones in order:
+    those are read with vector operations over every record at once; any other record
+    with properties goes through producer_tag."""
+    rows = np.arange(len(index))
+    end = np.minimum(plen, _PREFIX)
     ok = plen >= 8
-    o = end - plen
+    o = np.zeros(len(index), np.int64)
     vals = []
     for key in _FAST_KEYS:
         klen = len(key)
         ok &= o + klen + 2 <= end
         at = np.where(ok, o, 0)
-        ok &= (buf[at[:, None] + np.arange(klen)] == key).all(axis=1)
+        ok &= (pre[rows[:, None], at[:, None] + np.arange(klen)] == key).all(axis=1)
         at = np.where(ok, at + klen, 0)
-        vlen = buf[at].astype(np.int64) | buf[at + 1].astype(np.int64) << 8
+        vlen = pre[rows, at].astype(np.int64) | pre[rows, at + 1].astype(np.int64) << 8
         ok &= (vlen >= 1) & (vlen <= 19) & (at + 2 + vlen <= end)
         vlen = np.where(ok, vlen, 1)
-        val = np.zeros(len(rel), np.uint64)           # (19 decimal digits fit)
-        for j in range(int(vlen.max())):
+        val = np.zeros(len(index), np.uint64)          # (19 decimal digits fit)
+        for j in range(int(vlen.max()) if len(index) else 0):
             m = ok & (j < vlen)
-            d = buf[np.where(m, at + 2 + j, 0)].astype(np.int64) - 48
+            d = pre[rows, np.where(m, at + 2 + j, 0)].astype(np.int64) - 48
             ok &= ~m | ((d >= 0) & (d <= 9))
             val = np.where(m, val * np.uint64(10) + d.clip(0, 9).astype(np.uint64), val)
         vals.append(val)
         o = at + 2 + vlen
-    out = []
-    fast = ok.tolist()
-    index = msg["index"].tolist()
-    pids, seqs, counts, ords = (v.tolist() for v in vals)
-    slow = plen.tolist()
-    positions = msg["position"].tolist()
-    for k in range(len(fast)):
-        if fast[k]:
-            out.append((index[k], pids[k], seqs[k], counts[k], ords[k]))
-        elif slow[k]:
-            tag = producer_tag(cl.record_at(positions[k]))
-            if tag is not None:
-                out.append((index[k], *tag))
-    return out
+    keep = ok.copy()
+    legacy = np.zeros(len(index), bool)
+    for k in np.flatnonzero(~ok & (plen > 0)).tolist():     # other layouts: one by one
+        tag = producer_tag(cl.record_at(int(positions[k])))
+        if tag is None or not all(0 <= v <= _U64 for v in tag if v is not None):
+            continue
+        keep[k] = True
+        legacy[k] = tag[2] is None
+        for a, v in zip(vals, tag):
+            a[k] = 0 if v is None else v
+    return (index[keep], *(v[keep] for v in vals), legacy[keep])
 
 
 def producer_tag(rec) -> tuple | None:
@@ -248,24 +257,33 @@ class NativeRaftLog:
     def producers(self, lo: int, hi: int) -> list:
         """[(first, last, pid, seq, count, first_ordinal)]: the runs of consecutive entries
         in [lo, hi] holding consecutive messages of one producer batch, in log order (count
-        and first_ordinal None for records that carry only QL_PID/QL_SEQ)."""
+        and first_ordinal None for records that carry only QL_PID/QL_SEQ). Vector
+        operations over the records' bytes, then one tuple per run."""
         cl = self.cl
         lo = max(lo, self.first_index())
         hi = min(hi, cl.last_index)
-        out: list = []
-        run = None       # [first, last, pid, seq, count, first_ordinal]
+        parts = []
         idx = lo
         while idx <= hi:
             view, count = cl.read(idx, hi + 1, 64 << 20)   # whole records, one segment
-            for i, pid, seq, n, o in _tags_in(cl, view, cl.position_of(idx)):
-                if (run is not None and i == run[1] + 1 and run[2] == pid and run[3] == seq
-                        and run[4] == n and (o is None or o == run[5] + i - run[0])):
-                    run[1] = i
-                    continue
-                run = [i, i, pid, seq, n, o]
-                out.append(run)
+            parts.append(_prefixes(cl, view, cl.position_of(idx)))
             idx += count
-        return [tuple(r) for r in out]
+        if not parts:
+            return []
+        index, pid, seq, n, o, legacy = _tags(cl, *(np.concatenate(c) for c in zip(*parts)))
+        if not len(index):
+            return []
+        same = np.zeros(len(index), bool)      # continues the run of the record before it
+        same[1:] = ((index[1:] == index[:-1] + 1) & (pid[1:] == pid[:-1])
+                    & (seq[1:] == seq[:-1]) & (n[1:] == n[:-1]) & (legacy[1:] == legacy[:-1])
+                    & (legacy[1:] | (o[1:] == o[:-1] + np.uint64(1))))
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], len(index)) - 1
+        return [(f, la, p, q, None if old else c, None if old else i)
+                for f, la, p, q, c, i, old in zip(
+                    index[starts].tolist(), index[ends].tolist(), pid[starts].tolist(),
+                    seq[starts].tolist(), n[starts].tolist(), o[starts].tolist(),
+                    legacy[starts].tolist())]
 
     def producer_snapshot(self) -> list:
         """The native log keeps nothing about the batches of a dropped head: a table rebuilt

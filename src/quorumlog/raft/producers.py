@@ -94,7 +94,7 @@ class UncompletableBatchError(ProducerSequenceError):
 
 
 class ProducerTable:
-    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken")
+    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken", "_source")
 
     def __init__(self, max_producers: int, batches_per_producer: int):
         self.max_producers = max_producers
@@ -104,12 +104,37 @@ class ProducerTable:
         # the error that kept rebuild() from reading the log (a damaged record): every
         # producer batch is refused then -- an incomplete table would let retries in twice
         self.broken: QuorumlogError | None = None
+        self._source = None        # (log, lo, hi) of a rebuild not done yet (see rebuild)
 
     def __len__(self) -> int:
-        return len(self._by_pid)
+        return len(self._table())
+
+    def _table(self) -> OrderedDict:
+        while self._source is not None:
+            self.read_step(1 << 30)
+        return self._by_pid
+
+    @property
+    def pending(self) -> bool:
+        """A deferred rebuild has entries left to read (see rebuild)."""
+        return self._source is not None
+
+    def read_step(self, max_entries: int) -> bool:
+        """Read the next `max_entries` entries of a deferred rebuild -> True once done. A
+        driver reads the table this way, a slice per event-loop iteration, before it uses
+        it; any other method reads what is left at once."""
+        if self._source is None:
+            return True
+        log, lo, hi = self._source
+        upto = min(hi, lo + max_entries - 1)
+        self._source = (log, upto + 1, hi) if upto < hi else None
+        self._read(log, lo, upto)
+        if self.broken is not None:
+            self._source = None
+        return self._source is None
 
     def lookup(self, pid: int, seq: int) -> Batch | None:
-        batches = self._by_pid.get(pid)
+        batches = self._table().get(pid)
         if batches:
             for b in batches:
                 if b.seq == seq:
@@ -120,7 +145,7 @@ class ProducerTable:
         """pid's newest batch. Only it may be completed (place() after its first run): the
         log then holds every record of a producer's batches in sequence order, which is what
         makes "above the highest in the window" mean "never written" at a rebuild."""
-        batches = self._by_pid.get(pid)
+        batches = self._table().get(pid)
         return batches[-1] if batches else None
 
     def check(self, pid: int, seq: int) -> None:
@@ -131,11 +156,11 @@ class ProducerTable:
         highest" is exactly "not written" -- a lost pipelined batch retried after later ones
         is refused, not guessed (a remembered window that had lost an old batch once let a
         retry be written twice: simulation seed 967)."""
+        batches = self._table().get(pid)
         if self.broken is not None:
             raise ProducerSequenceError(
                 f"producer {pid} sequence {seq}: refused, this leader could not read its log's "
                 f"producer ids ({self.broken})")
-        batches = self._by_pid.get(pid)
         if not batches or seq > batches[-1].seq:
             return
         for b in batches:
@@ -151,13 +176,15 @@ class ProducerTable:
 
     def record(self, pid: int, seq: int, first: int, last: int, term: int) -> Batch:
         """A new batch, whole at [first, last] (last = first - 1: not appended yet, see
-        record_part). Returns its Batch."""
+        place). Returns its Batch."""
+        self._table()
         return self._add(pid, Batch(seq, last - first + 1, last - first + 1,
                                     [[first, last, term]] if last >= first else []))
 
     def reserve(self, pid: int, seq: int, count: int) -> Batch:
         """A new batch of `count` messages about to be appended (its place is given later by
         place()): a retry meanwhile finds it."""
+        self._table()
         return self._add(pid, Batch(seq, count, 0, []))
 
     @staticmethod
@@ -172,7 +199,7 @@ class ProducerTable:
 
     def forget(self, pid: int, batch: Batch) -> None:
         """Drop a reserved batch whose append did not happen (nothing of it is in the log)."""
-        batches = self._by_pid.get(pid)
+        batches = self._table().get(pid)
         if batches and batch in batches and not batch.held:
             batches.remove(batch)
 
@@ -195,16 +222,41 @@ class ProducerTable:
         [lo, hi], oldest first. A log may give each run of a batch's entries as
         (first, last, pid, seq) -- a whole batch -- or (first, last, pid, seq, count,
         first_ordinal) -- a run of ordinals first_ordinal.. of a batch of `count` messages
-        (count None: not recorded). A log that supports it is handed this table
-        (`log.attach_producer_table(table)`): its driver reads and updates it there."""
+        (count None: not recorded).
+
+        A log that supports it is handed this table (`log.attach_producer_table(table)`):
+        its driver reads and updates it there, and the window is read later, by the
+        driver's read_step calls or at the table's first use, rather than now. The core
+        rebuilds the table while it becomes leader, before its first heartbeat; reading a
+        65,536-entry window then (a quarter of a second on a busy machine) held the
+        heartbeats back until the next election began, over and over (a Jepsen run's terms
+        climbed to 800 with no leader serving). Nothing between the two changes [lo, hi]: a
+        leader does not truncate, and every producer batch it appends goes through this
+        table."""
         self._by_pid.clear()
+        self.broken = None
+        self._source = None
+        self._read_snapshot(log)
         attach = getattr(log, "attach_producer_table", None)
         if attach is not None:
             attach(self)
-        self.broken = None
+            if lo <= hi and self.broken is None:
+                self._source = (log, lo, hi)
+            return
+        self._read(log, lo, hi)
+
+    def _read_snapshot(self, log) -> None:
         try:
             for first, last, pid, seq, term in log.producer_snapshot():
                 self._record_known(pid, seq, first, last, term, last - first + 1, 0)
+        except NotSupportedByLogError:
+            raise
+        except QuorumlogError as e:
+            self._by_pid.clear()
+            self.broken = e
+
+    def _read(self, log, lo: int, hi: int) -> None:
+        try:
             for run in log.producers(lo, hi):
                 first, last, pid, seq = run[:4]
                 count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
