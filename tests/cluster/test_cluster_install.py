@@ -115,6 +115,19 @@ def _assert_acked_readable(c, nid, acked: dict) -> int:
     return checked
 
 
+def _replicate_on_and_check(c, cl, nid, acked) -> None:
+    """After nid's install: normal replication resumes, what is retained reads back, and
+    after a clean stop every replica's segment files are byte-identical."""
+    _produce(cl, acked, 20, "after")
+    wait_until(lambda: _caught_up(c, cl, nid), 60, f"{nid} caught up again")
+    checked = _assert_acked_readable(c, nid, acked)
+    print(f"{checked} acknowledged messages still retained, read back from {nid}")
+    with open(c.log_file(nid), encoding="utf-8", errors="replace") as fh:
+        assert "log replaced by the leader's" in fh.read()
+    assert c.stop() == {n: 0 for n in c.ids}
+    _assert_segments_identical(c, c.ids)
+
+
 def test_follower_stopped_past_the_leaders_retention_catches_up_by_install(make_cluster):
     c = make_cluster(3, flush="async", segment_size_bytes=SEGMENT, env=RETENTION_ENV)
     acked: dict = {}
@@ -129,15 +142,8 @@ def test_follower_stopped_past_the_leaders_retention_catches_up_by_install(make_
         c.restart(lagger)
         wait_until(lambda: _installed(c, lagger), 60, f"{lagger} installed")
         wait_until(lambda: _caught_up(c, cl, lagger), 60, f"{lagger} caught up after install")
-        _produce(cl, acked, 20, "after")      # normal replication resumes
-        wait_until(lambda: _caught_up(c, cl, lagger), 60, f"{lagger} caught up again")
         assert _segments(c, lagger)[0] > end - SEGMENT
-        checked = _assert_acked_readable(c, lagger, acked)
-        print(f"{checked} acknowledged messages still retained, read back from {lagger}")
-    log = open(c.log_file(lagger), encoding="utf-8", errors="replace").read()
-    assert "log replaced by the leader's" in log
-    assert c.stop() == {n: 0 for n in c.ids}
-    _assert_segments_identical(c, c.ids)
+        _replicate_on_and_check(c, cl, lagger, acked)
 
 
 def test_new_empty_member_added_with_add_member_joins_by_install(make_cluster):
@@ -158,10 +164,5 @@ def test_new_empty_member_added_with_add_member_joins_by_install(make_cluster):
         wait_until(lambda: _try(cl.add_member, new, c.peers[new]), 30, "add_member accepted")
         wait_until(lambda: new in cl.members(), 60, f"{new} a voter")
         wait_until(lambda: _installed(c, new), 60, f"{new} installed")
-        _produce(cl, acked, 10, "after")
-        wait_until(lambda: _caught_up(c, cl, new), 60, f"{new} caught up")
         assert _segments(c, new)[0] > 0
-        checked = _assert_acked_readable(c, new, acked)
-        print(f"{checked} acknowledged messages still retained, read back from {new}")
-    assert c.stop() == {n: 0 for n in c.ids}
-    _assert_segments_identical(c, c.ids)
+        _replicate_on_and_check(c, cl, new, acked)
