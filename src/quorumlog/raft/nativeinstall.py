@@ -265,6 +265,7 @@ class Stager:
                                f"(index {last} > {self.image.last_index} or offset {nxt} > "
                                f"{self.image.total_bytes})")
         self.next_offset = nxt
+        crash_point("chunk-staged")
         return nxt
 
     def finish(self) -> dict:
@@ -301,6 +302,7 @@ class Stager:
                 pass
         _fsync_dir(os.path.join(self.dir, "commitlog"))
         _fsync_dir(self.dir)
+        crash_point("before-ready")
         _write_json(os.path.join(self.dir, READY_FILE), ready)   # the commit point
         return ready
 
@@ -368,6 +370,7 @@ def complete_install(path: str, derived=(), write_store_meta=None) -> dict | Non
         write_store_meta(path, ready["store"])
     crash_point("meta-written")
     os.unlink(ready_path)
+    crash_point("ready-removed")
     _fsync_dir(d)
     shutil.rmtree(d)
     _fsync_dir(path)
