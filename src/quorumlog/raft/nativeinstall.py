@@ -53,6 +53,8 @@ def _image_meta(start: int, segment_size: int, crc: int, store_meta: dict) -> by
 
 def parse_image_meta(image: InstallImage) -> dict:
     """The native image description carried in image.meta; InstallError if it is not one."""
+    if not isinstance(image, InstallImage):
+        raise InstallError(f"an install image is an InstallImage, not {type(image).__name__}")
     meta = image.meta
     if len(meta) > MAX_INSTALL_META_BYTES:
         raise InstallError(f"install image description of {len(meta)} bytes > "
