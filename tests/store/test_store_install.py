@@ -286,3 +286,17 @@ def test_a_finished_install_left_by_a_crash_is_completed_before_a_new_one_starts
     assert "has not replaced the log yet" in e.value.args[0]   # (OSError's str shows the path)
     a.close()
     b.close()
+
+
+def test_a_leader_whose_store_state_is_too_large_to_ship_offers_no_image(tmp_path,
+                                                                         monkeypatch):
+    # the description travels with every chunk: over the limit the leader reports the
+    # follower behind retention instead of sending what the follower would refuse
+    from quorumlog.raft.nativeinstall import MAX_INSTALL_META_BYTES
+    a, la = leader_store(tmp_path / "a")
+    import quorumlog.store.message_store as ms
+    monkeypatch.setattr(ms, "install_meta",
+                        lambda topics, offsets: {"topics": {"x": "y" * MAX_INSTALL_META_BYTES}})
+    with pytest.raises(NotSupportedByLogError, match="state is .* bytes"):
+        la.install_image()
+    a.close()

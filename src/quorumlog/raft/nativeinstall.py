@@ -129,8 +129,12 @@ def describe_image(cl, store_meta: dict, producers=(), crc_cache: list | None = 
     crc = segment_bytes_crc(segdir, S, done, end, crc)
     if crc_cache is not None:
         crc_cache[:] = [start, last, last_term, end, crc]
-    return InstallImage(first, None, last, last_term, end - start,
-                        _image_meta(start, S, crc, store_meta), tuple(producers))
+    meta = _image_meta(start, S, crc, store_meta)
+    if len(meta) > MAX_INSTALL_META_BYTES:
+        # (every chunk carries it: the follower would refuse it, the codec too)
+        raise NotSupportedByLogError(f"install_image: the store's state is {len(meta)} bytes "
+                                     f"> {MAX_INSTALL_META_BYTES}")
+    return InstallImage(first, None, last, last_term, end - start, meta, tuple(producers))
 
 
 def read_image_chunk(cl, image: InstallImage, offset: int, max_bytes: int):
