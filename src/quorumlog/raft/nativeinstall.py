@@ -106,6 +106,17 @@ def describe_image(cl, store_meta: dict, producers=(), crc_cache: list | None = 
     first) remembers (start, last index, its term, end, crc) of the previous image, so a new
     image of the same head only checksums the bytes appended since (a leader only appends;
     a changed last entry or head starts over)."""
+    try:
+        return _describe(cl, store_meta, producers, crc_cache)
+    except (OSError, IndexOutOfRangeError, CorruptLogError) as exc:
+        # retention (another thread) deleted a segment while it was read: a later probe of
+        # the follower takes a new image
+        log.warning("%s: no install image now (the log's head moved while it was read: %s)",
+                    cl.path, exc)
+        raise NotSupportedByLogError(f"install_image: the log's head moved: {exc}") from None
+
+
+def _describe(cl, store_meta: dict, producers, crc_cache) -> InstallImage:
     first, last = cl.first_index, cl.last_index
     if first < 1 or last < first:
         raise NotSupportedByLogError("install_image: the log is empty")
@@ -143,14 +154,17 @@ def read_image_chunk(cl, image: InstallImage, offset: int, max_bytes: int):
     max_bytes but at least one record; n is how far the image advances (BLANK included).
     ReplicationError when the log no longer holds the image (retention moved its head)."""
     d = parse_image_meta(image)
-    start = d["start"]
     try:
-        if (cl.first_index != image.first_index or cl.min_position != start
-                or cl.last_index < image.last_index
-                or cl.term_at(image.last_index) != image.last_term):
-            raise ReplicationError("read_image: the log no longer holds this image")
-    except IndexOutOfRangeError:
+        return _read_chunk(cl, image, d["start"], offset, max_bytes)
+    except IndexOutOfRangeError:        # retention (another thread) moved the head meanwhile
         raise ReplicationError("read_image: the log no longer holds this image") from None
+
+
+def _read_chunk(cl, image: InstallImage, start: int, offset: int, max_bytes: int):
+    if (cl.first_index != image.first_index or cl.min_position != start
+            or cl.last_index < image.last_index
+            or cl.term_at(image.last_index) != image.last_term):
+        raise ReplicationError("read_image: the log no longer holds this image")
     if not 0 <= offset < image.total_bytes:
         raise ReplicationError(f"read_image: offset {offset} outside [0, {image.total_bytes})")
     pos = start + offset
