@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from cluster_support import checkpoint, wait_until
 
 from quorumlog.client import Client
@@ -128,8 +129,10 @@ def _replicate_on_and_check(c, cl, nid, acked) -> None:
     _assert_segments_identical(c, c.ids)
 
 
-def test_follower_stopped_past_the_leaders_retention_catches_up_by_install(make_cluster):
-    c = make_cluster(3, flush="async", segment_size_bytes=SEGMENT, env=RETENTION_ENV)
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_follower_stopped_past_the_leaders_retention_catches_up_by_install(make_cluster, flush):
+    # (sync: the follower's flush thread follows the log the install opened)
+    c = make_cluster(3, flush=flush, segment_size_bytes=SEGMENT, env=RETENTION_ENV)
     acked: dict = {}
     with c.client(request_timeout=3, retry_timeout=20) as cl:
         leader = c.wait_leader(client=cl)
