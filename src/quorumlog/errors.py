@@ -114,6 +114,11 @@ class ReplicationError(QuorumlogError):
     """A replicated byte range failed validation (CRC, index continuity, position, term)."""
 
 
+class InstallError(ReplicationError):
+    """An install image or one of its chunks failed validation (offset continuity, sizes,
+    records, the image's CRC32C, its limits): refused, nothing was staged or replaced."""
+
+
 class IndexOutOfRangeError(QuorumlogError, IndexError):
     """A raft index or position outside what the log holds."""
 
