@@ -36,11 +36,21 @@ from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderEr
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AsyncClient", "Client", "FetchResult"]
+__all__ = ["AsyncClient", "Client", "FetchResult", "IncompleteAcknowledgementError"]
 
 _RETRYABLE = (NotLeaderError, LeaderTransferringError, BackpressureError, TimeoutError,
               TransportClosedError, ConnectionError, OSError, m.RequestTimeoutError)
 _PRODUCE_TYPE = codec.spec_for(m.ProduceRequest("t", [])).type_code
+
+
+class IncompleteAcknowledgementError(QuorumlogError):
+    """The server acknowledged a produce with fewer (or more) positions than the batch has
+    messages: the batch is not known to be stored whole (a server that answers a retried
+    batch with the part its log holds). `response` is the server's answer."""
+
+    def __init__(self, message: str, response=None):
+        super().__init__(message)
+        self.response = response
 
 
 class FetchResult(NamedTuple):
@@ -212,12 +222,21 @@ class AsyncClient:
     async def produce(self, topic: str, bodies, *, queue_id: int = -1, tags: str | None = None,
                       sequence: int | None = None) -> m.ProduceResponse:
         """Append one message (bytes) or a batch (list of bytes) to one queue of `topic`
-        (queue_id -1: the server picks, round-robin per batch). Returns once committed."""
+        (queue_id -1: the server picks, round-robin per batch). Returns once committed;
+        IncompleteAcknowledgementError if the answer does not name every message."""
         if isinstance(bodies, (bytes, bytearray, memoryview)):
             bodies = [bodies]
+        elif not isinstance(bodies, (list, tuple)):
+            bodies = list(bodies)
         seq = self.next_sequence() if sequence is None else sequence
         parts = encode_produce(topic, bodies, queue_id, tags, self.producer_id, seq)
-        return await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        r = await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        if len(r.positions) != len(bodies):
+            raise IncompleteAcknowledgementError(
+                f"produce to {topic!r} (producer {self.producer_id}, sequence {seq}): the "
+                f"server acknowledged {len(r.positions)} positions for {len(bodies)} "
+                "messages; the batch is not known to be stored whole", r)
+        return r
 
     async def produce_many(self, topic: str, batches, *, window: int = 8, queue_id: int = -1,
                            tags: str | None = None) -> list:
