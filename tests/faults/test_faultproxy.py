@@ -366,6 +366,13 @@ def test_lane_faults_stall_the_data_connection_and_let_the_control_one_pass():
                 await read_exactly(conns["data"][0], 1, timeout=0.3)
             net.heal("a", "b")
             assert await read_exactly(conns["data"][0], 4000) == b"data" * 1000
+            # a lane without faults of its own follows the direction's again
+            net.cut("a", "b", mode="stall")
+            conns["data"][1].write(b"again")
+            with pytest.raises(TimeoutError):
+                await read_exactly(conns["data"][0], 1, timeout=0.3)
+            net.heal()
+            assert await read_exactly(conns["data"][0], 5) == b"again"
             with pytest.raises(InvalidArgumentError, match="lane must be one of"):
                 net.set_faults("a", "b", lane="bulk", mode="stall")
         finally:

@@ -18,9 +18,9 @@ A fault on (n1, n2) applies to both.
 Lanes: a replica with a control lane (quorumlog.net.transport) keeps a second connection per
 pair for votes and heartbeats. The proxy tells them apart by the role in the dialler's
 AUTH_HELLO (the stream's first frame), and `set_faults(src, dst, lane="data", ...)` faults
-only the data connections of a direction (or lane="control" only the control ones); a
-direction's faults without a lane apply to connections of every lane that has none of its
-own.
+only the data connections of a direction (or lane="control" only the control ones). While a
+lane has faults of its own they replace the direction's for its connections; cleared
+(`set_faults(src, dst, lane=...)` with no fault, or heal), the direction's apply again.
 
 Fault modes of a direction:
   * pass      -- forward, after `delay_ms` + uniform(0, `jitter_ms`) (FIFO: a byte stream is
@@ -155,11 +155,12 @@ class _Pump:
 
     @property
     def dir(self) -> _Direction:
-        """The faults that apply: those of the connection's lane if it has its own."""
+        """The faults that apply: those of the connection's lane while it has any of its
+        own, else the direction's."""
         lane = self.conn.lane
         if lane is not None:
             d = self.conn.net.lane_direction(self.base.src, self.base.dst, lane)
-            if d is not None:
+            if d is not None and not d.faults.healthy:
                 return d
         return self.base
 
