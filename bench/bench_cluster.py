@@ -186,7 +186,9 @@ def bench_failover(tmp, kills=5):
         s = sorted(samples)
         return {"scenario": "failover", "kills": len(s),
                 "kill_to_next_ack_ms": [round(x * 1000) for x in s],
-                "median_ms": round(statistics.median(s) * 1000), "max_ms": round(s[-1] * 1000)}
+                "median_ms": round(statistics.median(s) * 1000),
+                "p99_ms": round(s[min(len(s) - 1, int(len(s) * 0.99))] * 1000),
+                "max_ms": round(s[-1] * 1000)}
     finally:
         c.stop()
 
@@ -229,6 +231,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", action="append", choices=SCENARIOS)
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--kills", type=int, default=5, help="failover: leader kills")
     p.add_argument("--json")
     p.add_argument("--raft", action="append", default=[], metavar="NAME=VALUE",
                    help="a RaftConfig setting for the replicas (e.g. max_heartbeat_leak=3)")
@@ -250,7 +253,7 @@ def main(argv=None):
             elif sc == "concurrent-async":
                 r = bench_concurrent(tmp, a.seconds, flush="async")
             elif sc == "failover":
-                r = bench_failover(tmp)
+                r = bench_failover(tmp, a.kills)
             else:
                 r = bench_memory(tmp, a.seconds)
             r["load_average"] = os.getloadavg()[0]

@@ -495,9 +495,11 @@ def _raft(code, cls, fields, **kw):
     return register(code, cls, [("term", TERM)] + fields, channel=RAFT, **kw)
 
 
+# `pre`: a pre-vote and its answer (the receiver changes no state for it); without it on the
+# wire a pre-vote would arrive as a real vote
 _raft(0x10, VoteRequest, [("ledger_end_index", INDEX), ("ledger_end_term", TERM),
-                          ("transfer", BOOL)])
-_raft(0x11, VoteResponse, [("req_term", TERM), ("result", Enum(VoteResult))])
+                          ("transfer", BOOL), ("pre", BOOL)])
+_raft(0x11, VoteResponse, [("req_term", TERM), ("pre", BOOL), ("result", Enum(VoteResult))])
 _raft(0x12, Heartbeat, [("commit_index", INDEX), ("seq", INDEX)])
 _raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
 

@@ -60,6 +60,7 @@ import random
 import time
 
 from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
+from ..metrics import ReplicaMetrics
 from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
 from ..net.transport import PeerTransport, TransportConfig
@@ -127,6 +128,14 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+_METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
+
+
+def _stop_http(server) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 def config_history(commitlog, initial_voters) -> list:
     """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records; an
     installed log starts from the configuration in effect before its first entry instead."""
@@ -173,6 +182,9 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hsfile = HardStateFile(self.path)
         self.flusher: Flusher | None = None
+        self.metrics = ReplicaMetrics()     # role, term, commit, links: what /metrics shows
+        self.metrics_address: tuple | None = None
+        self._metrics_server = None
         self._listeners: list = []
         self._drain_pending = False
         self._queued: list = []
@@ -193,11 +205,6 @@ class Node:
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         from ..store import MessageStore
-        from .config import wire_carries_pre_vote
-        if self.raft_cfg.pre_vote and not wire_carries_pre_vote():
-            from ..errors import ConfigError
-            raise ConfigError("RaftConfig.pre_vote needs a wire codec that carries the pre-vote "
-                              "flag (quorumlog.net.codec does not yet): pass pre_vote=False")
         self.loop = asyncio.get_running_loop()
         self._applied_changed = asyncio.Event()
         cfg = self.cfg
@@ -219,6 +226,8 @@ class Node:
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
                                  commit_index=cl.committed_index, restarted=restarted)
             self._applied = self._commit_target = cl.committed_index
+            self.metrics = ReplicaMetrics(term=self.core.term)
+            self.metrics.set_commit_index(cl.committed_index)
             log.info("node %s: opened %s: log %d..%d (term %d), committed %d, hard state "
                      "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
                      cl.last_index, cl.last_term if cl.last_index else 0, cl.committed_index,
@@ -234,14 +243,22 @@ class Node:
             tcfg = self.transport_config or TransportConfig(
                 max_frame_bytes=cfg.max_frame_bytes,
                 handshake_timeout_ms=cfg.handshake_timeout_ms,
-                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes),
+                control_lane=cfg.control_lane)
             peers = {p: parse_address(a, f"peers[{p!r}]") for p, a in cfg.peers.items()
                      if p != self.id}
             self.transport = PeerTransport(self.id, auth, self._on_message, listen=(host, port),
                                            peers=peers, config=tcfg, rng=self.rng)
             await self.transport.start()
+            if cfg.metrics_addr is not None:
+                from ..metrics import serve
+                mhost, mport = parse_address(cfg.metrics_addr, "metrics_addr")
+                self._metrics_server, port = serve(self.store, mport, mhost, self.metrics)
+                self.metrics_address = (mhost, port)
             self._ticker = self.loop.create_task(self._tick_loop())
         except BaseException:
+            if self.transport is not None:
+                await self.transport.close()
             self.store.close()
             raise
 
@@ -268,6 +285,9 @@ class Node:
         self._queued = []
         if self.seam is not None:
             self.seam.abandon_pending(stopping)
+        if self._metrics_server is not None:
+            server, self._metrics_server = self._metrics_server, None
+            await self.loop.run_in_executor(None, _stop_http, server)
         if self.transport is not None:
             await self.transport.close()
         if self.flusher is not None:
@@ -282,6 +302,7 @@ class Node:
     async def _tick_loop(self) -> None:
         interval = self.cfg.tick_ms / 1000
         last = _now_ms()
+        next_metrics = last
         while True:
             await asyncio.sleep(interval)
             if self._failed is not None:
@@ -299,6 +320,9 @@ class Node:
             except Exception as e:
                 self._fail(e)
                 return
+            if now >= next_metrics:
+                next_metrics = now + _METRICS_EVERY_MS
+                self._sample_metrics()
 
     def _on_message(self, peer: str, msg) -> None:
         if self._stopped or self._failed is not None:
@@ -347,12 +371,14 @@ class Node:
             if r.hard_state is not None:                       # duty 1
                 self.hsfile.save(r.hard_state)
                 self.stats["hard_state_saves"] += 1
+                self.metrics.set_term(r.hard_state.term)
             for m in r.messages:                               # duty 2
                 send(m.dst, m)
             if r.flush_to is not None:                         # duty 3
                 self._flush(r.flush_gen)
             if r.commit_index is not None:                     # duty 4
                 self._commit_target = r.commit_index
+                self.metrics.set_commit_index(r.commit_index)
                 self._apply()
             if r.events:                                       # duty 5
                 self._on_events(r.events)
@@ -406,6 +432,7 @@ class Node:
             if isinstance(ev, RoleChanged):
                 log.info("node %s: %s in term %d (leader %s)", self.id, ev.role.name, ev.term,
                          ev.leader_id)
+                self.metrics.set_role(ev.role.name, ev.term)
                 if ev.role == Role.LEADER:
                     self.stats["elections_won"] += 1
                 else:
@@ -441,6 +468,20 @@ class Node:
                     fn(ev)
                 except Exception:
                     log.exception("node %s: event listener failed", self.id)
+
+    def _sample_metrics(self) -> None:
+        """What the core and the transport count, copied for /metrics (its thread reads the
+        copy, never the loop's own structures)."""
+        m = self.metrics
+        m.set_loop_stalls(self.stats["loop_stalls"])
+        for peer, st in self.transport.stats()["peers"].items():
+            for lane, s in (("data", st), ("control", st["control"])):
+                m.set_link(peer, lane, s["connected"], s["connects"], s["disconnects"])
+        core = self.core
+        if core.role == Role.LEADER:
+            last = core.log.last_index()
+            for p, pr in core.progress.items():
+                m.set_follower_lag(p, last - pr.match)
 
     def add_listener(self, fn) -> None:
         """fn(event) is called on the loop for every core event (keep it short)."""
