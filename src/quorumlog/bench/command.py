@@ -40,16 +40,13 @@ class ParsedType(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-SizeType = lambda: ParsedType("SIZE", O.parse_size, int)  # noqa: E731
-ConnectType = lambda: ParsedType("HOST:PORT,...", O.parse_connect, tuple)  # noqa: E731
-
 
 _DEFAULT_NOTE = "Default: per workload (see `quorumlog bench WORKLOAD --help`)."
 _GLOBAL_DEFAULTS = {"size": "1 KiB", "window": 1, "replicas": 3}
 
 # (param decls, click kwargs): shared by the group and every workload command.
 OPTIONS = (
-    (("--size",), dict(type=SizeType(), metavar="SIZE",
+    (("--size",), dict(type=ParsedType("SIZE", O.parse_size, int), metavar="SIZE",
                        help=f"Body bytes per message, {O.MIN_SIZE_BYTES} B .. 4 MiB; suffixes "
                             "k/KiB, m/MiB (1024-based). The first 8 bytes carry a sequence "
                             "number for the integrity check. {default}")),
@@ -76,7 +73,8 @@ OPTIONS = (
     (("--replicas",), dict(type=click.IntRange(1, O.MAX_REPLICAS), metavar="N",
                            help="Replicas of the replicated workloads (cluster, failover). "
                                 "{default}")),
-    (("--connect",), dict(type=ConnectType(), metavar="HOST:PORT,...",
+    (("--connect",), dict(type=ParsedType("HOST:PORT,...", O.parse_connect, tuple),
+                          metavar="HOST:PORT,...",
                           help="cluster: drive these running replicas (their client "
                                "addresses) instead of starting --replicas on loopback; "
                                "--flush then only labels the rows (the replicas' own setting "
