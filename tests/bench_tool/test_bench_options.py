@@ -139,6 +139,6 @@ def test_suite_plan_follows_user_options():
                if n not in ("scan", "failover"))
     # failover runs for its kills, not a duration
     failover = dict(steps)["failover"]
-    assert (failover.duration_s, failover.count, failover.kills) == (None, None, 3)
+    assert (failover.duration_s, failover.count, failover.kills) == (None, None, 5)
     assert dict(steps)["log"].producers == 1                   # not passed to the log
     assert all(r.producers == 3 for n, r in steps if n == "store")

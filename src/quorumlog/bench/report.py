@@ -180,13 +180,12 @@ def _cells(r) -> dict:
 
 
 def goal_cell(goal: dict | None) -> str:
-    """'0.19x goal (>= 500 MB/s)'; '-' when no goal applies to the row's shape."""
+    """'0.19x ≥500 MB/s' (19 % of the goal); '-' when no goal applies to the row's shape."""
     if not goal:
         return "-"
-    sign = ">=" if goal["higher_is_better"] else "<="
-    target = f"{goal['target']:,g} {goal['unit']}"
+    sign = "≥" if goal["higher_is_better"] else "≤"
     ratio = "n/a" if goal["ratio"] is None else f"{goal['ratio']:.2f}x"
-    return f"{ratio} goal ({sign} {target})"
+    return f"{ratio} {sign}{goal['target']:,g} {goal['unit']}"
 
 
 def _print_blocks(console: Console, doc: dict) -> None:
@@ -213,16 +212,17 @@ def print_summary(console: Console, doc: dict) -> None:
         console.print(table)
     printed = set()
     for r in doc["results"]:
+        run = _cells(r)["run"]
         integ = r["integrity"]
         if integ is not None and not integ["ok"]:
-            console.print(f"[bold red]integrity check FAILED[/] {r['workload']} {r['op']}: "
+            console.print(f"[bold red]integrity check FAILED[/] {run}: "
                           + ", ".join(f"{k}={v}" for k, v in integ.items() if k != "ok"),
                           highlight=False)
         if len(r["cpu_seconds"]) > 1:
-            console.print(f"{r['workload']} {r['op']} CPU seconds: " + ", ".join(
+            console.print(f"{run} CPU seconds: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)
         for n in r["notes"]:
-            line = f"{r['workload']} {r['op']}: {n}"
+            line = f"{run}: {n}"
             if line not in printed:
                 printed.add(line)
                 console.print(line, highlight=False)

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # (workload, the step's own settings). The cluster steps are the shapes the node's goals are
 # stated for (goals.py): batches with async and with sync flush, one producer of single
-# messages, 64 sync producers of single messages; then failover.
+# messages, 64 sync producers of single messages; then failover with 5 kills.
 DEFAULT_SUITE = (
     ("log", {}),
     ("store", {"flush": "async"}),
@@ -41,11 +41,11 @@ DEFAULT_SUITE = (
                  "duration_s": 5.0}),
     ("cluster", {"flush": "sync", "producers": 64, "batch": 1, "window": 1,
                  "duration_s": 5.0}),
-    ("failover", {}),
+    ("failover", {"kills": 5}),
 )
 
 # Lines wider than 80 columns are kept whole when the output is not a terminal (make bench).
-PIPE_WIDTH = 220
+PIPE_WIDTH = 260
 
 
 @dataclasses.dataclass(frozen=True)
