@@ -59,7 +59,8 @@ OPTIONS = (
                                 "after it; batches in flight finish).")),
     (("--producers",), dict(type=click.IntRange(1, O.MAX_PRODUCERS), metavar="N",
                             help="Producer threads writing at once (store, commit; the "
-                                 "commit log has one writer). {default}")),
+                                 "commit log has one writer); client connections (cluster, "
+                                 "failover). {default}")),
     (("--batch",), dict(type=click.IntRange(1, O.MAX_BATCH), metavar="N",
                         help="Messages per put_batch/append_batch; 1 = single put/append "
                              "calls. --batch x --size <= 64 MiB. {default}")),
