@@ -245,3 +245,23 @@ def test_cluster_fails_when_a_replica_log_differs(bench, monkeypatch):
     assert logs["identical"] is False and integ["ok"] is False
     assert logs["first_difference"] == "n3 differs from n1 at byte 4096"
     assert integ["missing"] == 0          # the leader still served every message
+
+
+def test_keep_leaves_the_replicas_running(bench, schema, tmp_path):
+    from quorumlog.localcluster import LocalCluster
+    run = bench("cluster", "--count", "400", "--batch", "40", "--keep")
+    (kept,) = [p for p in tmp_path.iterdir() if p.name.startswith("quorumlog-bench-")]
+    (group,) = [p for p in kept.iterdir() if p.name.startswith("cluster-")]
+    c = LocalCluster(group)
+    try:
+        row = _checked(run, schema)
+        assert f"replicas kept running in {group}" in run.output + run.stderr
+        # the group still serves: a client reads what the benchmark wrote
+        with c.client(request_timeout=5, retry_timeout=10) as client:
+            lo, hi = client.offsets(bench_cluster.TOPIC, 0)
+            assert hi > lo
+        assert all(c.alive(n) for n in c.ids)
+        logs = row["integrity"]["replica_logs"]
+        assert logs["identical"] and logs["covers_acknowledged"]
+    finally:
+        c.kill_all()

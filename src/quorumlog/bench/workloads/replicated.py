@@ -6,6 +6,8 @@ cluster   --replicas replicas started on loopback (ports from the OS; every proc
           by pid when the run ends, unless --keep) or running ones (--connect, with
           --secret-file); --producers client connections with --window batches of --batch
           in flight each; a put is acknowledged after majority commit (flush per --flush).
+          --keep keeps the directory and leaves the replicas running (restarted after the log
+          comparison, which needs a clean stop).
           Latency per message: from the produce call to its acknowledgement (the messages of
           a batch share their batch's). Flushes and appends per replica are read from the
           replicas before and after the phase (SIGUSR1, bench/replica.py), CPU from /proc.
@@ -31,8 +33,9 @@ import time
 
 from ...errors import ConfigError
 from ...node.config import NodeConfig, read_secret
-from ..cluster import (BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES, client_loop_runner,
-                       compare_logs, leader_address, read_back, start_local, wait_converged)
+from ..cluster import (START_TIMEOUT_S, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
+                       client_loop_runner, compare_logs, leader_address, read_back, start_local,
+                       wait_converged)
 from ..goals import cluster_goal, failover_goal
 from ..latency import LatencyRecorder
 from ..measure import Result
@@ -46,7 +49,6 @@ TAIL_S = 1.0
 # the failover's producers: a request to a dead leader gives up after this and is retried
 # (same producer id and sequence) on the next member
 FAILOVER_CLIENT = {"request_timeout": 2.0, "retry_timeout": 120.0}
-CHECKPOINT_TIMEOUT_S = 60.0
 
 
 def _read_secret(path: str) -> str:
@@ -133,11 +135,9 @@ class _Run:
         logs = None
         if self.cluster is not None:
             run(wait_converged(self.addresses, self.secret))
-            if self.ctx.keep:
-                _wait_checkpoints(self.cluster, max((a.last_position for a in load.acked),
-                                                    default=-1))
-            else:
-                self.cluster.stop()
+            # a clean stop writes each replica's final checkpoint (its committed position);
+            # running replicas write it only now and then. --keep restarts them (close()).
+            self.cluster.stop()
             logs = compare_logs(self.cluster)
         return _integrity(verifier, rb, logs, load.acked), self.node_of(leader)
 
@@ -146,11 +146,13 @@ class _Run:
         if c is None:
             return
         if self.ctx.keep:
-            pids = ", ".join(f"{n} pid {c.pid(n)} on {c.clients[n]}" for n in c.ids
-                             if c.alive(n))
-            if pids:
-                self.ctx.progress.note(f"{self.w.name}: replicas kept running in {c.dir}: "
-                                       f"{pids}")
+            for n in c.ids:
+                if not c.alive(n):
+                    c.start_node(n)
+            c.wait_started(timeout=START_TIMEOUT_S)
+            pids = ", ".join(f"{n} pid {c.pid(n)} on {c.clients[n]}" for n in c.ids)
+            self.ctx.progress.note(f"{self.w.name}: replicas kept running in {c.dir} "
+                                   f"(restarted after the log comparison): {pids}")
             return
         c.stop()           # SIGTERM by pid, SIGKILL whoever does not exit in time
         self.ctx.remove(self.path)
@@ -163,16 +165,6 @@ class _Run:
             n.append(f"running replicas at {', '.join(self.r.connect)}: no CPU or flush "
                      "counts, and their logs are not compared (not reachable from here)")
         return n
-
-
-def _wait_checkpoints(cluster: BenchCluster, position: int) -> None:
-    """Until every replica's checkpoint commits past `position` (running replicas write it
-    as they flush)."""
-    deadline = time.monotonic() + CHECKPOINT_TIMEOUT_S
-    while min(cluster.committed_positions().values()) <= position:
-        if time.monotonic() > deadline:
-            return           # compare what is committed; covers_acknowledged says the rest
-        time.sleep(0.05)
 
 
 def _result(w, r, load: Load, latency, seconds, bench_cpu, replicas, integrity, notes, **kw):
