@@ -47,6 +47,33 @@ def _rss_kib(pid: int, field: str = "RssAnon:") -> int:
 
 
 RAFT: dict = {}      # --raft NAME=VALUE: RaftConfig settings for the replicas
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads) from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rpartition(")")[2].split()
+    return (int(f[11]) + int(f[12])) / _TICKS
+
+
+class _Cpu:
+    """CPU seconds used by each replica (leader / follower) and by this load generator over
+    the measured phase -> per 100,000 acknowledged messages: where the cycles go."""
+
+    def __init__(self, c):
+        leader = c.wait_leader()
+        self.roles = {"leader": c.pid(leader)}
+        for i, nid in enumerate(n for n in c.ids if n != leader):
+            self.roles[f"follower{i + 1}"] = c.pid(nid)
+        self.start = {r: _proc_cpu_s(p) for r, p in self.roles.items()}
+        self.client0 = time.process_time()
+
+    def per_100k(self, messages: int) -> dict:
+        used = {r: _proc_cpu_s(p) - self.start[r] for r, p in self.roles.items()}
+        used["client"] = time.process_time() - self.client0
+        k = 100_000 / max(messages, 1)
+        return {r: round(v * k, 3) for r, v in used.items()}
 
 
 def _cluster(tmp, flush):
@@ -89,20 +116,23 @@ def bench_throughput(tmp, flush, seconds):
     c = _cluster(tmp, flush)
     try:
         asyncio.run(_batches(c, 1.0))                 # warm up (topic, connections, pages)
+        cpu = _Cpu(c)
         n, dt = asyncio.run(_batches(c, seconds))
         return {"scenario": flush, "messages": n, "seconds": round(dt, 2),
                 "MB_per_s": round(n * len(BODY) / dt / 1e6, 1),
-                "msgs_per_s": round(n / dt)}
+                "msgs_per_s": round(n / dt), "cpu_s_per_100k": cpu.per_100k(n)}
     finally:
         c.stop()
 
 
 def bench_latency(tmp, seconds):
     c = _cluster(tmp, "async")
+    cpu = [None]
 
     async def run():
         async with AsyncClient(c.client_addresses(), secret=c.secret()) as cl:
             await cl.produce(TOPIC, BODY)
+            cpu[0] = _Cpu(c)
             lat = []
             stop = time.monotonic() + seconds
             while time.monotonic() < stop:
@@ -114,18 +144,21 @@ def bench_latency(tmp, seconds):
         lat = sorted(asyncio.run(run()))
         return {"scenario": "latency", "messages": len(lat),
                 "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
-                "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3)}
+                "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3),
+                "cpu_s_per_100k": cpu[0].per_100k(len(lat))}
     finally:
         c.stop()
 
 
 def bench_concurrent(tmp, seconds, producers=64, connections=4, flush="sync"):
     c = _cluster(tmp, flush)
+    cpu = [None]
 
     async def run():
         clients = [AsyncClient(c.client_addresses(), secret=c.secret())
                    for _ in range(connections)]
         await clients[0].produce(TOPIC, BODY)
+        cpu[0] = _Cpu(c)
         done = [0]
         stop = time.monotonic() + seconds
 
@@ -142,7 +175,8 @@ def bench_concurrent(tmp, seconds, producers=64, connections=4, flush="sync"):
     try:
         n, dt = asyncio.run(run())
         return {"scenario": "concurrent", "flush": flush, "producers": producers, "messages": n,
-                "msgs_per_s": round(n / dt), "MB_per_s": round(n * len(BODY) / dt / 1e6, 1)}
+                "msgs_per_s": round(n / dt), "MB_per_s": round(n * len(BODY) / dt / 1e6, 1),
+                "cpu_s_per_100k": cpu[0].per_100k(n)}
     finally:
         c.stop()
 

@@ -1,16 +1,22 @@
 """Three Nodes in one process (one event loop, real TCP on 127.0.0.1): coalesced puts each
 get their own slice of the batch's result, a retried (producer, sequence) is answered with
-the original and stored once, followers hold the topic (META) and redirect writes."""
+the original and stored once, followers hold the topic (META) and redirect writes; the
+client service answers concurrent produces on one connection with one write per loop turn."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
+import dataclasses
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import InvalidArgumentError
 from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 from quorumlog.node import Node, load_node_config
 from quorumlog.raft.messages import Role
+from quorumlog.server import ClientService
 
 
 async def _group(tmp_path, flush="async"):
@@ -98,6 +104,38 @@ def test_backpressure_and_transfer_refuse_puts_with_their_errors(tmp_path):
             with pytest.raises(LeaderTransferringError):
                 await leader.put("t", b"z")
         finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+def test_client_service_answers_each_concurrent_produce_and_batches_the_writes(tmp_path):
+    async def run():
+        nodes, leader, _clients = await _group(tmp_path)
+        cfg = dataclasses.replace(leader.cfg, client_addr=f"127.0.0.1:{free_port()}")
+        svc = ClientService(leader, cfg)
+        await svc.start()
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                bodies = [f"m{i}".encode() for i in range(48)]
+                acks = await asyncio.gather(*(cl.produce("t", b, queue_id=2) for b in bodies))
+                # each ack names its own message: its index, queue offset and position
+                assert sorted(a.first_queue_offset for a in acks) == list(range(48))
+                for a, b in zip(acks, bodies):
+                    (msg,) = leader.store.get("t", 2, a.first_queue_offset, 1)
+                    assert bytes(msg.body) == b
+                    assert (msg.index, msg.position) == (a.first_index, a.positions[0])
+                # 48 concurrent requests on one connection: fewer writes than replies
+                assert svc.stats["reply_writes"] < 48
+                # a batch still gets one ack with every position
+                a = await cl.produce("t", [b"x", b"y", b"z"], queue_id=1)
+                assert len(a.positions) == 3
+                # a refused produce is answered with its error (the fast path's own reply)
+                with pytest.raises(InvalidArgumentError, match="queue_id 99"):
+                    await cl.produce("t", b"x", queue_id=99)
+                assert svc.stats["errors"] >= 1
+        finally:
+            await svc.stop()
             for n in nodes:
                 await n.stop()
     asyncio.run(run())

@@ -172,7 +172,7 @@ def test_new_leader_delays_and_delivers_after_replicated_records(open_store, tmp
     r = b.put("t", b"d1", queue_id=0, delay_level=1)
     assert (r.topic, r.queue_offset) == (SCHEDULE_TOPIC, 1)
     _commit_all(b)
-    assert b.deliver_due(r.store_timestamp + 10**6) == 2
+    assert b.deliver_due(r.store_timestamp_ms + 10**6) == 2
     _commit_all(b)
     assert [m.body for m in b.get("t", 0, 0, 10)] == [b"r0", b"d0", b"d1"]
 
@@ -182,7 +182,7 @@ def test_new_leader_does_not_redeliver_what_the_old_leader_delivered(
         open_store, tmp_path, commit_deliveries):
     a = open_store(str(tmp_path / "a"), replicated=True)
     b = open_store(str(tmp_path / "b"), replicated=True)
-    ts = a.put("t", b"d0", queue_id=0, delay_level=1).store_timestamp
+    ts = a.put("t", b"d0", queue_id=0, delay_level=1).store_timestamp_ms
     a.put("t", b"d1", queue_id=0, delay_level=1)
     _commit_all(a)
     _ship(a, b)

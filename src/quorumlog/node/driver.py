@@ -512,6 +512,14 @@ class Node:
         dispatched: BatchResult (PutResult for a one-message batch). With a producer id, a
         batch whose (producer_id, sequence) this leader already holds is not appended again:
         the original's result is returned."""
+        return await asyncio.shield(self.put_batch_future(topic, bodies, producer_id=producer_id,
+                                                          sequence=sequence, **kw))
+
+    def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
+                         **kw) -> asyncio.Future:
+        """put_batch without a coroutine: checks and proposes (or queues) now and returns the
+        future of the result (shared: never cancel it). The client service's produce path:
+        no task and no coroutine frames per request. Bad input and a non-leader raise here."""
         self._check_writable()
         self._check_topic(topic)
         props = kw.get("properties")
@@ -532,7 +540,7 @@ class Node:
                 log.info("node %s: batch (producer %d, sequence %d) is entries %d..%d "
                          "already: not appended again", self.id, producer_id, sequence,
                          e.first_index, e.last_index)
-                return await self._duplicate_result(e)
+                return asyncio.ensure_future(self._duplicate_result(e))
             if props is None:
                 kw["properties"] = {PROP_PID: str(producer_id), PROP_SEQ: str(sequence)}
             elif isinstance(props, list):
@@ -544,7 +552,7 @@ class Node:
         if self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE and isinstance(bodies, list) \
                 and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES \
                 and not isinstance(kw.get("properties"), list):
-            return await self._queue_put(topic, bodies, kw, producer_id, sequence)
+            return self._queue_put(topic, bodies, kw, producer_id, sequence)
         self._ensure_topic(topic)
         req = self.seam.prepare_put(topic, bodies, **kw)
         fut = self._completion(req)
@@ -553,10 +561,10 @@ class Node:
         if producer_id:
             self.producers.record(producer_id, sequence,
                                   Entry(req.first_index, req.last_index, fut))
-        return await asyncio.shield(fut)
+        return fut
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
-    async def _queue_put(self, topic, bodies, kw, producer_id, sequence):
+    def _queue_put(self, topic, bodies, kw, producer_id, sequence) -> asyncio.Future:
         """Many small concurrent puts (64 producers of single messages) would each be a
         proposal, an Append per follower, an acknowledgement and a store append. Puts that
         arrive in the same loop iteration with the same topic, queue and tags are proposed
@@ -571,7 +579,7 @@ class Node:
         if not self._queued_pending:
             self._queued_pending = True
             self.loop.call_soon(self._propose_queued)
-        return await asyncio.shield(fut)
+        return fut
 
     def _propose_queued(self) -> None:
         self._queued_pending = False

@@ -252,6 +252,14 @@ class MessageStore:
             self._check_open()
             return self._topics.user_topics()
 
+    def queue_count(self, topic: str) -> int:
+        """The number of queues of user topic `topic` (0: no such user topic). One lookup,
+        no copy of the topic table (the replica's produce path asks it per request)."""
+        with self._lock:
+            self._check_open()
+            t = self._topics.by_name.get(topic)
+            return 0 if t is None or t.system else len(t.queues)
+
     # ------------------------------------------------------------------ writes
     def put(self, topic: str, body, *, queue_id: int | None = None, tags: str | None = None,
             keys: Iterable[str] = (), properties: Mapping[str, str] | None = None,
@@ -841,7 +849,7 @@ class MessageStore:
         complete(pending, LogClosedError(f"store {self._path} closed before the put was "
                                          "committed"))
 
-    def _crash(self) -> None:
+    def crash_for_testing(self) -> None:
         """Test hook: drop the store as kill -9 would (no flush, no checkpoint, no progress
         save); the page cache keeps what was written."""
         self._stop_timer()
@@ -850,7 +858,7 @@ class MessageStore:
                 return
             self._closed = True
             self._reader.close()
-            self._log._crash()      # the native log's own kill -9 test hook
+            self._log.crash_for_testing()      # the native log's own kill -9 test hook
 
 
 # What a store directory may hold (format.md "Directory layout", the store layer's files and
