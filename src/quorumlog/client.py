@@ -30,7 +30,7 @@ from ._clientframe import decode_fetched
 from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
-from .net.errors import NetError, TransportClosedError
+from .net.errors import EncodeError, NetError, TransportClosedError
 from .net.transport import TransportConfig, connect_client
 from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
 
@@ -67,17 +67,45 @@ class _EncodedProduce:
         self.parts = parts
 
 
+_PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
+_MAX_HEAD_CACHE = 1024           # (topic, tags) pairs whose encoded header part is kept
+
+
+def _produce_head_parts(topic, tags) -> bytes:
+    """The topic + tags part of a ProduceRequest payload, validated and encoded once per
+    (topic, tags) by the codec itself (a producer sends to few topics)."""
+    key = (topic, tags)
+    v = _HEAD_CACHE.get(key)
+    if v is None:
+        code, head = codec.encode_payload(m.ProduceRequest(topic, [], -1, tags, 0, 0, 0))
+        if len(head) != 1:
+            raise QuorumlogError("unexpected produce header layout")
+        # fixed fields, topic, tags, the empty bodies list's u32 count 0: keep the middle
+        v = head[0][_PRODUCE_SPEC.fixed_struct.size:-4]
+        if len(_HEAD_CACHE) >= _MAX_HEAD_CACHE:
+            _HEAD_CACHE.clear()
+        if type(topic) is str and (tags is None or type(tags) is str):
+            _HEAD_CACHE[key] = v
+    return v
+
+
+_HEAD_CACHE: dict = {}
+
+
 def encode_produce(topic: str, bodies, queue_id: int, tags, producer_id: int, sequence: int,
                    delay_level: int = 0) -> list:
-    """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields, topic and
-    tags in Python (once per batch), the bodies by the Cython framer (once per message)."""
+    """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields (checked
+    by the codec's own field kinds), topic and tags (encoded once per pair), the bodies by
+    the Cython framer (one C loop over the messages)."""
     from ._clientframe import encode_bodies
-    req = m.ProduceRequest(topic, [], queue_id, tags, delay_level, producer_id, sequence)
-    code, head = codec.encode_payload(req)        # validates every field but the bodies
-    # head ends with the empty bodies list's u32 count 0: replace it with the real list
-    h = head[0][:-4] if len(head) == 1 else None
-    if h is None:
-        raise QuorumlogError("unexpected produce header layout")
+    spec = _PRODUCE_SPEC
+    vals = [queue_id, delay_level, producer_id, sequence]
+    for i, (name, kind) in enumerate(spec.fixed):
+        v = vals[i]
+        if type(v) is not int or not kind.lo <= v <= kind.hi:
+            # (raises naming the field, or converts an IntEnum / numpy integer)
+            vals[i] = kind.check(f"{spec.name}.{name}", v, EncodeError)
+    h = spec.fixed_struct.pack(*vals) + _produce_head_parts(topic, tags)
     body_list = encode_bodies(bodies, m.MAX_BATCH_MESSAGES)
     return [h, body_list]
 
@@ -115,6 +143,9 @@ class AsyncClient:
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
+        ch = self._channel
+        if ch is not None and not ch.closed and (prefer is None or prefer == self._channel_addr):
+            return ch                 # the usual case: no lock taken per request
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
