@@ -344,7 +344,8 @@ class MessageStore:
         sync mode after the flush covering the batch, waited for *outside* the lock so that
         one flush covers every producer waiting meanwhile (group commit)."""
         with self._lock:
-            self._check_writable()
+            if self._closed or self._read_only:
+                self._check_writable()          # (raises the error that says which)
             if self._raft_log is not None:
                 raise DrivenStoreError(
                     f"store {self._path} is written through its Raft core: propose "
