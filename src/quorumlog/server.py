@@ -148,7 +148,7 @@ class ClientService:
     def _write_replies(self, conn, parts: list) -> None:
         self.stats["reply_writes"] += 1
         if not conn.send_parts(parts, control=False):
-            log.warning("client %r: %d reply buffers dropped (connection closed or its send "
+            log.debug("client %r: %d reply buffers dropped (connection closed or its send "
                         "budget full)", conn.client_id, len(parts))
 
     async def _serve(self, conn, request_id: int, msg) -> None:

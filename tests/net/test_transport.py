@@ -354,6 +354,43 @@ def test_client_connection_request_response(loop_factory, caplog):
     assert "BadProofError" in caplog.text
 
 
+def test_client_request_times_out_and_a_late_response_is_dropped(loop_factory):
+    async def body():
+        held = []
+
+        def on_client_request(session, request_id, msg):
+            held.append((session, request_id))      # answered only later (or never)
+
+        server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
+                               lambda p, x: None, on_client_request=on_client_request,
+                               config=fast_config())
+        await server.start()
+        try:
+            host, port = server.address
+            ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
+                                      server_id="s")
+            try:
+                loop = asyncio.get_running_loop()
+                t0 = loop.time()
+                with pytest.raises(TimeoutError):
+                    await ch.request(m.ProduceRequest("t", [b"x"]), timeout=0.2)
+                assert 0.15 <= loop.time() - t0 < 5
+                # the late answer to the timed-out request is dropped; the next one is served
+                session, rid = held.pop()
+                session.reply(rid, m.ProduceResponse(1, 0, 0, 1, (0,)))
+                nxt = loop.create_task(ch.request(m.ProduceRequest("t", [b"y"]), timeout=5))
+                await wait_until(lambda: held, 5, "second request")
+                session, rid2 = held.pop()
+                assert rid2 != rid
+                session.reply(rid2, m.ProduceResponse(2, 0, 1, 1, (9,)))
+                assert (await nxt).positions == (9,)
+            finally:
+                await ch.close()
+        finally:
+            await server.close()
+    run(loop_factory, body)
+
+
 def test_peer_transport_refuses_clients_without_a_handler(loop_factory):
     async def body():
         server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),

@@ -66,6 +66,7 @@ from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, RaftConfi
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
+from ..store.topics import check_user_topic
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
 from .dedupe import PROP_PID, PROP_SEQ, RESERVED_PROPERTIES, Entry, ProducerTable
@@ -81,6 +82,7 @@ _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
 _COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
 _COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+_MAX_TOPIC_NAMES_REMEMBERED = 4096
 
 
 class _Queued:
@@ -168,6 +170,7 @@ class Node:
         self._drain_pending = False
         self._queued: list = []
         self._queued_pending = False
+        self._topic_names_ok: set = set()
         self._ticker: asyncio.Task | None = None
         self._commit_target = 0
         self._applied = 0
@@ -479,10 +482,16 @@ class Node:
         req = self.seam.prepare_meta(meta.encode_topic(name, queues))
         return await self._submit(req)
 
-    @staticmethod
-    def _check_topic(name) -> None:
-        from ..store.topics import check_user_topic
+    def _check_topic(self, name) -> None:
+        # a name that passed once passes again: remembered (a bounded set) so that the
+        # produce path does not re-run the naming rule per request
+        ok = self._topic_names_ok
+        if type(name) is str and name in ok:
+            return
         check_user_topic(name)
+        if len(ok) >= _MAX_TOPIC_NAMES_REMEMBERED:
+            ok.clear()
+        ok.add(name)
 
     def _completion(self, req) -> asyncio.Future:
         """A future completed by req.on_done (called on the loop: apply_committed,
