@@ -322,6 +322,22 @@ def test_send_memory_is_bounded_when_the_receiver_stops_reading(loop_factory):
     run(loop_factory, body, timeout=60)
 
 
+async def _client_and_server(on_client_request):
+    """A transport serving clients (handler `on_client_request`) and one client channel."""
+    server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
+                           lambda p, x: None, on_client_request=on_client_request,
+                           config=fast_config())
+    await server.start()
+    host, port = server.address
+    try:
+        ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
+                                  server_id="s")
+    except BaseException:
+        await server.close()
+        raise
+    return server, ch
+
+
 def test_client_connection_request_response(loop_factory, caplog):
     caplog.set_level(logging.INFO, logger=LOG)
 
@@ -331,14 +347,9 @@ def test_client_connection_request_response(loop_factory, caplog):
             session.reply(request_id, m.ProduceResponse(7, 0, 10, 123,
                                                         tuple(range(len(msg.bodies)))))
 
-        server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
-                               lambda p, x: None, on_client_request=on_client_request,
-                               config=fast_config())
-        await server.start()
+        server, ch = await _client_and_server(on_client_request)
+        host, port = server.address
         try:
-            host, port = server.address
-            ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
-                                      server_id="s")
             try:
                 r = await ch.request(m.ProduceRequest("t", [b"x", b"y" * 100_000]), timeout=5)
                 assert r == m.ProduceResponse(7, 0, 10, 123, (0, 1))
@@ -361,14 +372,9 @@ def test_client_request_times_out_and_a_late_response_is_dropped(loop_factory):
         def on_client_request(session, request_id, msg):
             held.append((session, request_id))      # answered only later (or never)
 
-        server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
-                               lambda p, x: None, on_client_request=on_client_request,
-                               config=fast_config())
-        await server.start()
+        server, ch = await _client_and_server(on_client_request)
+        host, port = server.address
         try:
-            host, port = server.address
-            ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
-                                      server_id="s")
             try:
                 loop = asyncio.get_running_loop()
                 t0 = loop.time()
