@@ -110,12 +110,52 @@ def encode_produce(topic: str, bodies, queue_id: int, tags, producer_id: int, se
     return [h, body_list]
 
 
+_COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
+_COALESCE_MAX_BYTES = 1 << 20
+
+
+class _Group:
+    """Single-message produces of one loop turn sent as one batch; each caller's future
+    gets its message's slice of the batch's acknowledgement (or the batch's error)."""
+
+    __slots__ = ("bodies", "futures", "nbytes", "task")
+
+    def __init__(self):
+        self.bodies: list = []
+        self.futures: list = []
+        self.nbytes = 0
+        self.task: asyncio.Task | None = None
+
+    def distribute(self, task: asyncio.Task) -> None:
+        futs = self.futures
+        if task.cancelled():
+            for f in futs:
+                f.cancel()
+            return
+        exc = task.exception()
+        if exc is None:
+            r = task.result()
+            if len(r.positions) != len(futs):
+                exc = QuorumlogError(f"produce acknowledgement names {len(r.positions)} "
+                                     f"positions for a batch of {len(futs)}")
+        if exc is not None:
+            for f in futs:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for i, f in enumerate(futs):
+            if not f.done():
+                f.set_result(m.ProduceResponse(r.first_index + i, r.queue_id,
+                                               r.first_queue_offset + i, r.store_timestamp_ms,
+                                               (r.positions[i],)))
+
+
 class AsyncClient:
     def __init__(self, addresses, *, client_id: str | None = None, secret=None,
                  cluster_id: str = "quorumlog", insecure: bool = False,
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
-                 connect_timeout: float = 1.0):
+                 connect_timeout: float = 1.0, coalesce: bool = True):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -139,7 +179,14 @@ class AsyncClient:
         self._channel_addr = None
         self._leader_addr = None
         self._connecting: asyncio.Lock | None = None
-        self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0}
+        # single-message produces that start in one loop turn while others are in flight
+        # share one request (see produce)
+        self.coalesce = coalesce
+        self._inflight = 0
+        self._groups: dict = {}
+        self._group_tasks: set = set()
+        self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0,
+                      "coalesced_messages": 0}
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
@@ -243,12 +290,55 @@ class AsyncClient:
     async def produce(self, topic: str, bodies, *, queue_id: int = -1, tags: str | None = None,
                       sequence: int | None = None) -> m.ProduceResponse:
         """Append one message (bytes) or a batch (list of bytes) to one queue of `topic`
-        (queue_id -1: the server picks, round-robin per batch). Returns once committed."""
+        (queue_id -1: the server picks, round-robin per batch). Returns once committed.
+
+        One message while other produces of this client are in flight (many concurrent
+        producers on one client): it waits for the end of the loop turn and goes in one
+        request with the other single messages of that turn for the same topic, queue and
+        tags (one batch: one sequence number, one queue, retried as a whole); each caller
+        gets its own message's acknowledgement. `coalesce=False` turns this off."""
         if isinstance(bodies, (bytes, bytearray, memoryview)):
+            if self.coalesce and sequence is None and self._inflight:
+                return await self._produce_coalesced(topic, bodies, queue_id, tags)
             bodies = [bodies]
         seq = self.next_sequence() if sequence is None else sequence
+        return await self._produce_batch(topic, bodies, queue_id, tags, seq)
+
+    async def _produce_batch(self, topic, bodies, queue_id, tags, seq) -> m.ProduceResponse:
         parts = encode_produce(topic, bodies, queue_id, tags, self.producer_id, seq)
-        return await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        self._inflight += 1
+        try:
+            return await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        finally:
+            self._inflight -= 1
+
+    async def _produce_coalesced(self, topic, body, queue_id, tags) -> m.ProduceResponse:
+        loop = asyncio.get_running_loop()
+        key = (topic, queue_id, tags)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+            loop.call_soon(self._send_group, key, group)
+        fut = loop.create_future()
+        group.bodies.append(body)
+        group.futures.append(fut)
+        group.nbytes += len(body)
+        if len(group.bodies) >= _COALESCE_MAX_MESSAGES or group.nbytes >= _COALESCE_MAX_BYTES:
+            self._send_group(key, group)
+        return await fut
+
+    def _send_group(self, key, group: "_Group") -> None:
+        if group.task is not None:
+            return                       # sent already (full before the turn ended)
+        if self._groups.get(key) is group:
+            del self._groups[key]
+        topic, queue_id, tags = key
+        self.stats["coalesced_messages"] += len(group.bodies)
+        group.task = asyncio.get_running_loop().create_task(
+            self._produce_batch(topic, group.bodies, queue_id, tags, self.next_sequence()))
+        group.task.add_done_callback(group.distribute)
+        self._group_tasks.add(group.task)
+        group.task.add_done_callback(self._group_tasks.discard)
 
     async def produce_many(self, topic: str, batches, *, window: int = 8, queue_id: int = -1,
                            tags: str | None = None) -> list:
