@@ -12,6 +12,9 @@
   go on (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, timeouts and lost
   connections, until `retry_timeout` runs out.
 * produce_many(topic, batches, window=8) keeps up to `window` batches in flight.
+* Many concurrent single-message produce() calls on one client (while others are in flight)
+  go as one request per loop turn and topic/queue/tags; each caller gets its own message's
+  acknowledgement (`coalesce=False` sends one request per message).
 * The batch's bodies are framed by a Cython loop (quorumlog._clientframe), not a Python loop
   per message.
 * Reads (fetch, offsets) go to the member the client is connected to (a follower serves its
