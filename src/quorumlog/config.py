@@ -52,6 +52,7 @@ class StoreConfig:
     max_get_wait_ms: int = 30_000       # longest long-poll get(wait_ms=...)
     max_get_waiters: int = 1024         # concurrent long-poll get() calls
     max_consumer_offsets: int = 1_000_000   # (group, topic, queue) entries stored
+    max_install_bytes: int = 1 << 40    # largest leader's log a replica installs (catch-up)
     # message-key index (find_by_key): buckets and entries per file, hits per lookup
     key_index: bool = True
     key_index_slots: int = 1 << 16
@@ -101,6 +102,7 @@ _INT_LIMITS = {
     "max_get_wait_ms": (0, 3_600_000),
     "max_get_waiters": (1, 1 << 20),
     "max_consumer_offsets": (1, 1 << 26),
+    "max_install_bytes": (1, 1 << 50),
     "key_index_slots": (16, 1 << 26),
     "key_index_file_entries": (16, 1 << 28),
     "max_key_hits": (1, 4096),

@@ -100,6 +100,11 @@ class StorageError(QuorumlogError, OSError):
         self.errno = errno
         self.filename = path
 
+    def __str__(self):
+        # OSError's own __str__ formats "[Errno e] strerror: filename" once filename is set,
+        # which would hide the message ("[Errno None] None: path")
+        return str(self.args[0]) if self.args else ""
+
 
 class LogFailedError(StorageError):
     """A flush of the log failed (an I/O error under the filesystem). A failed flush is never
@@ -112,6 +117,11 @@ class LogFailedError(StorageError):
 
 class ReplicationError(QuorumlogError):
     """A replicated byte range failed validation (CRC, index continuity, position, term)."""
+
+
+class InstallError(ReplicationError):
+    """An install image or one of its chunks failed validation (offset continuity, sizes,
+    records, the image's CRC32C, its limits): refused, nothing was staged or replaced."""
 
 
 class IndexOutOfRangeError(QuorumlogError, IndexError):

@@ -280,11 +280,8 @@ def _write_checkpoint(path: str, cp: Checkpoint) -> None:
 
 
 def _fsync_dir(d: str) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    from .store.files import fsync_dir     # (the store's helpers need the native build)
+    fsync_dir(d)
 
 
 def _records(data, base: int, limit: int):

@@ -10,7 +10,9 @@ from quorumlog.net import messages as m
 from quorumlog.net.auth import AuthConfig, Handshake
 from quorumlog.net.errors import AuthError, FrameError, ProtocolError
 from quorumlog.net.framing import HEADER_SIZE, FrameDecoder, encode_frame
-from quorumlog.raft.messages import (Append, AppendResponse, Code, Heartbeat, VoteRequest,
+from quorumlog.raft.log import InstallImage
+from quorumlog.raft.messages import (Append, AppendResponse, Code, Heartbeat,
+                                     InstallSegment, InstallSegmentResponse, VoteRequest,
                                      VoteResponse, VoteResult)
 
 FUZZ = settings(max_examples=400, deadline=None,
@@ -24,6 +26,12 @@ SEEDS = [
     Heartbeat(9, "n1", "n2", 100, 3),
     Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records", 7, 9, ((12, ("n1", "n2"), ()),), 4),
     AppendResponse(3, "n2", "n1", Code.GAP, 5, 10, 12, 7, 2, 4),
+    InstallSegment(5, "n1", "n2", InstallImage(30, None, 90, 4, 400, b'{"v":1}',
+                                               ((28, 29, 7, 3, 2),)),
+                   0, b"chunk" * 20, 100, False, ((29, ("n1", "n2"), ("n4",)),), 88, 3),
+    InstallSegment(5, "n1", "n2", InstallImage(30, 3, 90, 4, 400, b"", ()),
+                   300, b"tail" * 20, 100, True, (), 90, 3),
+    InstallSegmentResponse(5, "n2", "n1", Code.GAP, 200, 0, 90, 3),
     m.ProduceRequest("orders", [b"a", b"bb"], queue_id=3, tags="t"),
     m.FetchResponse(43, 0, 43, [b"rec1", b"rec2"]),
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),

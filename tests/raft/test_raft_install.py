@@ -1,6 +1,8 @@
 """Catch-up past retention (seed 002 §2.5, the snapshot of this design): a follower behind the
 leader's first retained entry -- or a brand-new empty member -- receives the leader's retained
 log in bounded chunks (InstallSegment), replaces its log atomically, and replicates on."""
+import os
+
 import pytest
 
 from quorumlog.errors import ReplicationError
@@ -186,17 +188,27 @@ def test_memlog_install_validates_offsets_and_completeness():
         src.read_image(im, 0, 100)  # retention moved the head: the image is gone
 
 
-def test_native_log_reports_install_unsupported(tmp_path):
+def test_native_log_refuses_install_calls_it_cannot_serve(tmp_path):
+    # (The native log installs now -- tests/raft/test_native_install.py; this test asserted
+    # NotSupportedByLogError for every call before.) An empty log has no image to offer; the
+    # other calls without an image or an install in progress are refused, naming why.
     from quorumlog.commitlog import CommitLog
+    from quorumlog.errors import InstallError
+    from quorumlog.raft.errors import InstallRefusedError
     from quorumlog.raft.nativelog import NativeRaftLog
     cl = CommitLog(str(tmp_path / "log"), segment_size_bytes=1 << 16)
     try:
         lg = NativeRaftLog(cl)
-        for call in (lambda: lg.install_image(), lambda: lg.read_image(None, 0, 1),
-                     lambda: lg.begin_install(None, ((), ())), lambda: lg.write_chunk(0, b""),
-                     lambda: lg.finish_install()):
-            with pytest.raises(NotSupportedByLogError, match="not implemented by the native"):
+        for call, exc, match in (
+                (lambda: lg.install_image(), NotSupportedByLogError, "the log is empty"),
+                (lambda: lg.read_image(None, 0, 1), InstallError, "not NoneType"),
+                (lambda: lg.begin_install(None, ((), ())), InstallRefusedError, "not NoneType"),
+                (lambda: lg.write_chunk(0, b"x"), InstallError, "no install in progress"),
+                (lambda: lg.finish_install(), InstallError, "no install in progress")):
+            with pytest.raises(exc, match=match):
                 call()
+        assert cl.last_index == 0 and sorted(os.listdir(tmp_path / "log")) == \
+            ["LOCK", "abort", "checkpoint", "commitlog", "index"]      # nothing staged
     finally:
         cl.close()
 

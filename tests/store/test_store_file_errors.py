@@ -73,6 +73,9 @@ def test_directory_where_topics_json_belongs(open_store, store_dir):
     with pytest.raises(errors.StorageError) as ei:
         open_store()
     assert ei.value.path == os.path.join(store_dir, "topics.json")
+    # the message reads as written, not as OSError's "[Errno None] None: <path>"
+    assert str(ei.value) == ei.value.args[0]
+    assert "topics.json" in str(ei.value) and "Errno None" not in str(ei.value)
 
 
 @pytest.mark.parametrize("what", ["queue_dir_is_a_file", "queue_file_is_a_dir"])

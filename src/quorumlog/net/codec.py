@@ -25,8 +25,10 @@ import operator
 import struct
 from typing import Any, Callable
 
+from ..raft.log import InstallImage
 from ..raft.messages import (Append, AppendResponse, Code, Heartbeat, HeartbeatResponse,
-                             TakeLeadership, VoteRequest, VoteResponse, VoteResult)
+                             InstallSegment, InstallSegmentResponse, TakeLeadership,
+                             VoteRequest, VoteResponse, VoteResult)
 from . import messages as m
 from .errors import CodecError, EncodeError, FrameTooLargeError
 from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, encode_header
@@ -551,6 +553,51 @@ _raft(0x15, AppendResponse, [("code", Enum(Code)), ("match_index", INDEX), ("req
                              ("req_last", INDEX), ("hint_index", INDEX), ("hint_term", TERM),
                              ("epoch", INDEX)])
 _raft(0x16, TakeLeadership, [("ledger_end_index", INDEX)])
+
+CONFIG_ENTRY = Tuple(INDEX, List(NODE_ID, m.MAX_VOTERS), List(NODE_ID, m.MAX_VOTERS))
+
+
+def _build_install(v, src, dst):
+    prev = v.pop("image_prev_term")
+    image = InstallImage(v.pop("image_first"), None if prev < 0 else prev, v.pop("image_last"),
+                         v.pop("image_last_term"), v.pop("image_total"), v.pop("image_meta"),
+                         tuple(v.pop("image_producers")))
+    v["configs"] = tuple((i, tuple(vs), tuple(ls)) for i, vs, ls in v["configs"])
+    return InstallSegment(src=src, dst=dst, image=image, **v)
+
+
+def _check_install(s: InstallSegment) -> None:
+    im = s.image
+    if not 1 <= im.first_index <= im.last_index:
+        raise CodecError(f"INSTALL: image [{im.first_index}..{im.last_index}] is empty")
+    if s.chunk is None:
+        raise CodecError("INSTALL: a chunk carries bytes")
+    if not s.chunk.nbytes <= s.nbytes or s.offset + s.nbytes > im.total_bytes:
+        raise CodecError(f"INSTALL: chunk of {s.chunk.nbytes} bytes advancing {s.nbytes} at "
+                         f"offset {s.offset} of an image of {im.total_bytes}")
+    if s.done != (s.offset + s.nbytes == im.total_bytes):
+        raise CodecError("INSTALL: `done` marks the chunk that ends the image, and only it")
+    if s.configs and s.offset:
+        raise CodecError("INSTALL: only the first chunk carries configurations")
+    for i, voters, _learners in s.configs:
+        if not voters or i > im.last_index:
+            raise CodecError(f"INSTALL: configuration at {i} has no voters or is past the image")
+
+
+# (the image's fields are flattened; the chunk is the log's view, zero copy)
+_raft(0x17, InstallSegment, [("image_first", INDEX), ("image_prev_term", OPT_I64),
+                             ("image_last", INDEX), ("image_last_term", TERM),
+                             ("image_total", INDEX), ("offset", INDEX), ("nbytes", INDEX),
+                             ("done", BOOL), ("commit_index", INDEX), ("epoch", INDEX),
+                             ("configs", List(CONFIG_ENTRY, m.MAX_INSTALL_CONFIGS)),
+                             ("image_meta", Blob(m.MAX_INSTALL_META_BYTES, view=False)),
+                             ("image_producers", List(Tuple(INDEX, INDEX, U64, INDEX, TERM),
+                                                      m.MAX_INSTALL_PRODUCERS)),
+                             ("chunk", Tail())],
+      build=_build_install, check=_check_install)
+_raft(0x18, InstallSegmentResponse, [("code", Enum(Code)), ("next_offset", INDEX),
+                                     ("match_index", INDEX), ("image_last", INDEX),
+                                     ("epoch", INDEX)])
 
 # handshake
 NONCE = Blob(m.NONCE_BYTES, exact=m.NONCE_BYTES, view=False)

@@ -24,6 +24,9 @@ MAX_VOTERS = 64                 # per CONFIG entry carried on an APPEND
 MAX_CONFIGS_PER_APPEND = 1024
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
+MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
+MAX_INSTALL_CONFIGS = 1 << 16       # configurations carried by an install's first chunk
+MAX_INSTALL_PRODUCERS = 1 << 16     # producer snapshot entries of an install image
 NONCE_BYTES = 32
 PROOF_BYTES = 32                # HMAC-SHA256
 

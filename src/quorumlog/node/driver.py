@@ -28,10 +28,12 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     leader and may hold it before its own flush finished); a later on_persisted applies the
     rest.
  5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
-    BehindRetention go
-    to the listeners (the embedding API runs them on a thread of its own). Leaving LEADER
-    fails every request still waiting for a commit (NotLeaderError: it may or may not commit
-    under the next leader; an idempotent producer retries safely).
+    BehindRetention / LogInstalled go to the listeners (the embedding API runs them on a
+    thread of its own). Leaving LEADER fails every request still waiting for a commit
+    (NotLeaderError: it may or may not commit under the next leader; an idempotent producer
+    retries safely). LogInstalled (a follower behind the leader's retention received its
+    retained log): the store already reopened on the new log inside core.step (the flush
+    thread follows it at once); the driver applies what is committed of it.
 
 Inputs, each followed by draining the core (at most once per loop iteration: the inputs of
 one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
@@ -61,11 +63,12 @@ from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
 from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
 from ..net.transport import PeerTransport, TransportConfig
-from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, RaftConfig, RaftCore,
-                         ReadyToServe, RoleChanged, TransferAborted)
+from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, LogInstalled,
+                         RaftConfig, RaftCore, ReadyToServe, RoleChanged, TransferAborted)
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
+from ..raft.nativeinstall import read_head
 from ..store.topics import check_user_topic
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
@@ -124,10 +127,14 @@ def _now_ms() -> int:
 
 
 def config_history(commitlog, initial_voters) -> list:
-    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records."""
+    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records; an
+    installed log starts from the configuration in effect before its first entry instead."""
     from ..commitlog import CONFIG
     hist = [(0, tuple(sorted(initial_voters)))]
     cl = commitlog
+    head = read_head(cl.path)
+    if head is not None:
+        hist = [(head["first_index"] - 1, tuple(head["voters"]), tuple(head["learners"]))]
     if cl.last_index <= 0:
         return hist
     pos, end = cl.min_position, cl.end_position
@@ -182,7 +189,7 @@ class Node:
         self.pending_bytes = 0
         self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
                       "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
-                      "coalesced_proposals": 0}
+                      "coalesced_proposals": 0, "installs": 0}
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -219,6 +226,7 @@ class Node:
                      hs.term, hs.voted_for, hist[-1][1])
             if self.store_cfg.flush == "sync":
                 self.flusher = Flusher(cl, self.loop, self._on_flushed, self._on_flush_error)
+            self.seam.on_log_replaced = self._on_log_replaced
             secret = read_secret(cfg)
             auth = AuthConfig(cfg.cluster_id, self.id, secret,
                               peers=[p for p in cfg.peers if p != self.id],
@@ -302,6 +310,8 @@ class Node:
             # the core refused the message (e.g. a RaftInvariantError: a peer claims
             # something that contradicts our committed log): nothing was changed by it
             log.error("node %s: message %s from %s refused: %s", self.id, msg.describe(), peer, e)
+            if self.store.closed:        # (an install that failed while replacing the log)
+                self._fail(e)
             return
         self._schedule_drain()
 
@@ -368,6 +378,12 @@ class Node:
         except Exception as e:
             self._fail(e)
 
+    def _on_log_replaced(self) -> None:
+        """An install replaced the store's log (inside core.step): the flush thread follows."""
+        if self.flusher is not None:
+            self.flusher.retarget(self.store.commitlog)
+        self.stats["installs"] += 1
+
     def _on_flush_error(self, e: BaseException) -> None:
         self._fail(e)
 
@@ -415,7 +431,16 @@ class Node:
                             ev.transferee, ev.reason)
             elif isinstance(ev, BehindRetention):
                 log.warning("node %s: follower %s needs entries from %d, which this log no "
-                            "longer holds", self.id, ev.peer, ev.next_index)
+                            "longer holds: installing it from the retained log", self.id,
+                            ev.peer, ev.next_index)
+            elif isinstance(ev, LogInstalled):
+                log.warning("node %s: log replaced by the leader's [%d..%d]", self.id,
+                            ev.first_index, ev.last_index)
+                # apply what is committed of the new log (duty 4 of this Ready may have met
+                # the old log's applied index)
+                self._applied = self.store.commitlog.committed_index
+                self._commit_target = max(self._commit_target, self.core.commit_index)
+                self._apply()
             for fn in self._listeners:
                 try:
                     fn(ev)

@@ -6,12 +6,16 @@ request that arrived while the previous flush ran is covered by the next one -- 
 `on_flushed(index, gen)` on the event loop through call_soon_threadsafe. The index reported is
 the log's last index captured on the loop when the request was made (so it never names an
 entry appended after the flush began), and gen is the Ready's flush_gen (the core ignores a
-report that raced a truncation).
+report that raced a truncation). An install that replaces the log closes the old one; the
+driver then `retarget`s the flusher, and a flush that met the closed log is dropped (the core
+ignores reports from before the install: their gen is older).
 """
 from __future__ import annotations
 
 import logging
 import threading
+
+from ..errors import LogClosedError
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +51,34 @@ class Flusher:
                     return
                 index, gen = self._want
                 self._want = None
+            cl = self.cl
             try:
-                self.cl.flush()
+                cl.flush()
+            except LogClosedError as e:
+                if self._replaced(cl):
+                    continue      # an install replaced the log: this request was for the old one
+                log.critical("flush of %s failed: %s", getattr(cl, "path", "?"), e)
+                self._post(self.on_error, e)
+                return
             except Exception as e:  # EIO: never retried into success (the driver stops)
                 log.critical("flush of %s failed: %s", getattr(self.cl, "path", "?"), e)
                 self._post(self.on_error, e)
                 return
             self.flushes += 1
             self._post(self.on_flushed, index, gen)
+
+    def retarget(self, commitlog) -> None:
+        """Flush `commitlog` from now on (an install replaced the log)."""
+        with self._cv:
+            self.cl = commitlog
+            self._cv.notify_all()
+
+    def _replaced(self, cl, timeout: float = 1.0) -> bool:
+        """The log `cl` was closed: is it (within `timeout` s) replaced by another? The driver
+        retargets in the same step of the core that closed it."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self.cl is not cl or self._stop, timeout) \
+                and not self._stop
 
     def _post(self, fn, *args) -> None:
         try:

@@ -65,6 +65,12 @@ class _MetaRaftLog:
             return self._seam._append_meta(term, req)
         return self._inner.append_as_leader(term, req)
 
+    def finish_install(self) -> int:
+        """The store reopened on an installed log: the seam starts over from it."""
+        last = self._inner.finish_install()
+        self._seam._log_replaced()
+        return last
+
     def append_replicated(self, payload) -> int:
         last = self._inner.append_replicated(payload)
         metas = _meta_indexes(payload, self._seam._META)
@@ -77,17 +83,37 @@ class MetaSeam:
     def __init__(self, store):
         from ..commitlog import META
         self.store = store
-        self.cl = store.commitlog
         self._META = META
         self._rlog = _MetaRaftLog(self, store.raft_log())
         self._metas: list[MetaRequest] = []      # appended, waiting for their commit
+        # called (on the loop, inside the core's step) once an install replaced the log
+        self.on_log_replaced = None
+        self._start()
+
+    def _start(self) -> None:
         # raft indexes of META records not applied yet: found in replicated payloads as they
         # arrive (a C walk over the headers), and at open in the log after the dispatched
         # position (records before it were applied when they committed: their topics are in
         # topics.json). Applied when they commit, before the store commits them.
-        self._meta_indexes: list[int] = self._scan_meta(store.dispatched_position,
+        self._meta_indexes: list[int] = self._scan_meta(self.store.dispatched_position,
                                                          self.cl.end_position)
-        self._known_topics = set(store.topics())
+        self._known_topics = set(self.store.topics())
+
+    @property
+    def cl(self):
+        """The store's CommitLog (a new one after an install replaced the log)."""
+        return self.store.commitlog
+
+    def _log_replaced(self) -> None:
+        """An install replaced the log (a follower: nothing of ours was pending): the META
+        records still to apply and the known topics come from the new log and store."""
+        metas, self._metas = self._metas, []
+        for r in metas:
+            from ..raft.errors import NotLeaderError
+            r.finish(NotLeaderError("the log was replaced by an install"))
+        self._start()
+        if self.on_log_replaced is not None:
+            self.on_log_replaced()
 
     def raft_log(self):
         return self._rlog

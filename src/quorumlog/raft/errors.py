@@ -5,7 +5,7 @@ callers catch these (or QuorumlogError), never bare Exception.
 """
 from __future__ import annotations
 
-from ..errors import InvalidArgumentError, QuorumlogError
+from ..errors import InstallError, InvalidArgumentError, QuorumlogError
 
 
 class RaftError(QuorumlogError):
@@ -61,6 +61,12 @@ class ProducerSequenceError(RaftError, InvalidArgumentError):
 class NotSupportedByLogError(RaftError):
     """The RaftLog in use does not implement an optional capability yet (producer ids, or
     installing a follower from the leader's retained log); docs/raft.md says what it needs."""
+
+
+class InstallRefusedError(NotSupportedByLogError, InstallError):
+    """An install image this log can never stage (another segment size, over its
+    max_install_bytes, a malformed description): refused before anything changed; the core
+    answers UNSUPPORTED and the follower stays behind."""
 
 
 class RaftInvariantError(RaftError, AssertionError):

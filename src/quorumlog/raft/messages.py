@@ -262,6 +262,16 @@ class InstallSegment(Message):
         self.commit_index = commit_index
         self.epoch = epoch
 
+    # the image's fields under the names the wire codec gives them (net/codec.py)
+    image_first = property(lambda self: self.image.first_index)
+    image_prev_term = property(lambda self: -1 if self.image.prev_term is None
+                               else self.image.prev_term)
+    image_last = property(lambda self: self.image.last_index)
+    image_last_term = property(lambda self: self.image.last_term)
+    image_total = property(lambda self: self.image.total_bytes)
+    image_meta = property(lambda self: self.image.meta)
+    image_producers = property(lambda self: self.image.producers)
+
     def fields(self):
         im = self.image
         return (f"[{im.first_index}..{im.last_index}]/t{im.last_term} offset={self.offset}"

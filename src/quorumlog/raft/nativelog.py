@@ -30,15 +30,21 @@ one of them:
 """
 from __future__ import annotations
 
-from ..errors import IndexOutOfRangeError
+from ..errors import IndexOutOfRangeError, InstallError
 from .errors import NotSupportedByLogError
 from .log import EntryKind
+from .nativeinstall import (DEFAULT_MAX_INSTALL_BYTES, Stager, check_image, complete_install,
+                            describe_image, read_image_chunk)
 
 
 class NativeRaftLog:
-    def __init__(self, commitlog):
+    def __init__(self, commitlog, *, max_install_bytes: int = DEFAULT_MAX_INSTALL_BYTES):
         from ..commitlog import CONFIG, META, NOOP  # the extension is needed only if used
         self.cl = commitlog
+        self.meta: dict = {}          # a bare log's state shipped with an install image
+        self.max_install_bytes = max_install_bytes
+        self._stager = None           # follower: the install being staged
+        self._image_crc: list = []    # leader: the last image's checksum (describe_image)
         self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
 
     def first_index(self) -> int:
@@ -112,22 +118,67 @@ class NativeRaftLog:
             "NativeRaftLog: producer ids are not stored by the native log yet "
             "(docs/raft.md 'The producer table')")
 
+    # -- installing a follower from the leader's retained segment files ------------------
+    # (nativeinstall.py holds the work; docs/raft.md "Installing a follower")
     def install_image(self):
-        raise NotSupportedByLogError(_INSTALL)
+        return describe_image(self.cl, self._install_meta(), self._producers_for_image(),
+                              self._image_crc)
+
+    def _install_meta(self) -> dict:
+        """The state a follower's store needs with the image (a store's log: its topics and
+        consumer offsets); a bare log: `self.meta` (an object of JSON values)."""
+        return self.meta
+
+    def _producers_for_image(self) -> tuple:
+        try:
+            return tuple(self.producer_snapshot())
+        except NotSupportedByLogError:
+            return ()
 
     def read_image(self, image, offset: int, max_bytes: int):
-        raise NotSupportedByLogError(_INSTALL)
+        return read_image_chunk(self.cl, image, offset, max_bytes)
 
     def begin_install(self, image, head_config) -> None:
-        raise NotSupportedByLogError(_INSTALL)
+        """Validate `image` (InstallError: nothing changed), then stage it in
+        <dir>/install/, dropping an install in progress."""
+        cl = self.cl
+        check_image(image, cl.segment_size_bytes, self.max_install_bytes)
+        self.abort_install()
+        self._stager = Stager(cl.path, image, head_config,
+                              segment_size_bytes=cl.segment_size_bytes,
+                              index_file_entries=cl.index_file_entries,
+                              max_message_bytes=cl.max_message_bytes,
+                              max_install_bytes=self.max_install_bytes)
 
     def write_chunk(self, offset: int, chunk) -> int:
-        raise NotSupportedByLogError(_INSTALL)
+        if self._stager is None:
+            raise InstallError(f"write_chunk: no install in progress (offset {offset})")
+        return self._stager.write_chunk(offset, chunk)
 
     def finish_install(self) -> int:
-        raise NotSupportedByLogError(_INSTALL)
+        """Check the staged image, commit it (install/READY), then replace the log's files and
+        reopen the log on them (_replace_log)."""
+        st = self._stager
+        if st is None:
+            raise InstallError("finish_install: no install in progress")
+        self._stager = None
+        st.finish()
+        self.cl = self._replace_log()
+        return self.cl.last_index
 
+    def abort_install(self) -> None:
+        """Drop an install in progress (nothing of it was visible)."""
+        st, self._stager = self._stager, None
+        if st is not None:
+            st.abort()
 
-_INSTALL = ("NativeRaftLog: installing a follower from the leader's retained segment files is "
-            "not implemented by the native CommitLog yet (docs/raft.md 'Installing a follower' "
-            "lists what it needs); such a follower stays behind (BehindRetention)")
+    def _replace_log(self):
+        """A bare log: close it, move the staged files in, open it again."""
+        from ..commitlog import CommitLog
+        cl = self.cl
+        params = dict(segment_size_bytes=cl.segment_size_bytes,
+                      index_file_entries=cl.index_file_entries, flush=cl.flush_mode,
+                      max_message_bytes=cl.max_message_bytes)
+        cl.close()
+        complete_install(cl.path)
+        return CommitLog(cl.path, **params)

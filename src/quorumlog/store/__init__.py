@@ -16,6 +16,7 @@ for type checkers only -- and none reaches into another's internals):
     message_store.py  MessageStore, the facade (lock, lifecycle, timer thread, public API),
                       and open()
     raftlog.py        StoreRaftLog: the RaftLog a replicated store hands its Raft core
+    installmeta.py    the store state an install image carries (topics, consumer offsets)
     writes.py         PutRequest, queue choice, queue offsets, THE append path, pending requests
     reads.py          segment mappings; get, offsets, timestamps
     dispatch.py       recovery, committed records -> consume queues, replicated offset counting

@@ -51,6 +51,15 @@ def atomic_write(path: str, data: bytes) -> None:
                            exc.errno) from None
 
 
+def fsync_dir(d: str) -> None:
+    """fsync a directory (a rename or unlink in it is durable afterwards)."""
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _canonical(obj: dict) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode()

@@ -30,9 +30,11 @@ from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
                       OffsetOutOfRangeError, QuorumlogError, ReadOnlyError,
                       TooManyWaitersError)
 from ..raft.errors import NotLeaderError
+from ..raft.nativeinstall import complete_install
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from ..format import TYPE_META as META
 from ..format import check_topic_name
+from .installmeta import INSTALL_DERIVED, install_meta, write_install_meta
 from .keyindex import KeyIndex
 from .offsets import ConsumerOffsets, encode_commit
 from .raftlog import StoreRaftLog
@@ -116,14 +118,33 @@ class MessageStore:
         self._read_only = bool(read_only)
         if not self._read_only:
             os.makedirs(self._path, exist_ok=True)
-        factory = commitlog_factory or CommitLog
+        self._factory = commitlog_factory or CommitLog
+        self._disk_usage = disk_usage
+        if not self._read_only:
+            # an install of a leader's log that a crash cut short: finish it (or drop an
+            # unfinished one) before the log opens (quorumlog.raft.nativeinstall)
+            complete_install(self._path, INSTALL_DERIVED, write_install_meta)
+        self._log = self._open_log()
+        self._build(self._log)
+        if config.background and not self._read_only:
+            self._start_timer()
+
+    def _open_log(self):
         extra = {"read_only": True} if self._read_only else {}
-        self._log = lg = factory(
-            self._path, segment_size_bytes=config.segment_size_bytes,
-            index_file_entries=config.index_file_entries, flush=config.flush,
-            flush_interval_ms=config.flush_interval_ms,
-            checkpoint_interval_ms=config.checkpoint_interval_ms,
-            max_message_bytes=config.max_message_bytes, **extra)
+        c = self.config
+        return self._factory(
+            self._path, segment_size_bytes=c.segment_size_bytes,
+            index_file_entries=c.index_file_entries, flush=c.flush,
+            flush_interval_ms=c.flush_interval_ms,
+            checkpoint_interval_ms=c.checkpoint_interval_ms,
+            max_message_bytes=c.max_message_bytes, **extra)
+
+    def _build(self, lg) -> None:
+        """The store's parts over the open log `lg`: topics, consume queues (recovered, or
+        rebuilt from the log), consumer offsets, key index, writer, retention, delay levels.
+        On failure the log is closed and the store stays closed."""
+        config = self.config
+        disk_usage = self._disk_usage
         try:
             self._term = max(lg.last_term, 1)
             self._sync_flush = lg.flush_mode == "sync"
@@ -169,8 +190,6 @@ class MessageStore:
             self._closed = True
             lg.close()
             raise
-        if config.background and not self._read_only:
-            self._start_timer()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -395,7 +414,10 @@ class MessageStore:
                 self._writer.track_pending = True
                 self._raft_log = StoreRaftLog(self._log, append_request=self._append_request,
                                               append_control=self._append_control,
-                                              truncate_after=self._truncate_after)
+                                              truncate_after=self._truncate_after,
+                                              install_meta=self._install_meta,
+                                              replace_log=self._replace_log,
+                                              max_install_bytes=self.config.max_install_bytes)
             return self._raft_log
 
     def _append_request(self, term: int, req: PutRequest) -> int:
@@ -426,6 +448,36 @@ class MessageStore:
             f"entries after index {index} were truncated (a newer leader's log replaced "
             "them): the put was not committed"))
 
+    def _install_meta(self) -> dict:
+        """Leader: the store state an install image carries (installmeta.py)."""
+        with self._lock:
+            self._check_open()
+            return install_meta(self._topics, self._offsets)
+
+    def _replace_log(self):
+        """Follower (StoreRaftLog.finish_install, after the staged image was committed in
+        install/READY): close the log and the store's parts, let the installed log replace
+        the old one's files (nativeinstall.complete_install: crash-safe, finished at the next
+        open if cut short), open it and rebuild the derived state from it (consume queues,
+        topics and consumer offsets from the leader's state) -> the new CommitLog. Pending
+        requests fail: their entries were replaced."""
+        with self._lock:
+            self._check_writable()
+            pending = self._writer.pending.take_all()
+            self._closed = True
+            self._arrived.notify_all()
+            if self._keys is not None:
+                self._keys.close()
+            self._reader.close()
+            self._log.close()
+            complete_install(self._path, INSTALL_DERIVED, write_install_meta)
+            self._log = self._open_log()
+            self._build(self._log)
+            self._writer.track_pending = self._raft_log is not None
+        complete(pending, NotLeaderError("the log was replaced by an install of the leader's "
+                                         "log: the put was not committed here"))
+        return self._log
+
     def apply_committed(self, index: int) -> int:
         """Entries up to raft index `index` are committed: commit the log up to it, dispatch
         the committed records into the consume queues, then complete every pending request
@@ -440,6 +492,10 @@ class MessageStore:
             if index > self._log.last_index:
                 raise IndexOutOfRangeError(f"apply_committed({index}): the log ends at "
                                            f"{self._log.last_index}")
+            if index < self._log.first_index:
+                # below an installed log's first entry: committed, and in the state the
+                # install brought; nothing of this log to commit
+                return index
             done = self._writer.pending.take_upto(index)
             self._dispatcher.commit(index, done)
             upto = self._dispatcher.dispatched_index()
@@ -868,7 +924,8 @@ STORE_ENTRIES = frozenset({
     "LOCK", "abort", "checkpoint", "checkpoint.tmp", "commitlog", "index", "consumequeue",
     "topics.json", "topics.json.tmp", "delay_offsets.json", "delay_offsets.json.tmp",
     "consumer_offsets.json", "consumer_offsets.json.tmp", "keyindex", "raft-state",
-    "raft-state.tmp", "queue_offsets.json", "queue_offsets.json.tmp"})
+    "raft-state.tmp", "queue_offsets.json", "queue_offsets.json.tmp",
+    "install", "log_head.json", "log_head.json.tmp"})
 REPAIR_DIR_PREFIX = "repair-"     # what `quorumlog repair` removed (quorumlog.repair)
 
 

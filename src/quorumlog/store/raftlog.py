@@ -4,8 +4,10 @@ A NativeRaftLog over the store's CommitLog whose writes go through the store: a 
 append_as_leader(term, request) is the store's one append path (MessageStore._append_request),
 so the Raft core learns of every data record and the store assigns its queue offsets; control
 records and truncations go through the store too. Reads, term lookups, flushes and a
-follower's append_replicated are the adapter's own. See quorumlog/store/__init__.py for the
-order of the driver's calls.
+follower's append_replicated are the adapter's own. An install (a follower behind the leader's
+retention) ships the store's topics and consumer offsets with the image, and the store closes,
+lets the installed log replace its files and reopens on it (MessageStore._replace_log). See
+quorumlog/store/__init__.py for the order of the driver's calls.
 """
 from __future__ import annotations
 
@@ -17,11 +19,17 @@ from ..raft.nativelog import NativeRaftLog
 class StoreRaftLog(NativeRaftLog):
     def __init__(self, commitlog, *, append_request: Callable[[int, object], int],
                  append_control: Callable[[int, int, bytes], int],
-                 truncate_after: Callable[[int], None]):
-        super().__init__(commitlog)
+                 truncate_after: Callable[[int], None],
+                 install_meta: Callable[[], dict] | None = None,
+                 replace_log: Callable[[], object] | None = None,
+                 max_install_bytes: int | None = None):
+        kw = {} if max_install_bytes is None else {"max_install_bytes": max_install_bytes}
+        super().__init__(commitlog, **kw)
         self._append_request = append_request
         self._append_ctl = append_control
         self._truncate = truncate_after
+        self._store_meta = install_meta
+        self._store_replace = replace_log
 
     def append_as_leader(self, term: int, batch) -> int:
         """`batch` must be a PutRequest made by this store's prepare_put (anything else:
@@ -34,3 +42,12 @@ class StoreRaftLog(NativeRaftLog):
     def truncate_after(self, index: int) -> None:
         self._check_truncate(index)
         self._truncate(index)
+
+    # -- installs: the store's state travels with the image, and the store reopens on it ----
+    def _install_meta(self) -> dict:
+        return self._store_meta() if self._store_meta is not None else self.meta
+
+    def _replace_log(self):
+        if self._store_replace is None:
+            return super()._replace_log()
+        return self._store_replace()
