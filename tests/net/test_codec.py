@@ -299,6 +299,27 @@ def test_list_count_over_the_limit_refused_before_looping():
         codec.decode(0x43, bad)
 
 
+def test_int_lists_checked_per_item_on_both_sides():
+    """A list of ints (a produce ack's positions) is range-checked as a whole; a bad item is
+    still named, whichever side sees it, and ints of other types are still accepted."""
+    import numpy as np
+    positions = tuple(range(0, 256 * 1120, 1120))
+    r = m.ProduceResponse(11, 3, 40, 7, positions)
+    out = codec.decode(0x41, _wire(r)[HEADER_SIZE:])
+    assert out == r and type(out.positions) is tuple
+    assert codec.decode(0x41, _wire(m.ProduceResponse(1, 0, 0, 7, ()))[HEADER_SIZE:]).positions == ()
+    mixed = m.ProduceResponse(11, 3, 40, 7, (np.int64(5), True, 9))
+    assert codec.decode(0x41, _wire(mixed)[HEADER_SIZE:]).positions == (5, 1, 9)
+    with pytest.raises(EncodeError, match=r"positions\[2\]=-1 outside"):
+        codec.encode(m.ProduceResponse(11, 3, 40, 7, (1, 2, -1, 4)))
+    with pytest.raises(EncodeError, match=r"positions\[1\]: expected an int"):
+        codec.encode(m.ProduceResponse(11, 3, 40, 7, (1, "2")))
+    wire = bytearray(_wire(r)[HEADER_SIZE:])
+    struct.pack_into("<q", wire, len(wire) - 8 * 200, -5)       # positions[56] < 0
+    with pytest.raises(CodecError, match=r"positions\[56\]=-5 outside"):
+        codec.decode(0x41, bytes(wire))
+
+
 @pytest.mark.parametrize("msg,match", [
     (Heartbeat(-1, "a", "b", 0, 0), "term=-1 outside"),
     (Heartbeat(1, "a", "b", "x", 0), "expected an int"),

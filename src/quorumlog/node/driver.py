@@ -72,6 +72,7 @@ from ..raft.messages import Role
 from ..raft.nativeinstall import read_head
 from ..raft.nativelog import RESERVED_PROPERTIES, producer_properties
 from ..raft.producers import BatchMismatchError, KnownBatchError, UncompletableBatchError
+from ..store.topics import check_user_topic
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
 from .flusher import Flusher
@@ -87,6 +88,7 @@ _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed
 _COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
 _COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
 _PRODUCER_READ_STEP = 4096           # log entries read into a new leader's table per step
+_MAX_TOPIC_NAMES_REMEMBERED = 4096
 
 
 class _Queued:
@@ -185,6 +187,7 @@ class Node:
         self.metrics = ReplicaMetrics()     # role, term, commit, links: what /metrics shows
         self.metrics_address: tuple | None = None
         self._metrics_server = None
+        self._topic_names_ok: set = set()
         self._listeners: list = []
         self._drain_pending = False
         self._queued: list = []
@@ -543,10 +546,16 @@ class Node:
         req = self.seam.prepare_meta(meta.encode_topic(name, queues))
         return await self._submit(req)
 
-    @staticmethod
-    def _check_topic(name) -> None:
-        from ..store.topics import check_user_topic
+    def _check_topic(self, name) -> None:
+        # a name that passed once passes again: remembered (a bounded set) so that the
+        # produce path does not re-run the naming rule per request
+        ok = self._topic_names_ok
+        if type(name) is str and name in ok:
+            return
         check_user_topic(name)
+        if len(ok) >= _MAX_TOPIC_NAMES_REMEMBERED:
+            ok.clear()
+        ok.add(name)
 
     def _completion(self, req) -> asyncio.Future:
         """A future completed by req.on_done (called on the loop: apply_committed,
@@ -578,6 +587,16 @@ class Node:
         the original's result is returned -- after appending the messages the log misses if
         it holds only part of the batch (the Raft core's producer table, raft/producers.py,
         which the core rebuilds from the log at every election)."""
+        return await asyncio.shield(self.put_batch_future(topic, bodies, producer_id=producer_id,
+                                                          sequence=sequence, **kw))
+
+    def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
+                         **kw) -> asyncio.Future:
+        """put_batch without a coroutine: checks and proposes (or queues) now and returns the
+        future of the result (shared: never cancel it). The client service's produce path:
+        no task and no coroutine frames per request (a retried batch, and a put while a new
+        leader still reads its log into the producer table, take a task). Bad input and a
+        non-leader raise here."""
         self._check_writable()
         self._check_topic(topic)
         props = kw.get("properties")
@@ -590,32 +609,50 @@ class Node:
         coalesce = (self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE
                     and isinstance(bodies, list) and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES
                     and not isinstance(props, list))
-        table = None
         if producer_id:
             if type(producer_id) is not int or type(sequence) is not int or sequence < 0 \
                     or producer_id < 0:
                 raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
-            table = await self._read_producer_table()
             bodies = bodies if isinstance(bodies, list) else list(bodies)
-            try:
-                table.check(producer_id, sequence)   # ProducerSequenceError: refused
-            except KnownBatchError as e:
-                self.stats["duplicates"] += 1
-                return await self._retried_batch(e.batch, topic, bodies, kw, producer_id,
-                                                 sequence)
-            kw["properties"] = producer_properties(producer_id, sequence, len(bodies), 0, props)
+            table = self._producer_table()
+            if table.pending:     # a new leader still reading its log's window into the table
+                return asyncio.ensure_future(self._put_once_table_read(
+                    topic, bodies, kw, producer_id, sequence, coalesce))
+            return self._put_producer_batch(table, topic, bodies, kw, producer_id, sequence,
+                                            coalesce)
         if coalesce:
-            return await self._queue_put(topic, bodies, kw, table, producer_id, sequence)
+            return self._queue_put(topic, bodies, kw, None, 0, 0)
+        return self._propose_put(topic, bodies, kw)[1]
+
+    def _propose_put(self, topic, bodies, kw):
         self._ensure_topic(topic)
         req = self.seam.prepare_put(topic, bodies, **kw)
         fut = self._completion(req)
         self._propose(req)
         self.stats["messages_put"] += req.count
-        if table is not None:
-            b = table.record(producer_id, sequence, req.first_index, req.last_index,
-                             self.core.term)
-            b.waiter = fut
-        return await asyncio.shield(fut)
+        return req, fut
+
+    async def _put_once_table_read(self, topic, bodies, kw, producer_id, sequence, coalesce):
+        table = await self._read_producer_table()
+        return await asyncio.shield(self._put_producer_batch(table, topic, bodies, kw,
+                                                             producer_id, sequence, coalesce))
+
+    def _put_producer_batch(self, table, topic, bodies, kw, producer_id, sequence,
+                            coalesce) -> asyncio.Future:
+        try:
+            table.check(producer_id, sequence)   # ProducerSequenceError: refused
+        except KnownBatchError as e:
+            self.stats["duplicates"] += 1
+            return asyncio.ensure_future(self._retried_batch(e.batch, topic, bodies, kw,
+                                                             producer_id, sequence))
+        kw["properties"] = producer_properties(producer_id, sequence, len(bodies), 0,
+                                               kw.get("properties"))
+        if coalesce:
+            return self._queue_put(topic, bodies, kw, table, producer_id, sequence)
+        req, fut = self._propose_put(topic, bodies, kw)
+        b = table.record(producer_id, sequence, req.first_index, req.last_index, self.core.term)
+        b.waiter = fut
+        return fut
 
     def _producer_table(self):
         t = self.seam.raft_log().producer_table
@@ -637,7 +674,7 @@ class Node:
         return t
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
-    async def _queue_put(self, topic, bodies, kw, table, producer_id, sequence):
+    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence) -> asyncio.Future:
         """Many small concurrent puts (64 producers of single messages) would each be a
         proposal, an Append per follower, an acknowledgement and a store append. Puts that
         arrive in the same loop iteration with the same topic, queue and tags are proposed
@@ -654,7 +691,7 @@ class Node:
         if not self._queued_pending:
             self._queued_pending = True
             self.loop.call_soon(self._propose_queued)
-        return await asyncio.shield(fut)
+        return fut
 
     def _propose_queued(self) -> None:
         self._queued_pending = False
