@@ -80,6 +80,7 @@ class _EncodedProduce:
         self.parts = parts
 
 
+_MAX_IMMEDIATE_REDIRECTS = 3    # per request, before the retry backoff applies
 _PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
 _MAX_HEAD_CACHE = 1024           # (topic, tags) pairs whose encoded header part is kept
 
@@ -192,6 +193,8 @@ class AsyncClient:
         self._channel_addr = None
         self._leader_addr = None
         self._connecting: asyncio.Lock | None = None
+        self._connect_waiters = 0
+        self._retiring: set = set()     # channels left for another member, closing once idle
         # single-message produces that start in one loop turn while others are in flight
         # share one request (see produce)
         self.coalesce = coalesce
@@ -204,18 +207,33 @@ class AsyncClient:
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
         ch = self._channel
-        if ch is not None and not ch.closed and (prefer is None or prefer == self._channel_addr):
+        if ch is not None and not ch.closed and not self._connect_waiters and (
+                prefer is None or prefer == self._channel_addr):
             return ch                 # the usual case: no lock taken per request
         if self._connecting is None:
             self._connecting = asyncio.Lock()
-        async with self._connecting:
+        # while requests wait for the lock, later ones wait behind them: a producer's
+        # pipelined batches reach the leader in the order they were sent (the leader takes
+        # a producer's sequences in increasing order only)
+        self._connect_waiters += 1
+        try:
+            await self._connecting.acquire()
+        finally:
+            self._connect_waiters -= 1
+        try:
             ch = self._channel
             if ch is not None and not ch.closed and (prefer is None
                                                            or prefer == self._channel_addr):
                 return ch
             if ch is not None:
-                await ch.close()
                 self._channel = None
+                if ch.closed:
+                    await ch.close()
+                else:       # moving to another member: answers on their way still arrive
+                    t = asyncio.get_running_loop().create_task(
+                        ch.close_when_idle(self.request_timeout))
+                    self._retiring.add(t)
+                    t.add_done_callback(self._retiring.discard)
             order = ([prefer] if prefer else []) + \
                 ([] if exact else [a for a in self.addresses if a != prefer])
             last = None
@@ -231,6 +249,8 @@ class AsyncClient:
                 self.stats["reconnects"] += 1
                 return ch
             raise ConnectionError(f"no server reachable among {order}: {last}")
+        finally:
+            self._connecting.release()
 
     async def _request(self, msg, prefer=None, timeout=None, exact=False):
         ch = await self._connect(prefer, exact)
@@ -248,6 +268,7 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_timeout
         delay = 0.02
+        redirects = 0
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
@@ -255,8 +276,12 @@ class AsyncClient:
             except _RETRYABLE as e:
                 if isinstance(e, NotLeaderError):
                     addr = getattr(e, "leader_address", None)
-                    if addr and _addr(addr) != self._leader_addr:
-                        # a redirect to a leader we were not talking to: go there at once
+                    if addr and redirects < _MAX_IMMEDIATE_REDIRECTS:
+                        # a redirect: go to the named leader at once (also when another
+                        # request moved there already: the pipelined requests behind it must
+                        # follow it in order, not try the next member after a pause). A few in
+                        # a row at most: members that disagree on the leader get the backoff.
+                        redirects += 1
                         self._leader_addr = _addr(addr)
                         self.stats["redirects"] += 1
                         self.stats["retries"] += 1
@@ -288,6 +313,10 @@ class AsyncClient:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+        for t in list(self._retiring):
+            t.cancel()
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
 
     async def __aenter__(self):
         return self

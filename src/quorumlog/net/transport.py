@@ -884,6 +884,18 @@ class ClientChannel:
         self._conn.close()
         await asyncio.sleep(0)
 
+    async def close_when_idle(self, timeout: float) -> None:
+        """Close once every request sent on it has its answer (at most `timeout` s): a
+        client moving to another member lets the answers on their way arrive -- closing
+        at once would turn each into a lost connection, retried after later requests
+        (a producer's pipelined batches would reach the leader out of order)."""
+        try:
+            waiting = [f for f in self._waiting.values() if not f.done()]
+            if waiting and not self._conn.closed:
+                await asyncio.wait(waiting, timeout=timeout)
+        finally:
+            self._conn.close()
+
 
 def _expire(fut: asyncio.Future, timeout: float) -> None:
     if not fut.done():

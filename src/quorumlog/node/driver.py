@@ -102,6 +102,20 @@ class _Queued:
         self.lo = self.hi = 0
 
 
+def _relay(src: asyncio.Future, dst: asyncio.Future) -> None:
+    """dst completes as src does."""
+    def done(f):
+        if dst.done():
+            return
+        if f.cancelled():
+            dst.cancel()
+        elif f.exception() is not None:
+            dst.set_exception(f.exception())
+        else:
+            dst.set_result(f.result())
+    src.add_done_callback(done)
+
+
 def _split_result(f: asyncio.Future, items) -> None:
     """Hand each coalesced put its slice of the batch's result (or the batch's error)."""
     if f.cancelled():
@@ -188,6 +202,8 @@ class Node:
         self.metrics_address: tuple | None = None
         self._metrics_server = None
         self._topic_names_ok: set = set()
+        self._producer_backlog: list = []   # producer puts waiting for the table, in arrival order
+        self._backlog_task: asyncio.Task | None = None
         self._listeners: list = []
         self._drain_pending = False
         self._queued: list = []
@@ -615,9 +631,10 @@ class Node:
                 raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
             bodies = bodies if isinstance(bodies, list) else list(bodies)
             table = self._producer_table()
-            if table.pending:     # a new leader still reading its log's window into the table
-                return asyncio.ensure_future(self._put_once_table_read(
-                    topic, bodies, kw, producer_id, sequence, coalesce))
+            if table.pending or self._backlog_task is not None:
+                # a new leader still reading its log's window into the table: wait in line
+                return self._put_after_table_read((topic, bodies, kw, producer_id, sequence,
+                                                   coalesce))
             return self._put_producer_batch(table, topic, bodies, kw, producer_id, sequence,
                                             coalesce)
         if coalesce:
@@ -632,10 +649,32 @@ class Node:
         self.stats["messages_put"] += req.count
         return req, fut
 
-    async def _put_once_table_read(self, topic, bodies, kw, producer_id, sequence, coalesce):
-        table = await self._read_producer_table()
-        return await asyncio.shield(self._put_producer_batch(table, topic, bodies, kw,
-                                                             producer_id, sequence, coalesce))
+    def _put_after_table_read(self, args) -> asyncio.Future:
+        """Queue a producer put until the table is read. One task reads it, then proposes
+        the queued puts in their arrival order in one go: a producer's pipelined batches
+        must reach the table in sequence order (it refuses a sequence below one it already
+        took), so no put may overtake one that waited."""
+        fut = self.loop.create_future()
+        self._producer_backlog.append((args, fut))
+        if self._backlog_task is None:
+            self._backlog_task = self.loop.create_task(self._propose_backlog())
+        return fut
+
+    async def _propose_backlog(self) -> None:
+        try:
+            table, err = await self._read_producer_table(), None
+        except Exception as e:        # not the leader any more, closed
+            table, err = None, e
+        self._backlog_task = None
+        backlog, self._producer_backlog = self._producer_backlog, []
+        for args, fut in backlog:
+            try:
+                if err is not None:
+                    raise err
+                _relay(self._put_producer_batch(table, *args), fut)
+            except Exception as e:
+                if not fut.done():
+                    fut.set_exception(e)
 
     def _put_producer_batch(self, table, topic, bodies, kw, producer_id, sequence,
                             coalesce) -> asyncio.Future:
