@@ -2,17 +2,20 @@
 this machine, 1 KiB messages, every message acknowledged only after majority commit.
 
     .venv/bin/python bench/bench_cluster.py [--scenario NAME ...] [--seconds S] [--json F]
+                                            [--raft NAME=VALUE] [--dir D]
 
-Scenarios (docs/benchmarks.md has the goals and the numbers measured):
-  async        producers of 256-message batches, a window of 8 each, flush = "async"
+The scenarios run the `quorumlog bench` workloads (the same code: quorumlog.bench.cluster and
+quorumlog.bench.workloads.replicated) in the shapes of the node's goals; `memory` is only here.
+docs/benchmarks.md has the goals and the numbers measured.
+  async        2 producers of 256-message batches, a window of 8 each, flush = "async"
   sync         the same with flush = "sync" (a replica acknowledges only flushed entries)
   latency      one producer, one message at a time (flush = "async"): p50 / p99
-  concurrent   64 concurrent producers of single messages, flush = "sync": messages/s
+  concurrent   64 producers (one connection each) of single messages, flush = "sync"
   concurrent-async   the same with flush = "async" (what the flush latency costs)
-  failover     kill -9 of the leader under load, repeated: kill -> next acknowledgement
+  failover     kill -9 of the leader under load, 5 times: kill -> next acknowledgement
   memory       one follower stopped (SIGSTOP) under load: the leader's peak anonymous RSS
 
-Not a test: nothing here asserts a number. Results print as one line each (and as JSON).
+Not a test: nothing here asserts a number. Results print as one JSON line each (and as JSON).
 """
 from __future__ import annotations
 
@@ -21,18 +24,30 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from quorumlog.client import AsyncClient  # noqa: E402
-from quorumlog.localcluster import LocalCluster  # noqa: E402
+from quorumlog.bench import suite  # noqa: E402
+from quorumlog.bench.cluster import Load, client_loop_runner, start_local  # noqa: E402
+from quorumlog.bench.latency import LatencyRecorder  # noqa: E402
+from quorumlog.bench.options import BenchOptions, resolve  # noqa: E402
+from quorumlog.bench.payload import Payload  # noqa: E402
+from quorumlog.bench.progress import Phase  # noqa: E402
+from quorumlog.bench.workloads.replicated import ClusterWorkload  # noqa: E402
 
-BODY = b"x" * 1024
-TOPIC = "bench"
+# scenario -> (workload, the step's settings)
+WORKLOAD_SCENARIOS = {
+    "async": ("cluster", {"flush": "async"}),
+    "sync": ("cluster", {"flush": "sync"}),
+    "latency": ("cluster", {"flush": "async", "producers": 1, "batch": 1, "window": 1}),
+    "concurrent": ("cluster", {"flush": "sync", "producers": 64, "batch": 1, "window": 1}),
+    "concurrent-async": ("cluster", {"flush": "async", "producers": 64, "batch": 1,
+                                     "window": 1}),
+    "failover": ("failover", {"kills": 5}),
+}
+SCENARIOS = [*WORKLOAD_SCENARIOS, "memory"]
 
 
 def _rss_kib(pid: int, field: str = "RssAnon:") -> int:
@@ -46,157 +61,36 @@ def _rss_kib(pid: int, field: str = "RssAnon:") -> int:
     return 0
 
 
-RAFT: dict = {}      # --raft NAME=VALUE: RaftConfig settings for the replicas
+def bench_workload(name, tmp, seconds, kills=None) -> list[dict]:
+    workload, settings = WORKLOAD_SCENARIOS[name]
+    if kills is not None and workload == "failover":
+        settings = {**settings, "kills": kills}
+    opts = BenchOptions(duration_s=seconds, dir=tmp, references=False, warm_gib=0,
+                        progress=False)
+    doc = suite.run(opts, [(workload, settings)], strict=False,
+                    argv=["bench/bench_cluster.py", "--scenario", name])
+    out = []
+    for r in doc["results"]:
+        lat = r["latency"]
+        out.append({"scenario": name, "messages": r["messages"],
+                    "seconds": round(r["seconds"], 2), "MB_per_s": round(r["MBps"], 1),
+                    "msgs_per_s": round(r["msgs_per_s"]), "p50_ms": lat["p50_us"] / 1e3,
+                    "p99_ms": lat["p99_us"] / 1e3, "goal": r["goal"],
+                    "failover": r["failover"], "integrity_ok": r["integrity"]["ok"]})
+    out += [{"scenario": name, "error": e["error"]} for e in doc["errors"]]
+    return out
 
 
-def _cluster(tmp, flush):
-    c = LocalCluster(os.path.join(tmp, f"c-{flush}-{time.monotonic_ns()}"), 3, flush=flush,
-                     segment_size_bytes=1 << 30, log_level="INFO", raft=RAFT)
-    c.start()
-    c.wait_started(timeout=60)
-    c.wait_leader(timeout=30)
-    return c
-
-
-async def _batches(c, seconds, producers=2, batch=256, window=8):
-    """Producers of `batch`-message batches with `window` in flight -> (messages, seconds)."""
-    done = [0]
-    stop = time.monotonic() + seconds
-
-    async def one():
-        async with AsyncClient(c.client_addresses(), secret=c.secret()) as cl:
-            sem = asyncio.Semaphore(window)
-
-            async def send():
-                try:
-                    await cl.produce(TOPIC, [BODY] * batch)
-                    done[0] += batch
-                finally:
-                    sem.release()
-            tasks = set()
-            while time.monotonic() < stop:
-                await sem.acquire()
-                t = asyncio.get_running_loop().create_task(send())
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-            await asyncio.gather(*tasks)
-    t0 = time.monotonic()
-    await asyncio.gather(*(one() for _ in range(producers)))
-    return done[0], time.monotonic() - t0
-
-
-def bench_throughput(tmp, flush, seconds):
-    c = _cluster(tmp, flush)
-    try:
-        asyncio.run(_batches(c, 1.0))                 # warm up (topic, connections, pages)
-        n, dt = asyncio.run(_batches(c, seconds))
-        return {"scenario": flush, "messages": n, "seconds": round(dt, 2),
-                "MB_per_s": round(n * len(BODY) / dt / 1e6, 1),
-                "msgs_per_s": round(n / dt)}
-    finally:
-        c.stop()
-
-
-def bench_latency(tmp, seconds):
-    c = _cluster(tmp, "async")
-
-    async def run():
-        async with AsyncClient(c.client_addresses(), secret=c.secret()) as cl:
-            await cl.produce(TOPIC, BODY)
-            lat = []
-            stop = time.monotonic() + seconds
-            while time.monotonic() < stop:
-                t0 = time.perf_counter()
-                await cl.produce(TOPIC, BODY)
-                lat.append(time.perf_counter() - t0)
-            return lat
-    try:
-        lat = sorted(asyncio.run(run()))
-        return {"scenario": "latency", "messages": len(lat),
-                "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
-                "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3)}
-    finally:
-        c.stop()
-
-
-def bench_concurrent(tmp, seconds, producers=64, connections=4, flush="sync"):
-    c = _cluster(tmp, flush)
-
-    async def run():
-        clients = [AsyncClient(c.client_addresses(), secret=c.secret())
-                   for _ in range(connections)]
-        await clients[0].produce(TOPIC, BODY)
-        done = [0]
-        stop = time.monotonic() + seconds
-
-        async def producer(cl):
-            while time.monotonic() < stop:
-                await cl.produce(TOPIC, BODY)
-                done[0] += 1
-        t0 = time.monotonic()
-        await asyncio.gather(*(producer(clients[i % connections]) for i in range(producers)))
-        dt = time.monotonic() - t0
-        for cl in clients:
-            await cl.close()
-        return done[0], dt
-    try:
-        n, dt = asyncio.run(run())
-        return {"scenario": "concurrent", "flush": flush, "producers": producers, "messages": n,
-                "msgs_per_s": round(n / dt), "MB_per_s": round(n * len(BODY) / dt / 1e6, 1)}
-    finally:
-        c.stop()
-
-
-def bench_failover(tmp, kills=5):
-    c = _cluster(tmp, "async")
-    samples = []
-
-    async def run():
-        acked = [time.monotonic()]
-        t_kill = [0.0]
-        stop = asyncio.Event()
-
-        async def producer():
-            # acked[0]: when the last produce *started after* the latest kill was
-            # acknowledged (a reply to a request the old leader had already committed
-            # would say nothing about the failover)
-            async with AsyncClient(c.client_addresses(), secret=c.secret(),
-                                   request_timeout=1.0, retry_timeout=60) as cl:
-                while not stop.is_set():
-                    started = time.monotonic()
-                    await cl.produce(TOPIC, [BODY] * 16)
-                    if started > t_kill[0]:
-                        acked[0] = time.monotonic()
-        tasks = [asyncio.get_running_loop().create_task(producer()) for _ in range(2)]
-        await asyncio.sleep(1.0)
-        for _ in range(kills):
-            leader = await asyncio.to_thread(c.wait_leader, 30)
-            await asyncio.sleep(0.5)
-            t_kill[0] = time.monotonic()
-            await asyncio.to_thread(c.kill, leader)
-            while acked[0] <= t_kill[0]:
-                await asyncio.sleep(0.005)
-            samples.append(acked[0] - t_kill[0])
-            await asyncio.to_thread(c.restart, leader)
-            await asyncio.sleep(1.0)
-        stop.set()
-        await asyncio.gather(*tasks)
-    try:
-        asyncio.run(run())
-        s = sorted(samples)
-        return {"scenario": "failover", "kills": len(s),
-                "kill_to_next_ack_ms": [round(x * 1000) for x in s],
-                "median_ms": round(statistics.median(s) * 1000), "max_ms": round(s[-1] * 1000)}
-    finally:
-        c.stop()
-
-
-def bench_memory(tmp, seconds):
-    c = _cluster(tmp, "async")
+def bench_memory(tmp, seconds) -> list[dict]:
+    c = start_local(os.path.join(tmp, "memory"), 3, "async", raft=RAFT)
+    follower = None
     try:
         leader = c.wait_leader()
         follower = next(n for n in c.ids if n != leader)
-        asyncio.run(_batches(c, 1.0))
+        r = resolve(BenchOptions(duration_s=seconds), ClusterWorkload.defaults)
+        payload = Payload(r.size, r.batch, r.seed)
+        load = Load(c.client_addresses(), c.secret(), r, payload, LatencyRecorder("message"),
+                    Phase("memory", None, seconds).use_slots(r.producers))
         base = _rss_kib(c.pid(leader))
         c.signal(follower, signal.SIGSTOP)
         peak = [base]
@@ -207,28 +101,30 @@ def bench_memory(tmp, seconds):
                     peak[0] = max(peak[0], _rss_kib(c.pid(leader)))
                     await asyncio.sleep(0.1)
             s = asyncio.get_running_loop().create_task(sample())
-            r = await _batches(c, seconds)
-            s.cancel()
-            return r
-        n, dt = asyncio.run(run())
-        c.signal(follower, signal.SIGCONT)
-        return {"scenario": "memory", "stopped_follower": follower, "messages": n,
-                "MB_written": round(n * len(BODY) / 1e6),
-                "leader_rss_anon_before_MiB": base // 1024,
-                "leader_rss_anon_peak_MiB": peak[0] // 1024,
-                "leader_vmrss_end_MiB": _rss_kib(c.pid(leader), "VmRSS:") // 1024}
+            try:
+                return await load.run()
+            finally:
+                s.cancel()
+        n, dt, _ = client_loop_runner()[0](run())
+        return [{"scenario": "memory", "stopped_follower": follower, "messages": n,
+                 "MB_written": round(n * r.size / 1e6),
+                 "leader_rss_anon_before_MiB": base // 1024,
+                 "leader_rss_anon_peak_MiB": peak[0] // 1024,
+                 "leader_vmrss_end_MiB": _rss_kib(c.pid(leader), "VmRSS:") // 1024}]
     finally:
-        c.signal(follower, signal.SIGCONT)
+        if follower is not None:
+            c.signal(follower, signal.SIGCONT)
         c.stop()
 
 
-SCENARIOS = ["async", "sync", "latency", "concurrent", "concurrent-async", "failover", "memory"]
+RAFT: dict = {}      # --raft NAME=VALUE: RaftConfig settings for the replicas
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", action="append", choices=SCENARIOS)
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--kills", type=int, default=None, help="failover: leader kills (default 5)")
     p.add_argument("--json")
     p.add_argument("--raft", action="append", default=[], metavar="NAME=VALUE",
                    help="a RaftConfig setting for the replicas (e.g. max_heartbeat_leak=3)")
@@ -238,26 +134,19 @@ def main(argv=None):
     for kv in a.raft:
         k, _, v = kv.partition("=")
         RAFT[k] = v
+        # replicas started by the workloads read their Raft settings from the environment
+        os.environ[f"QUORUMLOG_RAFT_{k.upper()}"] = v
     results = []
     with tempfile.TemporaryDirectory(dir=a.dir) as tmp:
         for sc in a.scenario or SCENARIOS:
-            if sc in ("async", "sync"):
-                r = bench_throughput(tmp, sc, a.seconds)
-            elif sc == "latency":
-                r = bench_latency(tmp, a.seconds)
-            elif sc == "concurrent":
-                r = bench_concurrent(tmp, a.seconds)
-            elif sc == "concurrent-async":
-                r = bench_concurrent(tmp, a.seconds, flush="async")
-            elif sc == "failover":
-                r = bench_failover(tmp)
-            else:
-                r = bench_memory(tmp, a.seconds)
-            r["load_average"] = os.getloadavg()[0]
-            if RAFT:
-                r["raft"] = dict(RAFT)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+            rows = bench_memory(tmp, a.seconds) if sc == "memory" else \
+                bench_workload(sc, tmp, a.seconds, a.kills)
+            for r in rows:
+                r["load_average"] = os.getloadavg()[0]
+                if RAFT:
+                    r["raft"] = dict(RAFT)
+                print(json.dumps(r), flush=True)
+                results.append(r)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -499,7 +499,7 @@ cdef class CommitLog:
         marker, release the lock. Idempotent. A read-only log only unmaps."""
         close_log(self)
 
-    def _crash(self):
+    def crash_for_testing(self):
         """Test hook: drop the log as kill -9 would — no flush, no checkpoint, abort marker
         left, mappings dropped, lock released. The page cache keeps what was written."""
         crash_log(self)

@@ -12,6 +12,9 @@
   go on (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, timeouts and lost
   connections, until `retry_timeout` runs out.
 * produce_many(topic, batches, window=8) keeps up to `window` batches in flight.
+* Many concurrent single-message produce() calls on one client (while others are in flight)
+  go as one request per loop turn and topic/queue/tags; each caller gets its own message's
+  acknowledgement (`coalesce=False` sends one request per message).
 * The batch's bodies are framed by a Cython loop (quorumlog._clientframe), not a Python loop
   per message.
 * Reads (fetch, offsets) go to the member the client is connected to (a follower serves its
@@ -30,17 +33,27 @@ from ._clientframe import decode_fetched
 from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
-from .net.errors import NetError, TransportClosedError
+from .net.errors import EncodeError, NetError, TransportClosedError
 from .net.transport import TransportConfig, connect_client
 from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AsyncClient", "Client", "FetchResult"]
+__all__ = ["AsyncClient", "Client", "FetchResult", "IncompleteAcknowledgementError"]
 
 _RETRYABLE = (NotLeaderError, LeaderTransferringError, BackpressureError, TimeoutError,
               TransportClosedError, ConnectionError, OSError, m.RequestTimeoutError)
 _PRODUCE_TYPE = codec.spec_for(m.ProduceRequest("t", [])).type_code
+
+
+class IncompleteAcknowledgementError(QuorumlogError):
+    """The server acknowledged a produce with fewer (or more) positions than the batch has
+    messages: the batch is not known to be stored whole (a server that answers a retried
+    batch with the part its log holds). `response` is the server's answer."""
+
+    def __init__(self, message: str, response=None):
+        super().__init__(message)
+        self.response = response
 
 
 class FetchResult(NamedTuple):
@@ -67,19 +80,87 @@ class _EncodedProduce:
         self.parts = parts
 
 
+_PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
+_MAX_HEAD_CACHE = 1024           # (topic, tags) pairs whose encoded header part is kept
+
+
+def _produce_head_parts(topic, tags) -> bytes:
+    """The topic + tags part of a ProduceRequest payload, validated and encoded once per
+    (topic, tags) by the codec itself (a producer sends to few topics)."""
+    key = (topic, tags)
+    v = _HEAD_CACHE.get(key)
+    if v is None:
+        code, head = codec.encode_payload(m.ProduceRequest(topic, [], -1, tags, 0, 0, 0))
+        if len(head) != 1:
+            raise QuorumlogError("unexpected produce header layout")
+        # fixed fields, topic, tags, the empty bodies list's u32 count 0: keep the middle
+        v = head[0][_PRODUCE_SPEC.fixed_struct.size:-4]
+        if len(_HEAD_CACHE) >= _MAX_HEAD_CACHE:
+            _HEAD_CACHE.clear()
+        if type(topic) is str and (tags is None or type(tags) is str):
+            _HEAD_CACHE[key] = v
+    return v
+
+
+_HEAD_CACHE: dict = {}
+
+
 def encode_produce(topic: str, bodies, queue_id: int, tags, producer_id: int, sequence: int,
                    delay_level: int = 0) -> list:
-    """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields, topic and
-    tags in Python (once per batch), the bodies by the Cython framer (once per message)."""
+    """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields (checked
+    by the codec's own field kinds), topic and tags (encoded once per pair), the bodies by
+    the Cython framer (one C loop over the messages)."""
     from ._clientframe import encode_bodies
-    req = m.ProduceRequest(topic, [], queue_id, tags, delay_level, producer_id, sequence)
-    code, head = codec.encode_payload(req)        # validates every field but the bodies
-    # head ends with the empty bodies list's u32 count 0: replace it with the real list
-    h = head[0][:-4] if len(head) == 1 else None
-    if h is None:
-        raise QuorumlogError("unexpected produce header layout")
+    spec = _PRODUCE_SPEC
+    vals = [queue_id, delay_level, producer_id, sequence]
+    for i, (name, kind) in enumerate(spec.fixed):
+        v = vals[i]
+        if type(v) is not int or not kind.lo <= v <= kind.hi:
+            # (raises naming the field, or converts an IntEnum / numpy integer)
+            vals[i] = kind.check(f"{spec.name}.{name}", v, EncodeError)
+    h = spec.fixed_struct.pack(*vals) + _produce_head_parts(topic, tags)
     body_list = encode_bodies(bodies, m.MAX_BATCH_MESSAGES)
     return [h, body_list]
+
+
+_COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
+_COALESCE_MAX_BYTES = 1 << 20
+
+
+class _Group:
+    """Single-message produces of one loop turn sent as one batch; each caller's future
+    gets its message's slice of the batch's acknowledgement (or the batch's error)."""
+
+    __slots__ = ("bodies", "futures", "nbytes", "task")
+
+    def __init__(self):
+        self.bodies: list = []
+        self.futures: list = []
+        self.nbytes = 0
+        self.task: asyncio.Task | None = None
+
+    def distribute(self, task: asyncio.Task) -> None:
+        futs = self.futures
+        if task.cancelled():
+            for f in futs:
+                f.cancel()
+            return
+        exc = task.exception()
+        if exc is None:
+            r = task.result()
+            if len(r.positions) != len(futs):
+                exc = QuorumlogError(f"produce acknowledgement names {len(r.positions)} "
+                                     f"positions for a batch of {len(futs)}")
+        if exc is not None:
+            for f in futs:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for i, f in enumerate(futs):
+            if not f.done():
+                f.set_result(m.ProduceResponse(r.first_index + i, r.queue_id,
+                                               r.first_queue_offset + i, r.store_timestamp_ms,
+                                               (r.positions[i],)))
 
 
 class AsyncClient:
@@ -87,7 +168,7 @@ class AsyncClient:
                  cluster_id: str = "quorumlog", insecure: bool = False,
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
-                 connect_timeout: float = 1.0):
+                 connect_timeout: float = 1.0, coalesce: bool = True):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -111,10 +192,20 @@ class AsyncClient:
         self._channel_addr = None
         self._leader_addr = None
         self._connecting: asyncio.Lock | None = None
-        self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0}
+        # single-message produces that start in one loop turn while others are in flight
+        # share one request (see produce)
+        self.coalesce = coalesce
+        self._inflight = 0
+        self._groups: dict = {}
+        self._group_tasks: set = set()
+        self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0,
+                      "coalesced_messages": 0}
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
+        ch = self._channel
+        if ch is not None and not ch.closed and (prefer is None or prefer == self._channel_addr):
+            return ch                 # the usual case: no lock taken per request
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
@@ -212,12 +303,64 @@ class AsyncClient:
     async def produce(self, topic: str, bodies, *, queue_id: int = -1, tags: str | None = None,
                       sequence: int | None = None) -> m.ProduceResponse:
         """Append one message (bytes) or a batch (list of bytes) to one queue of `topic`
-        (queue_id -1: the server picks, round-robin per batch). Returns once committed."""
+        (queue_id -1: the server picks, round-robin per batch). Returns once committed;
+        IncompleteAcknowledgementError if the answer does not name every message.
+
+        One message while other produces of this client are in flight (many concurrent
+        producers on one client): it waits for the end of the loop turn and goes in one
+        request with the other single messages of that turn for the same topic, queue and
+        tags (one batch: one sequence number, one queue, retried as a whole); each caller
+        gets its own message's acknowledgement. `coalesce=False` turns this off."""
         if isinstance(bodies, (bytes, bytearray, memoryview)):
+            if self.coalesce and sequence is None and self._inflight:
+                return await self._produce_coalesced(topic, bodies, queue_id, tags)
             bodies = [bodies]
+        elif not isinstance(bodies, (list, tuple)):
+            bodies = list(bodies)
         seq = self.next_sequence() if sequence is None else sequence
+        return await self._produce_batch(topic, bodies, queue_id, tags, seq)
+
+    async def _produce_batch(self, topic, bodies, queue_id, tags, seq) -> m.ProduceResponse:
         parts = encode_produce(topic, bodies, queue_id, tags, self.producer_id, seq)
-        return await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        self._inflight += 1
+        try:
+            r = await self._with_retries(_EncodedProduce(parts), to_leader=True)
+        finally:
+            self._inflight -= 1
+        if len(r.positions) != len(bodies):
+            raise IncompleteAcknowledgementError(
+                f"produce to {topic!r} (producer {self.producer_id}, sequence {seq}): the "
+                f"server acknowledged {len(r.positions)} positions for {len(bodies)} "
+                "messages; the batch is not known to be stored whole", r)
+        return r
+
+    async def _produce_coalesced(self, topic, body, queue_id, tags) -> m.ProduceResponse:
+        loop = asyncio.get_running_loop()
+        key = (topic, queue_id, tags)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+            loop.call_soon(self._send_group, key, group)
+        fut = loop.create_future()
+        group.bodies.append(body)
+        group.futures.append(fut)
+        group.nbytes += len(body)
+        if len(group.bodies) >= _COALESCE_MAX_MESSAGES or group.nbytes >= _COALESCE_MAX_BYTES:
+            self._send_group(key, group)
+        return await fut
+
+    def _send_group(self, key, group: "_Group") -> None:
+        if group.task is not None:
+            return                       # sent already (full before the turn ended)
+        if self._groups.get(key) is group:
+            del self._groups[key]
+        topic, queue_id, tags = key
+        self.stats["coalesced_messages"] += len(group.bodies)
+        group.task = asyncio.get_running_loop().create_task(
+            self._produce_batch(topic, group.bodies, queue_id, tags, self.next_sequence()))
+        group.task.add_done_callback(group.distribute)
+        self._group_tasks.add(group.task)
+        group.task.add_done_callback(self._group_tasks.discard)
 
     async def produce_many(self, topic: str, batches, *, window: int = 8, queue_id: int = -1,
                            tags: str | None = None) -> list:

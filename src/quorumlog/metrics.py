@@ -8,7 +8,9 @@
 is counted on the put path that the store does not count already. Counters are since the
 store was opened (Prometheus handles the reset of a restart). A replica's Raft state is not
 the store's: the node feeds a `ReplicaMetrics` (role, term, commit index, per-follower lag,
-elections) and passes it to the collector; `StoreCollector(store, replica=rm)`.
+elections, term changes, its connections to each peer per lane) and passes it to the
+collector; `StoreCollector(store, replica=rm)`. A node with `metrics_addr` set serves its own
+/metrics (quorumlog.node.NodeConfig).
 
 Names follow Prometheus conventions (`quorumlog_` prefix, base units, `_total` counters);
 docs/operations.md lists them.
@@ -27,19 +29,32 @@ __all__ = ["StoreCollector", "ReplicaMetrics", "serve", "ROLES"]
 
 ROLES = ("LEADER", "FOLLOWER", "CANDIDATE")
 MAX_FOLLOWERS = 64          # per-follower series kept (a limit on what a node can feed)
+LANES = ("data", "control")
 
 
 class ReplicaMetrics:
     """What the replicated node reports for the collector: set by the node's driver as its
     core's Ready events arrive, read at each scrape. Thread-safe; every method is O(1)."""
 
-    def __init__(self):
+    def __init__(self, term: int = 0):
         self._lock = threading.Lock()
         self.role = "CANDIDATE"        # a node starts as CANDIDATE (DLedger)
-        self.term = 0
+        self.term = term               # (a restarted replica starts at its saved term)
         self.commit_index = 0
         self.elections = 0             # elections this node started (became CANDIDATE)
+        # times this replica's term rose: every election in the group that reached it,
+        # whoever ran it (with pre-vote, a candidacy that no quorum would support does not
+        # raise a term; a spurious election does)
+        self.term_changes = 0
+        self.loop_stalls = 0           # the node's event loop did not run for > 250 ms
         self.follower_lag: dict[str, int] = {}   # leader only: entries behind, per follower
+        # (peer, lane) -> (connected 0/1, connections made, connections lost), lane in LANES
+        self.links: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+    def _term(self, term: int) -> None:
+        if term > self.term:
+            self.term_changes += 1
+            self.term = term
 
     def set_role(self, role: str, term: int) -> None:
         if role not in ROLES:
@@ -48,14 +63,32 @@ class ReplicaMetrics:
             if role == "CANDIDATE" and self.role != "CANDIDATE":
                 self.elections += 1
             self.role = role
-            self.term = term
+            self._term(term)
             if role != "LEADER":
                 self.follower_lag.clear()
+
+    def set_term(self, term: int) -> None:
+        """The replica's current term (it only rises; each rise is counted)."""
+        with self._lock:
+            self._term(term)
 
     def election_started(self, term: int) -> None:
         with self._lock:
             self.elections += 1
-            self.term = term
+            self._term(term)
+
+    def set_loop_stalls(self, n: int) -> None:
+        self.loop_stalls = n
+
+    def set_link(self, peer: str, lane: str, connected: bool, connects: int,
+                 disconnects: int) -> None:
+        """The state of this replica's `lane` connection to `peer` (transport counters)."""
+        if lane not in LANES:
+            raise ValueError(f"lane must be one of {LANES}, got {lane!r}")
+        key = (str(peer), lane)
+        with self._lock:
+            if key in self.links or len(self.links) < MAX_FOLLOWERS * len(LANES):
+                self.links[key] = (int(bool(connected)), int(connects), int(disconnects))
 
     def set_commit_index(self, index: int) -> None:
         self.commit_index = index
@@ -68,7 +101,9 @@ class ReplicaMetrics:
     def snapshot(self) -> dict:
         with self._lock:
             return dict(role=self.role, term=self.term, commit_index=self.commit_index,
-                        elections=self.elections, follower_lag=dict(self.follower_lag))
+                        elections=self.elections, term_changes=self.term_changes,
+                        loop_stalls=self.loop_stalls, follower_lag=dict(self.follower_lag),
+                        links=dict(self.links))
 
 
 def _counter(name, doc, value):
@@ -175,6 +210,27 @@ class StoreCollector:
         for follower, n in sorted(r["follower_lag"].items()):
             lag.add_metric([follower], n)
         yield lag
+        yield _counter("quorumlog_raft_term_changes",
+                       "times this replica's term rose (elections in the group)",
+                       r["term_changes"])
+        yield _counter("quorumlog_node_loop_stalls",
+                       "times the node's event loop did not run for over 250 ms",
+                       r["loop_stalls"])
+        up = GaugeMetricFamily("quorumlog_peer_connected",
+                               "1 while the connection to a peer is up, per lane",
+                               labels=["peer", "lane"])
+        made = CounterMetricFamily("quorumlog_peer_connects",
+                                   "connections to a peer established (first and reconnects)",
+                                   labels=["peer", "lane"])
+        lost = CounterMetricFamily("quorumlog_peer_disconnects", "connections to a peer lost",
+                                   labels=["peer", "lane"])
+        for (peer, lane), (connected, connects, disconnects) in sorted(r["links"].items()):
+            up.add_metric([peer, lane], connected)
+            made.add_metric([peer, lane], connects)
+            lost.add_metric([peer, lane], disconnects)
+        yield up
+        yield made
+        yield lost
 
 
 def serve(store, port: int = 0, addr: str = "127.0.0.1", replica: ReplicaMetrics | None = None):

@@ -10,12 +10,12 @@ from quorumlog.bench import suite
 from quorumlog.bench.command import OPTIONS
 from quorumlog.bench.options import BenchOptionError, BenchOptions, parse_size
 from quorumlog.bench.workloads import REGISTRY
-from quorumlog.bench.workloads.replicated import NOT_BUILT
 from quorumlog.errors import InvalidArgumentError
 
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
              "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
-             "--no-references", "--progress", "--no-progress"]
+             "--no-references", "--progress", "--no-progress", "--connect", "--secret-file",
+             "--kills", "--kill-every"]
 
 
 def test_help_documents_every_option_and_workload(invoke):
@@ -29,7 +29,7 @@ def test_help_documents_every_option_and_workload(invoke):
     assert {d[0].split("/")[0] for d, _ in OPTIONS} <= set(ALL_FLAGS)
 
 
-@pytest.mark.parametrize("name", ["log", "store", "commit", "scan"])
+@pytest.mark.parametrize("name", ["log", "store", "commit", "scan", "cluster", "failover"])
 def test_workload_help_shows_its_defaults_and_only_its_options(invoke, name):
     res = invoke("bench", name, "--help")
     assert res.exit_code == 0
@@ -70,14 +70,6 @@ def test_bad_options_exit_2_with_a_specific_message(invoke, argv, message):
     assert res.exit_code == 2, res.output
     assert message in res.output
     assert "result:" not in res.output          # nothing was measured
-
-
-@pytest.mark.parametrize("name", ["cluster", "failover"])
-def test_replicated_workloads_say_they_are_not_built(bench, name):
-    run = bench(name)
-    assert run.exit_code == 2
-    assert NOT_BUILT in run.stderr
-    assert run.doc is None                      # no results were made up
 
 
 def test_scan_without_pyspark_is_a_clear_exit_2(bench, monkeypatch):
@@ -123,7 +115,7 @@ def test_default_suite_plan():
     steps, skipped = _planned(BenchOptions())
     names = [n for n, _ in steps]
     assert names[:5] == ["log", "store", "store", "store", "commit"]
-    assert skipped["cluster"] == NOT_BUILT and skipped["failover"] == NOT_BUILT
+    assert "cluster" not in skipped and "failover" not in skipped
     assert ("scan" in names) != ("scan" in skipped)       # run, or skipped with the reason
     stores = [r for n, r in steps if n == "store"]
     assert [(r.flush, r.batch, r.count) for r in stores] == \
@@ -143,6 +135,10 @@ def test_suite_plan_follows_user_options():
     assert dict(steps)["commit"].duration_s == 0.5
     steps, skipped = _planned(BenchOptions(flush="async", duration_s=1.0, producers=3))
     assert "commit measures sync group commit" in skipped["commit"]
-    assert all(r.duration_s == 1.0 and r.count is None for n, r in steps if n != "scan")
+    assert all(r.duration_s == 1.0 and r.count is None for n, r in steps
+               if n not in ("scan", "failover"))
+    # failover runs for its kills, not a duration
+    failover = dict(steps)["failover"]
+    assert (failover.duration_s, failover.count, failover.kills) == (None, None, 5)
     assert dict(steps)["log"].producers == 1                   # not passed to the log
     assert all(r.producers == 3 for n, r in steps if n == "store")

@@ -27,7 +27,7 @@ def build(path, n_after, body=1000):
     log.checkpoint()
     after = [log.append("t", bytes([k % 250 + 1]) * body, term=2)[:2] for k in range(n_after)]
     sizes = {i: log.size_of(i) for i, _ in after}
-    log._crash()
+    log.crash_for_testing()
     return after, sizes
 
 

@@ -54,7 +54,7 @@ def test_damage_in_durable_records_after_a_crash(tmp_path):
     recs = [log.append("t", bytes([k + 1]) * 700, term=1)[:2] for k in range(8)]
     log.flush()
     log.checkpoint()
-    log._crash()
+    log.crash_for_testing()
     flip_bits(path, recs[-1][1] + 96)
     with pytest.raises(errors.CorruptLogError) as ei:
         open_log(path, **LOG_KW)

@@ -110,7 +110,7 @@ def test_abort_marker_and_unclean_open(tmp_path):
     log = open_log(p)
     assert not log.unclean_open
     log.append("t", b"y", term=1)
-    log._crash()
+    log.crash_for_testing()
     assert (p / "abort").exists()
     log = open_log(p)
     assert log.unclean_open
@@ -439,7 +439,7 @@ def test_truncate_below_flushed_position_lowers_it(tmp_path, with_checkpoint):
     log.truncate_after(1)
     assert log.end_position == 96
     assert log.flushed_position <= log.end_position
-    log._crash()
+    log.crash_for_testing()
     if (p / "checkpoint").exists():
         cp = qf.decode_checkpoint((p / "checkpoint").read_bytes())
         assert cp.flushed_position <= 96 and cp.flushed_index <= 1

@@ -3,7 +3,7 @@
 The model is the list of every record's exact bytes (built with the reference codec from the
 index, term and store timestamp the log returned and a position predicted from format.md's
 BLANK rule), plus the end position. Steps: append, append_batch, append_control, read by
-index range, record(i), truncate_after, flush, close/reopen, and crash: `_crash()` drops
+index range, record(i), truncate_after, flush, close/reopen, and crash: `crash_for_testing()` drops
 the log like kill -9, then the page cache is "lost" by zeroing every segment byte after the
 durable position (and deleting or zeroing wholly-lost segments, and zeroing or keeping stale
 raft-index entries); the model drops the records that were not durable. Segments are 64 KiB
@@ -192,7 +192,7 @@ class LogMachine(RuleBasedStateMachine):
     def crash(self, delete_lost_segments, zero_index, garbage):
         durable = self.log.flushed_position
         assert durable <= self.end
-        self.log._crash()
+        self.log.crash_for_testing()
         self.log = None
         cp_path = self.path / "checkpoint"
         if cp_path.exists():

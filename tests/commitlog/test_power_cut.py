@@ -29,7 +29,7 @@ def crashed_log(path, n_after=14):
     fp = log.flushed_position
     after = [log.append("t", bytes([k % 250 + 1]) * 1500, term=2)[:2] for k in range(n_after)]
     sizes = [log.size_of(i) for i, _ in after]
-    log._crash()
+    log.crash_for_testing()
     return fp, [(i, p, n) for (i, p), n in zip(after, sizes)]
 
 
@@ -112,7 +112,7 @@ def test_store_opens_after_a_power_cut(tmp_path):
     s.flush()
     fp = s.commitlog.flushed_position
     rs = [s.put("t", b"tail-%d" % k * 100, queue_id=0) for k in range(12)]
-    s._crash()
+    s.crash_for_testing()
     path = power_cut_copy(tmp_path)
     lo = (rs[2].position // PAGE + 1) * PAGE
     assert lo > fp and lo + PAGE < rs[-1].position

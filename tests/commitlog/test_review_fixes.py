@@ -44,7 +44,7 @@ TRUNC_SCRIPT = textwrap.dedent("""
     os.access("/qlmark-begin", os.F_OK)
     log.truncate_after(keep)
     os.access("/qlmark-end", os.F_OK)
-    log._crash()
+    log.crash_for_testing()
 """)
 
 
@@ -78,7 +78,7 @@ def test_truncate_then_crash_recovers_to_the_cut(tmp_path):
     for _ in range(200):
         log.append("t", b"b" * 1000, term=1)
     log.truncate_after(keep)
-    log._crash()
+    log.crash_for_testing()
     log = open_log(tmp_path / "l")
     assert log.last_index == keep
     log.close()

@@ -2,7 +2,7 @@
 zero from there, garbage from there}.
 
 The checkpoint is written before the last 3 records (flush + checkpoint, then append, then
-`_crash()` with the background flusher idle), so per format.md's recovery the scan starts
+`crash_for_testing()` with the background flusher idle), so per format.md's recovery the scan starts
 before the damage. Each reopen must recover exactly the intact prefix (the leading records
 whose bytes are unchanged), raise nothing, never return a partial record, leave zeros after
 the end, and take the next append at the right place. The store lives on tmpfs when
@@ -46,7 +46,7 @@ def build(path):
     tail.append(log.append("orders", b"\x09" * 30, term=3, queue_id=5)[:2])
     sizes = [log.size_of(i) for i, _ in tail]
     raws = [bytes(log.record_at(p)) for _, p in tail]
-    log._crash()
+    log.crash_for_testing()
     cp = qf.decode_checkpoint((path / "checkpoint").read_bytes())
     assert cp.flushed_index == base_last and cp.flushed_position <= tail[0][1]
     return base_last, [(i, p, n) for (i, p), n in zip(tail, sizes)], raws
@@ -135,7 +135,7 @@ def check_recovered(path, base_last, tail, raws, intact):
         assert (idx, pos) == (last + 1, end)
         assert bytes(log.record(idx).body) == b"\x0b" * 10
     finally:
-        log._crash()
+        log.crash_for_testing()
 
 
 def test_torn_tail_index_entries_beyond_end_are_zeroed(fast_dir):

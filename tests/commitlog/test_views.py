@@ -103,7 +103,7 @@ def test_views_survive_crash_drop(tmp_path):
         log = open_log(); fill(log, 10)
         view, n = log.read(1, 11)
         want = bytes(view)
-        log._crash()
+        log.crash_for_testing()
         assert bytes(view) == want
         log = open_log()
         assert bytes(log.read(1, 11)[0]) == want

@@ -335,3 +335,49 @@ def test_fault_proxy_thread_facade():
                 s.close()
     finally:
         srv.close()
+
+
+def _hello_bytes(role: int) -> bytes:
+    """The first bytes of a replica's AUTH_HELLO as the proxy sees them: the 24-byte frame
+    header (magic "QN", version 1, type 0x01), then mode and role."""
+    return b"QN\x01\x01" + bytes(20) + bytes((1, role)) + b"rest of the hello"
+
+
+def test_lane_faults_stall_the_data_connection_and_let_the_control_one_pass():
+    async def main():
+        up = Upstream(echo=True)
+        addr = await up.start()
+        net = FaultNetwork(seed=1)
+        paddr = await net.add_link("a", "b", addr)
+        conns = {}
+        try:
+            for lane, role in (("data", 1), ("control", 3)):
+                reader, writer = await asyncio.open_connection(*paddr)
+                writer.write(_hello_bytes(role))
+                conns[lane] = (reader, writer)
+                hello = await read_exactly(reader, len(_hello_bytes(role)))
+                assert hello == _hello_bytes(role)
+            net.set_faults("a", "b", lane="data", mode="stall")
+            for lane, (reader, writer) in conns.items():
+                writer.write(lane.encode() * 1000)
+            got = await read_exactly(conns["control"][0], 7000)
+            assert got == b"control" * 1000                   # the control lane passes
+            with pytest.raises(TimeoutError):                 # the data lane is stalled
+                await read_exactly(conns["data"][0], 1, timeout=0.3)
+            net.heal("a", "b")
+            assert await read_exactly(conns["data"][0], 4000) == b"data" * 1000
+            # a lane without faults of its own follows the direction's again
+            net.cut("a", "b", mode="stall")
+            conns["data"][1].write(b"again")
+            with pytest.raises(TimeoutError):
+                await read_exactly(conns["data"][0], 1, timeout=0.3)
+            net.heal()
+            assert await read_exactly(conns["data"][0], 5) == b"again"
+            with pytest.raises(InvalidArgumentError, match="lane must be one of"):
+                net.set_faults("a", "b", lane="bulk", mode="stall")
+        finally:
+            for _, writer in conns.values():
+                writer.transport.abort()
+            await net.close()
+            await up.close()
+    run(main())

@@ -37,7 +37,7 @@ def make_log(path, n_flushed=300, n_tail=300, body=200):
             cl.append("t", bytes([(i + 7) % 251]) * body, term=1, queue_offset=n_flushed + i)
         last = cl.last_index
     finally:
-        cl._crash()
+        cl.crash_for_testing()
     return flushed, last
 
 

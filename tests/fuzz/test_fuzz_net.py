@@ -23,6 +23,9 @@ TYPE_CODES = sorted(c for c in range(256) if codec.spec_of_type(c) is not None)
 SEEDS = [
     VoteRequest(7, "n1", "n2", 42, 6, True),
     VoteResponse(7, "n2", "n1", 7, VoteResult.ACCEPT),
+    VoteRequest(8, "n1", "n2", 42, 6, False, True),              # a pre-vote
+    VoteResponse(8, "n2", "n1", 8, VoteResult.REJECT_ALREADY_HAS_LEADER, True),
+    m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER_CONTROL, "c", "n1", "n2", b"\x09" * 32),
     Heartbeat(9, "n1", "n2", 100, 3),
     Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records", 7, 9, ((12, ("n1", "n2"), ()),), 4),
     AppendResponse(3, "n2", "n1", Code.GAP, 5, 10, 12, 7, 2, 4),

@@ -20,7 +20,9 @@ from net_support import same
 RAFT = [
     VoteRequest(7, "n1", "n2", 42, 6, True),
     VoteRequest(0, "n1", "n2", 0, 0),
+    VoteRequest(8, "n1", "n2", 42, 6, pre=True),                          # a pre-vote
     VoteResponse(7, "n2", "n1", 7, VoteResult.REJECT_ALREADY_VOTED),
+    VoteResponse(8, "n2", "n1", 8, VoteResult.ACCEPT, pre=True),
     Heartbeat(9, "n1", "n2", 100, 3),
     HeartbeatResponse(9, "n2", "n1", Code.INCONSISTENT_LEADER, 3),
     Append(3, "n1", "n2", 10, 2, 11, 12, 3, b"records" * 10, 70, 9,
@@ -122,16 +124,36 @@ def test_every_raft_message_class_has_a_wire_encoding():
     assert missing == [], f"no codec registration for {missing}"
 
 
-# docs/net.md "Golden vector": VoteRequest(term 7, end index 42, end term 6, transfer)
+# docs/net.md "Golden vector": VoteRequest(term 7, end index 42, end term 6, transfer, not a
+# pre-vote). (The last byte, `pre`, was added to carry the core's pre-vote: length 0x1a.)
 GOLDEN_VOTE = bytes.fromhex(
-    "51 4e 01 10 00 00 00 00 00 00 00 00 00 00 00 00 19 00 00 00 cf 66 eb b3"
-    " 07 00 00 00 00 00 00 00 2a 00 00 00 00 00 00 00 06 00 00 00 00 00 00 00 01")
+    "51 4e 01 10 00 00 00 00 00 00 00 00 00 00 00 00 1a 00 00 00 21 c9 5e a1"
+    " 07 00 00 00 00 00 00 00 2a 00 00 00 00 00 00 00 06 00 00 00 00 00 00 00 01 00")
 
 
 def test_golden_vote_request():
     assert _wire(VoteRequest(7, "n1", "n2", 42, 6, True)) == GOLDEN_VOTE
     got = codec.decode(0x10, GOLDEN_VOTE[HEADER_SIZE:], "n1", "n2")
     assert got.describe() == "n1->n2 VOTE t7 end=42/t6 transfer"
+
+
+def test_pre_vote_flag_is_carried_both_ways():
+    """A pre-vote must not arrive as a real vote (the receiver would raise its term and
+    vote), nor a pre-vote answer as a real one (the candidate would count it)."""
+    for pre in (False, True):
+        req = _roundtrip(VoteRequest(9, "n1", "n2", 42, 6, False, pre))
+        resp = _roundtrip(VoteResponse(9, "n2", "n1", 9, VoteResult.ACCEPT, pre))
+        assert req.pre is pre and resp.pre is pre and req.transfer is False
+    payload = bytearray(_wire(VoteRequest(9, "n1", "n2", 42, 6))[HEADER_SIZE:])
+    payload[-1] = 1                                     # the last byte is `pre`
+    assert codec.decode(0x10, bytes(payload), "n1", "n2").describe() == \
+        "n1->n2 VOTE t9 end=42/t6 pre"
+    resp = bytearray(_wire(VoteResponse(9, "n2", "n1", 9, VoteResult.ACCEPT))[HEADER_SIZE:])
+    resp[-2] = 1                                        # `pre` precedes `result`
+    assert codec.decode(0x11, bytes(resp), "n2", "n1").pre is True
+    resp[-2] = 3
+    with pytest.raises(CodecError, match="pre=3 outside 0..1"):
+        codec.decode(0x11, bytes(resp), "n2", "n1")
 
 
 def test_src_and_dst_come_from_the_connection_not_the_wire():
@@ -157,15 +179,16 @@ def test_produce_bodies_decode_as_views():
     assert all(isinstance(b, memoryview) and b.obj is frame for b in got.bodies)
 
 
-def _vote_payload(term=7, end=42, end_term=6, transfer=1):
-    return struct.pack("<qqqB", term, end, end_term, transfer)
+def _vote_payload(term=7, end=42, end_term=6, transfer=1, pre=0):
+    return struct.pack("<qqqBB", term, end, end_term, transfer, pre)
 
 
 @pytest.mark.parametrize("payload,match", [
     (_vote_payload(term=-1), "term=-1 outside"),
     (_vote_payload(end=-5), "ledger_end_index=-5 outside"),
     (_vote_payload(transfer=2), "transfer=2 outside 0..1"),
-    (_vote_payload()[:-1], "payload of 24 bytes < 25"),
+    (_vote_payload(pre=2), "pre=2 outside 0..1"),
+    (_vote_payload()[:-1], "payload of 25 bytes < 26"),
     (_vote_payload() + b"\x00", "1 unexpected bytes"),
 ])
 def test_bad_vote_request_payloads(payload, match):
@@ -274,6 +297,27 @@ def test_list_count_over_the_limit_refused_before_looping():
     bad = head[:-4] + struct.pack("<I", 1000)                   # a count with no items
     with pytest.raises(CodecError, match="cannot fit"):
         codec.decode(0x43, bad)
+
+
+def test_int_lists_checked_per_item_on_both_sides():
+    """A list of ints (a produce ack's positions) is range-checked as a whole; a bad item is
+    still named, whichever side sees it, and ints of other types are still accepted."""
+    import numpy as np
+    positions = tuple(range(0, 256 * 1120, 1120))
+    r = m.ProduceResponse(11, 3, 40, 7, positions)
+    out = codec.decode(0x41, _wire(r)[HEADER_SIZE:])
+    assert out == r and type(out.positions) is tuple
+    assert codec.decode(0x41, _wire(m.ProduceResponse(1, 0, 0, 7, ()))[HEADER_SIZE:]).positions == ()
+    mixed = m.ProduceResponse(11, 3, 40, 7, (np.int64(5), True, 9))
+    assert codec.decode(0x41, _wire(mixed)[HEADER_SIZE:]).positions == (5, 1, 9)
+    with pytest.raises(EncodeError, match=r"positions\[2\]=-1 outside"):
+        codec.encode(m.ProduceResponse(11, 3, 40, 7, (1, 2, -1, 4)))
+    with pytest.raises(EncodeError, match=r"positions\[1\]: expected an int"):
+        codec.encode(m.ProduceResponse(11, 3, 40, 7, (1, "2")))
+    wire = bytearray(_wire(r)[HEADER_SIZE:])
+    struct.pack_into("<q", wire, len(wire) - 8 * 200, -5)       # positions[56] < 0
+    with pytest.raises(CodecError, match=r"positions\[56\]=-5 outside"):
+        codec.decode(0x41, bytes(wire))
 
 
 @pytest.mark.parametrize("msg,match", [

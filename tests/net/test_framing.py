@@ -172,3 +172,22 @@ def test_frame_parts_do_not_copy_the_payload():
     assert body is big and len(head) == HEADER_SIZE
     (fr,) = FrameDecoder().feed(head + bytes(body))
     assert fr.request_id == 9 and bytes(fr.payload) == bytes(big)
+
+
+def test_one_at_a_time_lets_the_caller_change_the_allowed_types_between_frames():
+    """The handshake's last frame and the first Raft frame may arrive in one read: in
+    one_at_a_time mode the second is parsed only by parse_buffered(), after the caller set
+    the types of the new state (before it, it would be refused as not allowed)."""
+    data = encode_frame(0x04, b"ok") + encode_frame(0x14, b"x" * 100) + encode_frame(0x12, b"hb")
+    d = FrameDecoder(known_types={0x04}, large_payload_bytes=64)
+    d.one_at_a_time = True
+    (first,) = d.feed(data)
+    assert first.type == 0x04
+    d.known_types = {0x12, 0x14}
+    d.one_at_a_time = False
+    assert [(f.type, bytes(f.payload)) for f in d.parse_buffered()] == \
+        [(0x14, b"x" * 100), (0x12, b"hb")]
+    assert d.parse_buffered() == []
+    strict = FrameDecoder(known_types={0x04})
+    with pytest.raises(FrameError, match="frame type 0x14 not allowed here"):
+        strict.feed(data)

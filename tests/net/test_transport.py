@@ -322,6 +322,22 @@ def test_send_memory_is_bounded_when_the_receiver_stops_reading(loop_factory):
     run(loop_factory, body, timeout=60)
 
 
+async def _client_and_server(on_client_request):
+    """A transport serving clients (handler `on_client_request`) and one client channel."""
+    server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
+                           lambda p, x: None, on_client_request=on_client_request,
+                           config=fast_config())
+    await server.start()
+    host, port = server.address
+    try:
+        ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
+                                  server_id="s")
+    except BaseException:
+        await server.close()
+        raise
+    return server, ch
+
+
 def test_client_connection_request_response(loop_factory, caplog):
     caplog.set_level(logging.INFO, logger=LOG)
 
@@ -331,14 +347,9 @@ def test_client_connection_request_response(loop_factory, caplog):
             session.reply(request_id, m.ProduceResponse(7, 0, 10, 123,
                                                         tuple(range(len(msg.bodies)))))
 
-        server = PeerTransport("s", AuthConfig(CLUSTER, "s", SECRET, client_secret=CLIENT_SECRET),
-                               lambda p, x: None, on_client_request=on_client_request,
-                               config=fast_config())
-        await server.start()
+        server, ch = await _client_and_server(on_client_request)
+        host, port = server.address
         try:
-            host, port = server.address
-            ch = await connect_client(host, port, AuthConfig(CLUSTER, "app-1", CLIENT_SECRET),
-                                      server_id="s")
             try:
                 r = await ch.request(m.ProduceRequest("t", [b"x", b"y" * 100_000]), timeout=5)
                 assert r == m.ProduceResponse(7, 0, 10, 123, (0, 1))
@@ -352,6 +363,38 @@ def test_client_connection_request_response(loop_factory, caplog):
             await server.close()
     run(loop_factory, body)
     assert "BadProofError" in caplog.text
+
+
+def test_client_request_times_out_and_a_late_response_is_dropped(loop_factory):
+    async def body():
+        held = []
+
+        def on_client_request(session, request_id, msg):
+            held.append((session, request_id))      # answered only later (or never)
+
+        server, ch = await _client_and_server(on_client_request)
+        host, port = server.address
+        try:
+            try:
+                loop = asyncio.get_running_loop()
+                t0 = loop.time()
+                with pytest.raises(TimeoutError):
+                    await ch.request(m.ProduceRequest("t", [b"x"]), timeout=0.2)
+                assert 0.15 <= loop.time() - t0 < 5
+                # the late answer to the timed-out request is dropped; the next one is served
+                session, rid = held.pop()
+                session.reply(rid, m.ProduceResponse(1, 0, 0, 1, (0,)))
+                nxt = loop.create_task(ch.request(m.ProduceRequest("t", [b"y"]), timeout=5))
+                await wait_until(lambda: held, 5, "second request")
+                session, rid2 = held.pop()
+                assert rid2 != rid
+                session.reply(rid2, m.ProduceResponse(2, 0, 1, 1, (9,)))
+                assert (await nxt).positions == (9,)
+            finally:
+                await ch.close()
+        finally:
+            await server.close()
+    run(loop_factory, body)
 
 
 def test_peer_transport_refuses_clients_without_a_handler(loop_factory):

@@ -37,6 +37,29 @@ def test_produce_payload_is_the_codecs_and_decodes_the_same(bodies, qid, seq, ta
     assert [bytes(b) for b in slow.bodies] == bodies
 
 
+@pytest.mark.parametrize("kw,match", [
+    (dict(queue_id=-2), "queue_id=-2 outside"), (dict(sequence=-1), "sequence=-1 outside"),
+    (dict(producer_id=2**64), "producer_id=.* outside"), (dict(queue_id="1"), "expected an int"),
+    (dict(topic=""), "topic: 0 bytes"), (dict(tags=5), "tags: expected a str"),
+    (dict(topic="t" * 256), "topic: 256 bytes")])
+def test_produce_header_fields_are_checked_every_time(kw, match):
+    """The topic/tags part is encoded once per pair, yet every call checks every field: a bad
+    one raises EncodeError naming it (and nothing is cached for it)."""
+    args = dict(topic="topic", bodies=[b"x"], queue_id=1, tags=None, producer_id=1, sequence=1)
+    encode_produce(**args)                       # the good pair is cached first
+    args.update(kw)
+    for _ in range(2):
+        with pytest.raises(EncodeError, match=match):
+            encode_produce(**args)
+
+
+def test_produce_header_cache_is_bounded():
+    from quorumlog import client
+    for i in range(client._MAX_HEAD_CACHE + 10):
+        encode_produce(f"topic{i}", [b"x"], -1, None, 1, 1)
+        assert len(client._HEAD_CACHE) <= client._MAX_HEAD_CACHE
+
+
 def test_bad_bodies_are_refused():
     with pytest.raises(EncodeError):
         cf.encode_bodies([b"ok", 3], 10)

@@ -1,16 +1,22 @@
 """Three Nodes in one process (one event loop, real TCP on 127.0.0.1): coalesced puts each
 get their own slice of the batch's result, a retried (producer, sequence) is answered with
-the original and stored once, followers hold the topic (META) and redirect writes."""
+the original and stored once, followers hold the topic (META) and redirect writes; the
+client service answers concurrent produces on one connection with one write per loop turn."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
+import dataclasses
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import InvalidArgumentError
 from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 from quorumlog.node import Node, load_node_config
 from quorumlog.raft.messages import Role
+from quorumlog.server import ClientService
 
 
 async def _group(tmp_path, flush="async"):
@@ -98,6 +104,82 @@ def test_backpressure_and_transfer_refuse_puts_with_their_errors(tmp_path):
             with pytest.raises(LeaderTransferringError):
                 await leader.put("t", b"z")
         finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+async def _group_serving_clients(tmp_path):
+    """_group, with a client service on the leader (cfg.client_addr)."""
+    nodes, leader, _clients = await _group(tmp_path)
+    cfg = dataclasses.replace(leader.cfg, client_addr=f"127.0.0.1:{free_port()}")
+    svc = ClientService(leader, cfg)
+    await svc.start()
+    return nodes, leader, svc, cfg
+
+
+def test_client_service_answers_each_concurrent_produce_and_batches_the_writes(tmp_path):
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                bodies = [f"m{i}".encode() for i in range(48)]
+                acks = await asyncio.gather(*(cl.produce("t", b, queue_id=2) for b in bodies))
+                # each ack names its own message: its index, queue offset and position
+                assert sorted(a.first_queue_offset for a in acks) == list(range(48))
+                for a, b in zip(acks, bodies):
+                    (msg,) = leader.store.get("t", 2, a.first_queue_offset, 1)
+                    assert bytes(msg.body) == b
+                    assert (msg.index, msg.position) == (a.first_index, a.positions[0])
+                # 48 concurrent requests on one connection: fewer writes than replies
+                assert svc.stats["reply_writes"] < 48
+                # a batch still gets one ack with every position
+                a = await cl.produce("t", [b"x", b"y", b"z"], queue_id=1)
+                assert len(a.positions) == 3
+                # a refused produce is answered with its error (the fast path's own reply)
+                with pytest.raises(InvalidArgumentError, match="queue_id 99"):
+                    await cl.produce("t", b"x", queue_id=99)
+                assert svc.stats["errors"] >= 1
+        finally:
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+def test_client_coalesces_concurrent_single_messages_and_splits_the_acks(tmp_path):
+    """Single-message produces issued while others are in flight share one request; each
+    caller gets its own message's index, offset and position; an error reaches every caller
+    of the batch; coalesce=False sends one request per message."""
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                await cl.produce("t", b"first", queue_id=3)
+                bodies = [f"c{i}".encode() for i in range(40)]
+                before = svc.stats["requests"]
+                acks = await asyncio.gather(*(cl.produce("t", b, queue_id=3) for b in bodies))
+                assert cl.stats["coalesced_messages"] >= 39
+                assert svc.stats["requests"] - before < 40          # fewer requests
+                assert len({a.first_index for a in acks}) == 40
+                for a, b in zip(acks, bodies):
+                    assert len(a.positions) == 1 and a.queue_id == 3
+                    (msg,) = leader.store.get("t", 3, a.first_queue_offset, 1)
+                    assert bytes(msg.body) == b
+                    assert (msg.index, msg.position) == (a.first_index, a.positions[0])
+                # a refused batch: every caller gets the error
+                results = await asyncio.gather(
+                    *(cl.produce("t", b"x", queue_id=99) for _ in range(5)),
+                    return_exceptions=True)
+                assert all(isinstance(r, InvalidArgumentError) for r in results)
+            async with AsyncClient([cfg.client_addr], secret="s" * 16, coalesce=False) as cl:
+                await cl.produce("t", b"first", queue_id=3)
+                before = svc.stats["requests"]
+                await asyncio.gather(*(cl.produce("t", b"n", queue_id=3) for _ in range(10)))
+                assert svc.stats["requests"] - before == 10
+                assert cl.stats["coalesced_messages"] == 0
+        finally:
+            await svc.stop()
             for n in nodes:
                 await n.stop()
     asyncio.run(run())

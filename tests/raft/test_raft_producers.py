@@ -5,8 +5,7 @@ import pytest
 
 from quorumlog.errors import InvalidArgumentError
 from quorumlog.raft import RaftConfig, Role
-from quorumlog.raft.errors import (DuplicateBatchError, NotSupportedByLogError,
-                                   ProducerSequenceError)
+from quorumlog.raft.errors import DuplicateBatchError, ProducerSequenceError
 from quorumlog.raft.memlog import MemLog
 from quorumlog.raft.producers import ProducerTable
 from quorumlog.testing.cluster import ManualCluster
@@ -111,16 +110,17 @@ def test_window_bounds_the_rebuild():
         t.check(2, 1)
 
 
-def test_native_log_reports_producer_ids_unsupported(tmp_path):
+def test_native_log_stores_producer_ids_and_the_core_uses_them(tmp_path):
+    # (the native log used to raise NotSupportedByLogError here: it now carries the producer
+    # in record properties, and the core's table works over it)
     from quorumlog.commitlog import CommitLog
     from quorumlog.raft.nativelog import NativeRaftLog
     cl = CommitLog(str(tmp_path / "log"), segment_size_bytes=1 << 16)
     try:
         lg = NativeRaftLog(cl)
-        with pytest.raises(NotSupportedByLogError, match="producer"):
-            lg.producers(1, 1)
-        with pytest.raises(NotSupportedByLogError, match="producer"):
-            lg.append_producer_batch(1, ("t", [b"a"]), 1, 1)
+        assert lg.producers(1, 1) == [] and lg.producer_snapshot() == []
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            lg.append_producer_batch(1, ("t", [b"a"], {"properties": {"QL_SEQ": "1"}}), 1, 1)
         assert lg.last_index() == 0
         import random
 
@@ -128,9 +128,14 @@ def test_native_log_reports_producer_ids_unsupported(tmp_path):
         core = RaftCore("n1", lg, random.Random(1), RaftConfig(), voters=("n1",), peers=("n1",))
         core.tick(core.next_time_to_request_vote)
         assert core.role == Role.LEADER
-        with pytest.raises(NotSupportedByLogError, match="does not store producer ids"):
-            core.propose(("t", [b"a"]), 1, 1, producer=(1, 1))
-        assert core.propose(("t", [b"a"]), 1, 1) == (2, 2)  # without a producer: as before
+        assert core.propose(("t", [b"a", b"b"]), 2, 2, producer=(1, 1)) == (2, 3)
+        with pytest.raises(DuplicateBatchError) as e:
+            core.propose(("t", [b"a", b"b"]), 2, 2, producer=(1, 1))
+        assert (e.value.first_index, e.value.last_index) == (2, 3)
+        assert core.propose(("t", [b"a"]), 1, 1) == (4, 4)  # without a producer: as before
+        assert lg.producers(1, 4) == [(2, 3, 1, 1, 2, 0)]
+        assert cl.record(3).properties == {"QL_PID": "1", "QL_SEQ": "1", "QL_N": "2",
+                                           "QL_I": "1"}
     finally:
         cl.close()
 

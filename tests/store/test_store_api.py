@@ -39,7 +39,7 @@ def test_message_fields(open_store):
               queue_id=2, born_timestamp_ms=12345)
     (m,) = s.get("t", 2, r.queue_offset)
     assert (m.tags, m.keys, m.properties) == ("TagA", ("k1", "k2"), {"p": "1", "q": ""})
-    assert m.born_timestamp_ms == 12345 and m.store_timestamp_ms == r.store_timestamp
+    assert m.born_timestamp_ms == 12345 and m.store_timestamp_ms == r.store_timestamp_ms
     assert (m.index, m.position, m.queue_offset) == (r.index, r.position, r.queue_offset)
     assert bytes(m.raw())[-4:] == b"body" and len(m.raw()) == m.size
     m.properties["p"] = "changed"         # a copy: the message is immutable

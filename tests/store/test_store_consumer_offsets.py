@@ -37,7 +37,7 @@ def test_offsets_survive_reopen_and_crash(open_store, store_dir, flush):
     assert s.committed_offset("g", "t", 3) == 42
     s.commit_offset("g", "t", 3, 43)
     s.flush()
-    s._crash()                                       # kill -9: no checkpoint, no file save
+    s.crash_for_testing()                                       # kill -9: no checkpoint, no file save
     s = open_store(flush=flush)
     assert s.committed_offset("g", "t", 3) == 43
 

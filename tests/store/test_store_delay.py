@@ -15,18 +15,18 @@ def test_delay_delivery(open_store):
     assert SCHEDULE_TOPIC not in s.topics()
     assert s.max_offset("t", 1) == 0
     assert s.stats()["delayed_pending"] == 1
-    assert s.deliver_due(r.store_timestamp + 4999) == 0       # level 2 = 5 s
-    assert s.deliver_due(r.store_timestamp + 5000) == 1
+    assert s.deliver_due(r.store_timestamp_ms + 4999) == 0       # level 2 = 5 s
+    assert s.deliver_due(r.store_timestamp_ms + 5000) == 1
     (m,) = s.get("t", 1, 0)
     assert (m.body, m.tags, m.keys) == (b"later", "T", ("k",))
     assert m.properties == {"p": "v", "SCHEDULE_OFFSET": "2:0"}
-    assert s.deliver_due(r.store_timestamp + 10**9) == 0      # delivered once
+    assert s.deliver_due(r.store_timestamp_ms + 10**9) == 0      # delivered once
     assert s.stats()["delayed_pending"] == 0
 
 
 def test_levels_are_independent_and_ordered(open_store):
     s = open_store(delay_levels="1s 10s")
-    t0 = s.put("t", b"a10", delay_level=2, queue_id=0).store_timestamp
+    t0 = s.put("t", b"a10", delay_level=2, queue_id=0).store_timestamp_ms
     s.put_batch("t", [b"b1", b"c1"], delay_level=1, queue_id=0)
     assert s.deliver_due(t0 + 500) == 0
     n = s.deliver_due(t0 + 10**6 // 1000 + 5000)
@@ -40,7 +40,7 @@ def test_levels_are_independent_and_ordered(open_store):
 
 def test_restart_neither_loses_nor_redelivers(open_store):
     s = open_store()
-    ts = s.put_batch("t", [b"%d" % i for i in range(6)], delay_level=1, queue_id=0).store_timestamp
+    ts = s.put_batch("t", [b"%d" % i for i in range(6)], delay_level=1, queue_id=0).store_timestamp_ms
     s.put("t", b"slow", delay_level=3, queue_id=0)
     assert s.deliver_due(ts + 1000) == 6
     s.close()
@@ -55,10 +55,10 @@ def test_restart_neither_loses_nor_redelivers(open_store):
 
 def test_crash_between_delivery_and_progress_save(open_store, monkeypatch):
     s = open_store()
-    ts = s.put_batch("t", [b"a", b"b"], delay_level=1, queue_id=0).store_timestamp
+    ts = s.put_batch("t", [b"a", b"b"], delay_level=1, queue_id=0).store_timestamp_ms
     monkeypatch.setattr(s.schedule, "save", lambda: None)         # the save never happens
     assert s.deliver_due(ts + 1000) == 2
-    s._crash()
+    s.crash_for_testing()
     s = open_store()
     assert s.deliver_due(ts + 1000) == 0                         # recovered from the log
     assert [m.body for m in s.get("t", 0, 0, 100)] == [b"a", b"b"]

@@ -56,7 +56,7 @@ def test_rebuilt_after_crash_and_damage(open_store, store_dir):
     for i in range(50, 80):
         s.put("t", b"%d" % i, keys=("k%d" % i,))
     assert s.find_by_key("t", "k79")
-    s._crash()                       # index header not rewritten, entries past it torn
+    s.crash_for_testing()                       # index header not rewritten, entries past it torn
     s = open_store()
     assert [m.body for m in s.find_by_key("t", "k79")] == [b"79"]
     assert [m.body for m in s.find_by_key("t", "k3")] == [b"3"]

@@ -91,7 +91,7 @@ def test_offset_for_timestamp(open_store):
     stamps = []
     for i in range(12):
         r = s.put_batch("t", [b"%d" % i] * 3, queue_id=1)
-        stamps += [r.store_timestamp] * 3
+        stamps += [r.store_timestamp_ms] * 3
         time.sleep(0.003)
     def linear(ts):
         return next((i for i, x in enumerate(stamps) if x >= ts), len(stamps))

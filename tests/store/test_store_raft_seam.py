@@ -106,7 +106,7 @@ def test_delayed_put_and_delivery_through_the_core(open_store):
     req = s.prepare_put("t", [b"later"], queue_id=0, delay_level=1)
     propose(req)
     _drive(s, core)
-    ts = req.wait(0).store_timestamp
+    ts = req.wait(0).store_timestamp_ms
     assert req.result.topic == "SCHEDULE_TOPIC_XXXX"
     with pytest.raises(errors.InvalidArgumentError):
         s.deliver_due(ts + 10_000)                       # a driven store delivers via the core

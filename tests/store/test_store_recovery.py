@@ -82,7 +82,7 @@ def test_reopen_redispatches_past_checkpointed_position(open_store):
     before = snapshot(s)
     s.commitlog.set_dispatched_position(s.commitlog.min_position)
     s.commitlog.checkpoint()
-    s._crash()
+    s.crash_for_testing()
     s = open_store()
     assert snapshot(s) == before
 
@@ -93,7 +93,7 @@ def test_crash_keeps_everything_flushed(open_store, flush):
     fill(s, 120)
     s.flush()
     before = snapshot(s)
-    s._crash()
+    s.crash_for_testing()
     s = open_store(flush=flush)
     assert snapshot(s) == before
     for q in range(3):
@@ -108,7 +108,7 @@ def test_lost_unflushed_tail(open_store, store_dir):
     flushed = s.flush()
     s.put_batch("t", [b"lost%d" % i for i in range(6)], queue_id=0)
     assert s.max_offset("t", 0) == 12
-    s._crash()
+    s.crash_for_testing()
     seg = os.path.join(store_dir, "commitlog", "%020d" % 0)
     with open(seg, "r+b") as fh:           # the unflushed bytes are gone
         fh.seek(flushed)

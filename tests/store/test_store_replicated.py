@@ -59,6 +59,31 @@ def test_new_leader_batch_and_round_robin_after_replication(open_store, tmp_path
     assert b.max_offset("t", 0) == 3 and b.max_offset("t", 1) == 5
 
 
+@pytest.mark.parametrize("per_round", [1, 5, 64, 65, 300])
+def test_counters_follow_replicated_records_in_small_and_large_rounds(open_store, tmp_path,
+                                                                      per_round):
+    """Dispatch of replicated records moves each touched topic's counters to its queues'
+    ends, whether a round holds a few records (plain-int path) or many (numpy path)."""
+    a = open_store(str(tmp_path / "a"), replicated=True)
+    b = open_store(str(tmp_path / "b"), replicated=True)
+    for t in ("t", "u"):
+        a.create_topic(t, queues=3)
+        b.create_topic(t, queues=3)
+    ends = {}
+    for k in range(3):
+        topic = "tu"[k % 2]
+        a.put_batch(topic, [b"%d" % i for i in range(per_round)], queue_id=k % 3)
+        _commit_all(a)
+        _ship(a, b)
+        _commit_all(b)
+        ends[(topic, k % 3)] = ends.get((topic, k % 3), 0) + per_round
+    b.term = 2
+    for (topic, q), end in ends.items():
+        assert b.max_offset(topic, q) == end
+        assert b.put(topic, b"next", queue_id=q).queue_offset == end      # not handed twice
+    assert b.put("u", b"fresh", queue_id=2).queue_offset == 0
+
+
 def test_new_leader_accounts_for_uncommitted_replicated_tail(open_store, tmp_path):
     a = open_store(str(tmp_path / "a"), replicated=True)
     b = open_store(str(tmp_path / "b"), replicated=True)
@@ -172,7 +197,7 @@ def test_new_leader_delays_and_delivers_after_replicated_records(open_store, tmp
     r = b.put("t", b"d1", queue_id=0, delay_level=1)
     assert (r.topic, r.queue_offset) == (SCHEDULE_TOPIC, 1)
     _commit_all(b)
-    assert b.deliver_due(r.store_timestamp + 10**6) == 2
+    assert b.deliver_due(r.store_timestamp_ms + 10**6) == 2
     _commit_all(b)
     assert [m.body for m in b.get("t", 0, 0, 10)] == [b"r0", b"d0", b"d1"]
 
@@ -182,7 +207,7 @@ def test_new_leader_does_not_redeliver_what_the_old_leader_delivered(
         open_store, tmp_path, commit_deliveries):
     a = open_store(str(tmp_path / "a"), replicated=True)
     b = open_store(str(tmp_path / "b"), replicated=True)
-    ts = a.put("t", b"d0", queue_id=0, delay_level=1).store_timestamp
+    ts = a.put("t", b"d0", queue_id=0, delay_level=1).store_timestamp_ms
     a.put("t", b"d1", queue_id=0, delay_level=1)
     _commit_all(a)
     _ship(a, b)

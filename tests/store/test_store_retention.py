@@ -39,7 +39,7 @@ def fill(s, n=6):
     """n segments' worth of messages in 2 queues; returns the last store timestamp."""
     ts = 0
     while len(s.commitlog.segments()) < n:
-        ts = s.put_batch("t", [b"x" * 2000] * 8, queue_id=len(s.commitlog.segments()) % 2).store_timestamp
+        ts = s.put_batch("t", [b"x" * 2000] * 8, queue_id=len(s.commitlog.segments()) % 2).store_timestamp_ms
     return ts
 
 

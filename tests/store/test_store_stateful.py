@@ -119,7 +119,7 @@ class StoreMachine(RuleBasedStateMachine):
     def crash(self, flush):
         if flush:
             self.s.flush()
-        self.s._crash()          # kill -9: the page cache keeps every write
+        self.s.crash_for_testing()          # kill -9: the page cache keeps every write
         self._open()
         self._resume_rr()
 

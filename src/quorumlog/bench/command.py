@@ -24,16 +24,21 @@ EXIT_CODES = ("Exit codes: 0 ok; 1 an integrity check failed or a workload raise
               "options or an unavailable workload.")
 
 
-class SizeType(click.ParamType):
-    name = "SIZE"
+class ParsedType(click.ParamType):
+    """Text parsed by an options.py function (its BenchOptionError becomes click's usage
+    error); a value already of type `parsed` (a default) passes through."""
+
+    def __init__(self, name: str, parse, parsed: type):
+        self.name, self._parse, self._parsed = name, parse, parsed
 
     def convert(self, value, param, ctx):
-        if isinstance(value, int):
+        if isinstance(value, self._parsed):
             return value
         try:
-            return O.parse_size(value)
+            return self._parse(value)
         except BenchOptionError as e:
             self.fail(str(e), param, ctx)
+
 
 
 _DEFAULT_NOTE = "Default: per workload (see `quorumlog bench WORKLOAD --help`)."
@@ -41,7 +46,7 @@ _GLOBAL_DEFAULTS = {"size": "1 KiB", "window": 1, "replicas": 3}
 
 # (param decls, click kwargs): shared by the group and every workload command.
 OPTIONS = (
-    (("--size",), dict(type=SizeType(), metavar="SIZE",
+    (("--size",), dict(type=ParsedType("SIZE", O.parse_size, int), metavar="SIZE",
                        help=f"Body bytes per message, {O.MIN_SIZE_BYTES} B .. 4 MiB; suffixes "
                             "k/KiB, m/MiB (1024-based). The first 8 bytes carry a sequence "
                             "number for the integrity check. {default}")),
@@ -54,7 +59,8 @@ OPTIONS = (
                                 "after it; batches in flight finish).")),
     (("--producers",), dict(type=click.IntRange(1, O.MAX_PRODUCERS), metavar="N",
                             help="Producer threads writing at once (store, commit; the "
-                                 "commit log has one writer). {default}")),
+                                 "commit log has one writer); client connections (cluster, "
+                                 "failover). {default}")),
     (("--batch",), dict(type=click.IntRange(1, O.MAX_BATCH), metavar="N",
                         help="Messages per put_batch/append_batch; 1 = single put/append "
                              "calls. --batch x --size <= 64 MiB. {default}")),
@@ -68,6 +74,22 @@ OPTIONS = (
     (("--replicas",), dict(type=click.IntRange(1, O.MAX_REPLICAS), metavar="N",
                            help="Replicas of the replicated workloads (cluster, failover). "
                                 "{default}")),
+    (("--connect",), dict(type=ParsedType("HOST:PORT,...", O.parse_connect, tuple),
+                          metavar="HOST:PORT,...",
+                          help="cluster: drive these running replicas (their client "
+                               "addresses) instead of starting --replicas on loopback; "
+                               "--flush then only labels the rows (the replicas' own setting "
+                               "applies), and their CPU, flushes and logs are not read.")),
+    (("--secret-file",), dict(type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+                              help="With --connect: the file whose first line is the "
+                                   "replicas' cluster secret.")),
+    (("--kills",), dict(type=click.IntRange(1, O.MAX_KILLS), metavar="N",
+                        help="failover: how many times the leader is SIGKILLed. {default}")),
+    (("--kill-every",), dict(type=click.FloatRange(O.MIN_KILL_EVERY_S, O.MAX_KILL_EVERY_S),
+                             metavar="SECONDS",
+                             help="failover: seconds between kills (each killed replica is "
+                                  "restarted once the group acknowledged again). "
+                                  "{default}")),
     (("--dir",), dict(type=click.Path(exists=True, file_okay=False, writable=True),
                       help="Directory for the stores (a new temporary directory is made in "
                            "it). Default: the system temporary directory.")),
@@ -97,7 +119,11 @@ OPTIONS = (
 def _field(decls) -> str:
     name = decls[-1] if not decls[-1].startswith("-") else decls[0].split("/")[0]
     name = name.lstrip("-").replace("-", "_")
-    return "duration_s" if name == "duration" else name
+    return _SECONDS_FIELDS.get(name, name)
+
+
+# options given in seconds whose BenchOptions field says so
+_SECONDS_FIELDS = {"duration": "duration_s", "kill_every": "kill_every_s"}
 
 
 def bench_options(workload=None):
@@ -125,7 +151,7 @@ def bench_options(workload=None):
 def _workload_default(w, field):
     if field in w.defaults:
         v = w.defaults[field]
-        return f"{v:g} s" if field == "duration_s" else (f"{v:,}" if isinstance(v, int) else v)
+        return f"{v:g} s" if field.endswith("_s") else (f"{v:,}" if isinstance(v, int) else v)
     if field == "count" and "duration_s" in w.defaults:
         return "none (--duration " + f"{w.defaults['duration_s']:g})"
     return _GLOBAL_DEFAULTS.get(field, 1)
@@ -139,8 +165,9 @@ def _given(ctx, kw) -> dict:
 
 def _options(given: dict) -> BenchOptions:
     d = dict(given)
-    if "duration" in d:
-        d["duration_s"] = d.pop("duration")
+    for name, field in _SECONDS_FIELDS.items():
+        if name in d:
+            d[field] = d.pop(name)
     if d.pop("no_references", None):
         d["references"] = False
     for flag_name in ("keep", "quick"):
@@ -187,10 +214,12 @@ def bench(ctx, **kw):
     """Measure throughput and latency on this machine.
 
     With no WORKLOAD: the default suite (what `make bench` runs): log; store with async and
-    sync flush; store single puts; commit; scan (when pyspark is installed); cluster and
-    failover once the replicated node exists. One table at the end: msg/s, MB/s, latency
+    sync flush; store single puts; commit; scan (when pyspark is installed); a 3-replica
+    loopback cluster with async and sync flush, one producer of single messages, 64 sync
+    producers of single messages; failover. One table at the end: msg/s, MB/s, latency
     percentiles, flushes, CPU seconds, each throughput beside the machine limit measured in
-    the same run, and whether every acknowledged message was read back intact.
+    the same run (and cluster rows beside the node's goals), and whether every acknowledged
+    message was read back intact.
     """
     ctx.obj = _given(ctx, kw)
     if ctx.invoked_subcommand is None:

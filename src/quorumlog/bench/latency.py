@@ -55,12 +55,16 @@ class LatencyRecorder:
             if self._n == BUFFER_SAMPLES:
                 self._drain()
 
-    def record_many(self, ns) -> None:
+    def record_many(self, ns, counts=None) -> None:
+        """Many samples at once; counts[i] (default 1) is how many operations took ns[i]
+        (the messages of one acknowledged batch share its latency)."""
         arr = np.asarray(ns, dtype=np.int64)
+        cnt = None if counts is None else np.asarray(counts, dtype=np.int64)
         with self._lock:
             self._drain()
             for lo in range(0, len(arr), BUFFER_SAMPLES):
-                self._add(arr[lo:lo + BUFFER_SAMPLES])
+                self._add(arr[lo:lo + BUFFER_SAMPLES],
+                          None if cnt is None else cnt[lo:lo + BUFFER_SAMPLES])
 
     def local(self) -> "LocalRecorder":
         """A recorder for one thread: no lock per sample, merged in bulk."""
@@ -71,14 +75,19 @@ class LatencyRecorder:
             self._add(self._buf[:self._n])
             self._n = 0
 
-    def _add(self, samples: np.ndarray) -> None:
+    def _add(self, samples: np.ndarray, weights: np.ndarray | None = None) -> None:
         over = samples > HIGHEST_NS
         if over.any():
-            self.clamped += int(over.sum())
+            self.clamped += int(over.sum() if weights is None else weights[over].sum())
             samples = np.minimum(samples, HIGHEST_NS)
         # the histogram's lowest trackable value is 1 ns: a 0 ns sample (a coarse clock)
         # is recorded as 1 ns
-        values, counts = np.unique(quantize(np.maximum(samples, 1)), return_counts=True)
+        q = quantize(np.maximum(samples, 1))
+        if weights is None:
+            values, counts = np.unique(q, return_counts=True)
+        else:
+            values, inverse = np.unique(q, return_inverse=True)
+            counts = np.bincount(inverse, weights=weights).astype(np.int64)
         for v, c in zip(values.tolist(), counts.tolist()):
             self._hist.record_value(v, c)
 
@@ -105,12 +114,14 @@ class LatencyRecorder:
 
 
 class LocalRecorder:
-    """One producer thread's samples: `record` is a list append; every BUFFER_SAMPLES samples
-    (and at `close`) they go into the shared histogram in one locked step."""
+    """One producer's samples: `record` is a list append; every BUFFER_SAMPLES samples (and at
+    `flush`) they go into the shared histogram in one locked step. `record_n(ns, n)` records
+    n operations that took ns each (kept apart, so plain samples stay one append)."""
 
     def __init__(self, parent: LatencyRecorder):
         self._parent = parent
         self._samples = []
+        self._weighted = ([], [])
         self.record = self._record
 
     def _record(self, ns: int) -> None:
@@ -119,7 +130,18 @@ class LocalRecorder:
         if len(s) >= BUFFER_SAMPLES:
             self.flush()
 
+    def record_n(self, ns: int, n: int) -> None:
+        values, counts = self._weighted
+        values.append(ns)
+        counts.append(n)
+        if len(values) >= BUFFER_SAMPLES:
+            self.flush()
+
     def flush(self) -> None:
         if self._samples:
             self._parent.record_many(self._samples)
             self._samples = []
+        values, counts = self._weighted
+        if values:
+            self._parent.record_many(values, counts)
+            self._weighted = ([], [])

@@ -60,6 +60,11 @@ class Result:
     reference: str | None = None
     reference_ratio: float | None = None     # set by the workload when it compares two rows
     notes: list = dataclasses.field(default_factory=list)
+    # replicated workloads: the node's goal for a run of this shape (goals.py), per replica
+    # {role, flushes, appends, duplicates, cpu_seconds}, and failover's kills and gaps
+    goal: dict | None = None
+    replicas: dict | None = None
+    failover: dict | None = None
 
     @property
     def msgs_per_s(self) -> float:
@@ -100,6 +105,17 @@ class Driven:
     cpu_seconds: float
 
 
+def next_batch(batches, batch: int, count: int | None) -> tuple[int, int] | None:
+    """(first sequence number, messages) of the next batch from the shared counter `batches`,
+    or None once `count` messages are handed out."""
+    s0 = next(batches) * batch
+    if count is None:
+        return s0, batch
+    if s0 >= count:
+        return None
+    return s0, min(batch, count - s0)
+
+
 def run_producers(r: Resolved, make_sender: Callable[[int], Sender],
                   latency: LatencyRecorder, phase) -> Driven:
     """Drive `r.producers` senders as described in the module docstring. The progress
@@ -124,13 +140,10 @@ def run_producers(r: Resolved, make_sender: Callable[[int], Sender],
         inflight = collections.deque()
         try:
             while not stop.is_set() and now() < deadline[0]:
-                s0 = next(batches) * batch
-                if count is not None:
-                    if s0 >= count:
-                        break
-                    n = min(batch, count - s0)
-                else:
-                    n = batch
+                got = next_batch(batches, batch, count)
+                if got is None:
+                    break
+                s0, n = got
                 t0 = clock()
                 token = send(s0, n)
                 if window == 1:

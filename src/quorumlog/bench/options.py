@@ -27,6 +27,9 @@ MAX_BATCH_BYTES = 64 * MiB
 MAX_WINDOW = 1024
 MAX_REPLICAS = 9
 FLUSH_MODES = ("sync", "async")
+MAX_KILLS = 1000
+MIN_KILL_EVERY_S = 0.5
+MAX_KILL_EVERY_S = 3600.0
 DEFAULT_WARM_GIB = 2.0
 QUICK_WARM_GIB = 0.25
 # Memory touched before measuring: at most half of the machine's RAM.
@@ -62,7 +65,10 @@ class BenchOptions:
     of a replicated workload; dir: where stores are created; keep: leave them there;
     seed: seeds the random bodies; json_path: write the results there; warm_gib: memory
     touched before measuring; quick: small defaults for a smoke run; references: measure the
-    machine's limits; progress: live progress line (None: only on a terminal)."""
+    machine's limits; progress: live progress line (None: only on a terminal).
+    connect: client addresses ("host:port") of running replicas to drive instead of starting
+    them; secret_file: the file holding their cluster secret (first line); kills: leader
+    kills of the failover workload; kill_every_s: seconds between them."""
     size: int | None = None
     count: int | None = None
     duration_s: float | None = None
@@ -79,6 +85,10 @@ class BenchOptions:
     quick: bool = False
     references: bool = True
     progress: bool | None = None
+    connect: tuple | None = None
+    secret_file: str | None = None
+    kills: int | None = None
+    kill_every_s: float | None = None
 
     def __post_init__(self):
         _check_int("--size", self.size, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
@@ -100,6 +110,22 @@ class BenchOptions:
             if not isinstance(self.warm_gib, (int, float)) or not 0 <= self.warm_gib <= MAX_WARM_GIB:
                 raise BenchOptionError(f"--warm-gib {self.warm_gib!r} outside [0, {MAX_WARM_GIB}] "
                                        "(at most half of this machine's memory)")
+        _check_int("--kills", self.kills, 1, MAX_KILLS)
+        k = self.kill_every_s
+        if k is not None:
+            if not isinstance(k, (int, float)) or isinstance(k, bool) \
+                    or not MIN_KILL_EVERY_S <= k <= MAX_KILL_EVERY_S:
+                raise BenchOptionError(f"--kill-every {self.kill_every_s!r} outside "
+                                       f"[{MIN_KILL_EVERY_S}, {MAX_KILL_EVERY_S:.0f}] seconds")
+        if self.connect is not None:
+            if not isinstance(self.connect, tuple) \
+                    or not 1 <= len(self.connect) <= MAX_REPLICAS:
+                raise BenchOptionError(f"--connect needs 1 .. {MAX_REPLICAS} addresses")
+            for a in self.connect:
+                parse_address(a)
+        if self.secret_file is not None and self.connect is None:
+            raise BenchOptionError("--secret-file goes with --connect (replicas the benchmark "
+                                   "starts get a secret of their own)")
         if type(self.seed) is not int or not 0 <= self.seed < 1 << 63:
             raise BenchOptionError(f"--seed {self.seed!r} must be an integer in [0, 2**63)")
         if self.size is not None and self.batch is not None \
@@ -114,6 +140,26 @@ class BenchOptions:
         if gib is None:
             gib = min(QUICK_WARM_GIB if self.quick else DEFAULT_WARM_GIB, MAX_WARM_GIB)
         return int(gib * GiB)
+
+
+def parse_address(text: str) -> str:
+    """'host:port' (port 1..65535) -> the same text; anything else is a BenchOptionError."""
+    host, sep, port = str(text).strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise BenchOptionError(f"--connect: {text!r} is not host:port")
+    return f"{host}:{int(port)}"
+
+
+def parse_connect(text: str) -> tuple:
+    """'h1:p1,h2:p2' -> ('h1:p1', 'h2:p2')."""
+    parts = tuple(parse_address(a) for a in str(text).split(",") if a.strip())
+    if not parts:
+        raise BenchOptionError("--connect needs at least one host:port")
+    if len(parts) > MAX_REPLICAS:
+        raise BenchOptionError(f"--connect: {len(parts)} addresses > {MAX_REPLICAS}")
+    if len(set(parts)) != len(parts):
+        raise BenchOptionError(f"--connect: an address is given twice in {text!r}")
+    return parts
 
 
 def _check_int(name, value, lo, hi):
@@ -136,6 +182,11 @@ class Resolved:
     flush: str
     replicas: int
     seed: int
+    # the failover workload's kills and the seconds between them (None elsewhere)
+    kills: int | None = None
+    kill_every_s: float | None = None
+    # addresses of running replicas driven instead of started ones (None: started here)
+    connect: tuple | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -157,7 +208,10 @@ def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
                  window=_pick(opts.window, defaults, "window", 1),
                  flush=_pick(opts.flush, defaults, "flush", "async"),
                  replicas=_pick(opts.replicas, defaults, "replicas", 1),
-                 seed=opts.seed)
+                 seed=opts.seed,
+                 kills=_pick(opts.kills, defaults, "kills", None),
+                 kill_every_s=_pick(opts.kill_every_s, defaults, "kill_every_s", None),
+                 connect=opts.connect)
     if r.size * r.batch > MAX_BATCH_BYTES:
         raise BenchOptionError(f"batch {r.batch} x size {r.size} = {r.size * r.batch} bytes > "
                                f"{MAX_BATCH_BYTES} (the store's max_batch_bytes): lower --batch")

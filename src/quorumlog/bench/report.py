@@ -67,6 +67,9 @@ def result_dict(res, refs) -> dict:
                                                          "ratio": ratio},
         "integrity": res.integrity,
         "notes": list(res.notes),
+        "goal": res.goal,
+        "replicas": res.replicas,
+        "failover": res.failover,
     }
 
 
@@ -151,14 +154,14 @@ def summary_table(doc: dict) -> Table:
                           ("p50", "right"), ("p90", "right"), ("p99", "right"),
                           ("p99.9", "right"), ("max", "right"), ("flushes", "right"),
                           ("msg/flush", "right"), ("CPU s", "right"), ("vs reference", "left"),
-                          ("check", "left")):
+                          ("vs goal", "left"), ("check", "left")):
         t.add_column(name, justify=justify, no_wrap=True)
     for r in doc["results"]:
         o, lat, c = r["options"], r["latency"], _cells(r)
         t.add_row(r["workload"], r["op"], o.get("flush", "-"), _size(o["size"]),
                   str(o.get("producers", 1)), _num(r["messages"]), _num(r["msgs_per_s"]),
                   _num(r["MBps"], ",.1f"), lat["unit"], *c["lat"], _num(r["flushes"]),
-                  _num(r["msgs_per_flush"], ",.1f"), c["cpu"], c["ref"], c["check"])
+                  _num(r["msgs_per_flush"], ",.1f"), c["cpu"], c["ref"], c["goal"], c["check"])
     return t
 
 
@@ -169,10 +172,20 @@ def _cells(r) -> dict:
                f"x{o.get('producers', 1)}",
         "ref": "-" if not ref or ref["ratio"] is None else
                f"{ref['ratio']:.2f}x {REFERENCE_LABELS.get(ref['name'], ref['name'])}",
+        "goal": goal_cell(r.get("goal")),
         "check": "-" if integ is None else ("ok" if integ["ok"] else "FAILED"),
         "cpu": "+".join(f"{v:.1f}" for v in r["cpu_seconds"].values()),
         "lat": [_us(lat[k]) for k in ("p50_us", "p90_us", "p99_us", "p99_9_us", "max_us")],
     }
+
+
+def goal_cell(goal: dict | None) -> str:
+    """'0.19x ≥500 MB/s' (19 % of the goal); '-' when no goal applies to the row's shape."""
+    if not goal:
+        return "-"
+    sign = "≥" if goal["higher_is_better"] else "≤"
+    ratio = "n/a" if goal["ratio"] is None else f"{goal['ratio']:.2f}x"
+    return f"{ratio} {sign}{goal['target']:,g} {goal['unit']}"
 
 
 def _print_blocks(console: Console, doc: dict) -> None:
@@ -182,7 +195,7 @@ def _print_blocks(console: Console, doc: dict) -> None:
         c = _cells(r)
         p50, p90, p99, p999, mx = c["lat"]
         console.print(f"{c['run']}: {r['messages']:,} msgs  {r['msgs_per_s']:,.0f} msg/s  "
-                      f"{r['MBps']:,.1f} MB/s  {c['ref']}  check {c['check']}\n"
+                      f"{r['MBps']:,.1f} MB/s  {c['ref']}  {c['goal']}  check {c['check']}\n"
                       f"  latency per {r['latency']['unit']}: p50 {p50}  p90 {p90}  p99 {p99}  "
                       f"p99.9 {p999}  max {mx}\n"
                       f"  flushes {_num(r['flushes'])} ({_num(r['msgs_per_flush'], ',.1f')} "
@@ -199,16 +212,17 @@ def print_summary(console: Console, doc: dict) -> None:
         console.print(table)
     printed = set()
     for r in doc["results"]:
+        run = _cells(r)["run"]
         integ = r["integrity"]
         if integ is not None and not integ["ok"]:
-            console.print(f"[bold red]integrity check FAILED[/] {r['workload']} {r['op']}: "
+            console.print(f"[bold red]integrity check FAILED[/] {run}: "
                           + ", ".join(f"{k}={v}" for k, v in integ.items() if k != "ok"),
                           highlight=False)
         if len(r["cpu_seconds"]) > 1:
-            console.print(f"{r['workload']} {r['op']} CPU seconds: " + ", ".join(
+            console.print(f"{run} CPU seconds: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)
         for n in r["notes"]:
-            line = f"{r['workload']} {r['op']}: {n}"
+            line = f"{run}: {n}"
             if line not in printed:
                 printed.add(line)
                 console.print(line, highlight=False)

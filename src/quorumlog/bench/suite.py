@@ -25,8 +25,9 @@ from .workloads import (ALL_OPTIONS, RunContext, Workload, WorkloadUnavailable, 
 
 log = logging.getLogger(__name__)
 
-# (workload, the step's own settings). Replicated workloads are listed so the suite says they
-# were skipped (and runs them once they exist).
+# (workload, the step's own settings). The cluster steps are the shapes the node's goals are
+# stated for (goals.py): batches with async and with sync flush, one producer of single
+# messages, 64 sync producers of single messages; then failover with 5 kills.
 DEFAULT_SUITE = (
     ("log", {}),
     ("store", {"flush": "async"}),
@@ -34,12 +35,17 @@ DEFAULT_SUITE = (
     ("store", {"flush": "async", "batch": 1, "count": 200_000}),
     ("commit", {}),
     ("scan", {}),
-    ("cluster", {}),
-    ("failover", {}),
+    ("cluster", {"flush": "async"}),
+    ("cluster", {"flush": "sync"}),
+    ("cluster", {"flush": "async", "producers": 1, "batch": 1, "window": 1,
+                 "duration_s": 5.0}),
+    ("cluster", {"flush": "sync", "producers": 64, "batch": 1, "window": 1,
+                 "duration_s": 5.0}),
+    ("failover", {"kills": 5}),
 )
 
 # Lines wider than 80 columns are kept whole when the output is not a terminal (make bench).
-PIPE_WIDTH = 220
+PIPE_WIDTH = 260
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +117,7 @@ def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
                           "memcpy, page-cache write, fdatasync, loopback TCP")
             refs = refs_mod.measure(base, warm_bytes=opts.warm_bytes, quick=opts.quick)
         ctx = RunContext(directory=base, progress=progress, warm_bytes=opts.warm_bytes,
-                         quick=opts.quick, keep=opts.keep)
+                         quick=opts.quick, keep=opts.keep, secret_file=opts.secret_file)
         for i, step in enumerate(planned, 1):
             progress.note(f"[{i}/{len(planned)}] {step.workload.describe(step.resolved)}")
             try:

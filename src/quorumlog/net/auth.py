@@ -31,7 +31,7 @@ import os
 from . import messages as m
 from .errors import (AuthConfigError, AuthError, AuthRejectedError, BadProofError,
                      HandshakeTimeoutError, UnknownNodeError, WrongClusterError)
-from .messages import AuthMode, RejectReason, Role
+from .messages import PEER_ROLES, AuthMode, RejectReason, Role
 
 __all__ = ["AuthConfig", "Handshake", "MIN_SECRET_BYTES", "transcript", "proof", "DIR_INITIATOR",
            "DIR_RESPONDER"]
@@ -91,7 +91,7 @@ class AuthConfig:
 
     def key_for(self, role: Role) -> bytes | None:
         """The secret a connection of `role` proves (responder side)."""
-        if role == Role.PEER:
+        if role in PEER_ROLES:
             return self.secret
         return self.client_secret if self.client_secret is not None else \
             (None if self.insecure else b"")   # b"": no client secret -> clients refused
@@ -144,7 +144,7 @@ class Handshake:
                   nonce: bytes | None = None, deadline: float | None = None) -> "Handshake":
         if target_id is not None:
             m.check_node_id(target_id, "target node id")
-        elif role == Role.PEER:
+        elif role in PEER_ROLES:
             raise AuthConfigError("a peer connection must name the node it dials")
         return cls(cfg, True, target_id=target_id, role=role, nonce=nonce, deadline=deadline)
 
@@ -214,7 +214,7 @@ class Handshake:
             self._fail(UnknownNodeError(f"{h.sender_id!r} dialled node {h.target_id!r}, "
                                         f"this is {c.node_id!r}"),
                        RejectReason.UNKNOWN_NODE, "wrong target node id")
-        if h.role == Role.PEER:
+        if h.role in PEER_ROLES:
             if h.target_id is None or h.sender_id == c.node_id or h.sender_id not in c.peers:
                 self._fail(UnknownNodeError(f"unknown peer node id {h.sender_id!r}"),
                            RejectReason.UNKNOWN_NODE, "unknown node id")

@@ -263,11 +263,20 @@ class List(Var):
         out.add(struct.pack("<I", len(v)))
         item = self.item
         if self.item_fixed is not None:
-            checked = [item.check(f"{name}[{i}]", x, EncodeError) for i, x in enumerate(v)]
-            out.add(struct.pack(f"<{len(checked)}{item.fmt}", *checked))
+            out.add(self._pack_fixed(name, v))
             return
         for i, x in enumerate(v):
             item.enc(f"{name}[{i}]", x, out)
+
+    def _pack_fixed(self, name, v) -> bytes:
+        item = self.item
+        fmt = f"<{len(v)}{item.fmt}"
+        if item.conv is None and (not v or (set(map(type, v)) == {int}
+                                            and item.lo <= min(v) and max(v) <= item.hi)):
+            # plain ints all in range (a produce ack's positions): no call per item
+            return struct.pack(fmt, *v)
+        checked = [item.check(f"{name}[{i}]", x, EncodeError) for i, x in enumerate(v)]
+        return struct.pack(fmt, *checked)
 
     def dec(self, buf, off, end, name):
         _need(4, off, end, name)
@@ -280,6 +289,10 @@ class List(Var):
             size = self.item_fixed.size
             _need(n * size, off, end, name)
             vals = struct.unpack_from(f"<{n}{item.fmt}", buf, off)
+            if item.conv is None and (not vals or (item.lo <= min(vals)
+                                                   and max(vals) <= item.hi)):
+                # plain ints all in range (a produce ack's positions): no call per item
+                return vals, off + n * size
             out = tuple(item.check(f"{name}[{i}]", x, CodecError) for i, x in enumerate(vals))
             return out, off + n * size
         if n * item.min_bytes > end - off:
@@ -495,9 +508,11 @@ def _raft(code, cls, fields, **kw):
     return register(code, cls, [("term", TERM)] + fields, channel=RAFT, **kw)
 
 
+# `pre`: a pre-vote and its answer (the receiver changes no state for it); without it on the
+# wire a pre-vote would arrive as a real vote
 _raft(0x10, VoteRequest, [("ledger_end_index", INDEX), ("ledger_end_term", TERM),
-                          ("transfer", BOOL)])
-_raft(0x11, VoteResponse, [("req_term", TERM), ("result", Enum(VoteResult))])
+                          ("transfer", BOOL), ("pre", BOOL)])
+_raft(0x11, VoteResponse, [("req_term", TERM), ("pre", BOOL), ("result", Enum(VoteResult))])
 _raft(0x12, Heartbeat, [("commit_index", INDEX), ("seq", INDEX)])
 _raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
 

@@ -133,10 +133,15 @@ class FrameDecoder:
 
     `max_frame_bytes`, `known_types` and `limit_name` (the setting a FrameTooLargeError
     names) may be changed between calls: the transport allows only handshake frames, with
-    a small limit, until the peer has authenticated.
+    a small limit, until the peer has authenticated. Because the frames of one read are
+    checked against the types allowed when they are parsed, a connection whose state
+    changes with a frame sets `one_at_a_time`: each call then returns at most one frame, and
+    `parse_buffered()` returns what follows it once the new limits are set (a peer's first
+    Raft frame may arrive in the same read as the AUTH_OK before it).
     """
 
-    __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes", "_buf", "_mv",
+    __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
+                 "one_at_a_time", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
                  "frames", "bytes")
@@ -154,6 +159,7 @@ class FrameDecoder:
         self.known_types = known_types
         self.limit_name = "max_frame_bytes"
         self.large_payload_bytes = large_payload_bytes
+        self.one_at_a_time = False
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
         # move bytes inside it (same-size slice assignment is allowed with exports).
@@ -213,6 +219,15 @@ class FrameDecoder:
         self._end += nbytes
         return self._parse()
 
+    def parse_buffered(self) -> list[Frame]:
+        """Frames already received but not returned yet (after a call in `one_at_a_time`
+        mode), checked against the current limits."""
+        if self._error is not None:
+            raise self._error
+        if self._big is not None:
+            return []
+        return self._parse()
+
     def feed(self, data) -> list[Frame]:
         """Copying entry point: the same path as get_buffer/buffer_updated."""
         src = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) \
@@ -257,12 +272,16 @@ class FrameDecoder:
                     if have < length:
                         break                       # the rest goes straight into `big`
                     out.append(self._finish_big())
+                    if self.one_at_a_time:
+                        break
                     continue
                 if end - body < length:
                     break
                 out.append(Frame(ftype, flags, rid, bytes(mv[body:body + length])))
                 self.frames += 1
                 start = body + length
+                if self.one_at_a_time:
+                    break
         except FrameError as e:
             self._fail(e)
             raise

@@ -53,6 +53,10 @@ class AuthMode(IntEnum):
 class Role(IntEnum):
     PEER = 1          # another replica of the cluster (Raft traffic)
     CLIENT = 2        # a producer/consumer/admin client
+    PEER_CONTROL = 3  # another replica's control lane: votes and heartbeats only
+
+
+PEER_ROLES = frozenset((Role.PEER, Role.PEER_CONTROL))   # proven with the cluster secret
 
 
 class RejectReason(IntEnum):

@@ -10,7 +10,10 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
     await t.close();  t.stats()
 
 * One connection per peer pair: both sides dial; when both connections authenticate, the
-  one initiated by the lower node id wins on both sides (the other is closed).
+  one initiated by the lower node id wins on both sides (the other is closed). With
+  `control_lane`, a second one per pair (role PEER_CONTROL, same handshake, same rule)
+  carries the CONTROL-lane Raft messages (votes, heartbeats, their answers, timeout-now), so
+  a backlogged data connection never holds up the heartbeats that keep a leader in office.
 * Reconnect with exponential backoff and jitter while the peer is a member.
 * asyncio.BufferedProtocol: the kernel writes straight into the decoder's buffer; a large
   APPEND payload lands in a buffer of its own and reaches on_message as a memoryview of it.
@@ -36,13 +39,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import ConfigError
-from ..raft.messages import Append
+from ..raft.messages import CONTROL, DATA, Append
 from . import codec
 from .auth import AuthConfig, Handshake
 from .errors import (AuthError, FrameTooLargeError, HandshakeTimeoutError, NetError,
                      ProtocolError, TransportClosedError)
 from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, FrameDecoder, encode_header
-from .messages import Role, check_node_id
+from .messages import PEER_ROLES, Role, check_node_id
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +73,18 @@ class TransportConfig:
     # for this long: the peer dials only when it has no connection, so ours is half-open
     # (the peer restarted or its host died without a FIN). Below it, the lower-id rule.
     replace_silent_after_ms: int = 1000
+    # Dial a second connection per peer for CONTROL-lane Raft messages (raft.messages.lane).
+    # Off: everything shares one connection (a peer's control connection is still accepted).
+    control_lane: bool = False
+    control_max_frame_bytes: int = 4096            # a vote or a heartbeat is under 100 bytes
+    control_max_send_queue_bytes: int = 256 << 10  # per peer, on its control connection
 
     def validate(self) -> "TransportConfig":
         for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
                      "max_unauthenticated", "max_send_queue_bytes", "write_high_water_bytes",
                      "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
-                     "large_payload_bytes", "replace_silent_after_ms"):
+                     "large_payload_bytes", "replace_silent_after_ms",
+                     "control_max_frame_bytes", "control_max_send_queue_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TransportConfig.{name} must be > 0")
         if self.handshake_max_frame_bytes < HEADER_SIZE + 256:
@@ -90,12 +99,20 @@ class TransportConfig:
                               "write_high_water_bytes")
         if self.reconnect_max_ms < self.reconnect_initial_ms:
             raise ConfigError("TransportConfig.reconnect_max_ms < reconnect_initial_ms")
+        if not HEADER_SIZE + 64 <= self.control_max_frame_bytes <= self.max_frame_bytes:
+            raise ConfigError(f"TransportConfig.control_max_frame_bytes="
+                              f"{self.control_max_frame_bytes} must be in "
+                              f"[{HEADER_SIZE + 64}, max_frame_bytes={self.max_frame_bytes}]")
+        if self.control_max_send_queue_bytes < self.control_max_frame_bytes:
+            raise ConfigError("TransportConfig.control_max_send_queue_bytes < "
+                              "control_max_frame_bytes: a control frame could never be sent")
         return self
 
 
 _AUTH_TYPES = codec.types_of_channel(codec.AUTH)
 _PEER_TYPES = codec.types_of_channel(codec.RAFT)
 _CLIENT_REQ_TYPES = codec.types_of_channel(codec.CLIENT)
+_CONTROL_TYPES = frozenset(t for t in _PEER_TYPES if codec.spec_of_type(t).cls.lane == CONTROL)
 _CH_AUTH, _CH_RAFT, _CH_CLIENT = (codec.AUTH,), (codec.RAFT,), (codec.CLIENT,)
 
 
@@ -120,6 +137,8 @@ class _Conn(asyncio.BufferedProtocol):
         self.decoder = FrameDecoder(self.cfg.handshake_max_frame_bytes, known_types=_AUTH_TYPES,
                                     large_payload_bytes=self.cfg.large_payload_bytes)
         self.decoder.limit_name = "handshake_max_frame_bytes"
+        # the frame that completes the handshake changes the types and limits allowed
+        self.decoder.one_at_a_time = True
         self.channels = _CH_AUTH
         self.authenticated = False
         self.closed = False
@@ -133,6 +152,7 @@ class _Conn(asyncio.BufferedProtocol):
         self._bulk: collections.deque = collections.deque()
         self.queued_bytes = 0
         self.max_held_bytes = 0
+        self.send_budget = self._budget(role)
         self.last_heard = 0.0          # loop time of the last bytes received (after auth)
         self._uv = False
 
@@ -176,15 +196,22 @@ class _Conn(asyncio.BufferedProtocol):
             self.last_heard = self.owner.loop.time()
         try:
             frames = self.decoder.buffer_updated(nbytes)
-            for fr in frames:
-                if self.closed:
-                    return
-                if self.authenticated:
-                    msg = codec.decode(fr.type, fr.payload, self.peer_id, self.owner.node_id,
-                                       channels=self.channels)
-                    self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
-                else:
-                    self._on_handshake_frame(fr)
+            while frames:
+                handshake = not self.authenticated
+                for fr in frames:
+                    if self.closed:
+                        return
+                    if self.authenticated:
+                        msg = codec.decode(fr.type, fr.payload, self.peer_id,
+                                           self.owner.node_id, channels=self.channels)
+                        self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
+                    else:
+                        self._on_handshake_frame(fr)
+                if not handshake or self.closed:
+                    break
+                # one handshake frame per call: what follows it in this read (the peer's
+                # first Raft frames behind its AUTH_OK) is parsed with the new state's types
+                frames = self.decoder.parse_buffered()
         except (ProtocolError, AuthError) as e:
             self._reject(e)
 
@@ -230,13 +257,19 @@ class _Conn(asyncio.BufferedProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        limit, limit_name = self.cfg.max_frame_bytes, "max_frame_bytes"
         if self.role == Role.PEER:
             self.channels, types = _CH_RAFT, _PEER_TYPES
+        elif self.role == Role.PEER_CONTROL:
+            self.channels, types = _CH_RAFT, _CONTROL_TYPES
+            limit, limit_name = self.cfg.control_max_frame_bytes, "control_max_frame_bytes"
         else:
             self.channels, types = _CH_CLIENT, _CLIENT_REQ_TYPES
+        self.send_budget = self._budget(self.role)
         self.decoder.known_types = types
-        self.decoder.max_frame_bytes = self.cfg.max_frame_bytes
-        self.decoder.limit_name = "max_frame_bytes"
+        self.decoder.max_frame_bytes = limit
+        self.decoder.limit_name = limit_name
+        self.decoder.one_at_a_time = False
         if not self.finished.done():
             self.finished.set_result(True)
         self.owner._conn_authenticated(self)
@@ -275,6 +308,12 @@ class _Conn(asyncio.BufferedProtocol):
 
     # -- sending -----------------------------------------------------------------------------
 
+    def _budget(self, role: Role) -> tuple[int, int]:
+        """(bytes held for the peer at most, extra room for control messages)."""
+        if role == Role.PEER_CONTROL:
+            return self.cfg.control_max_send_queue_bytes, 0
+        return self.cfg.max_send_queue_bytes, self.cfg.control_reserve_bytes
+
     def held_bytes(self) -> int:
         """Bytes held for this peer: our queue + the transport's write buffer."""
         t = self.transport
@@ -285,8 +324,8 @@ class _Conn(asyncio.BufferedProtocol):
             return False
         n = _nbytes(parts)
         held = self.held_bytes()
-        limit = self.cfg.max_send_queue_bytes + (self.cfg.control_reserve_bytes if control else 0)
-        if held + n > limit:
+        budget, reserve = self.send_budget
+        if held + n > budget + (reserve if control else 0):
             return False
         if not self._paused and not self._ctrl and not self._bulk:
             self._write(parts, n)
@@ -351,20 +390,51 @@ class _Conn(asyncio.BufferedProtocol):
         return self.send_parts(parts, control=False)
 
 
-class _Peer:
-    __slots__ = ("id", "address", "conn", "task", "wake", "changed", "stats")
+class _Lane:
+    """One of a peer's connections (data, or control) and the dialler that keeps it up."""
+    __slots__ = ("role", "conn", "task", "wake", "stats")
 
-    def __init__(self, peer_id: str, address):
-        self.id = peer_id
-        self.address = address
+    def __init__(self, role: Role):
+        self.role = role
         self.conn: _Conn | None = None
         self.task: asyncio.Task | None = None
         self.wake = asyncio.Event()     # set: the dialler should look again (its own)
-        self.changed = asyncio.Event()  # set and replaced on every connect/disconnect
         self.stats = dict(sent=0, sent_bytes=0, received=0, received_bytes=0,
                           dropped_no_connection=0, dropped_backpressure=0, dropped_encode=0,
                           connects=0, disconnects=0, dial_failures=0, duplicates_closed=0,
                           max_held_bytes=0)
+
+    def live(self) -> "_Conn | None":
+        c = self.conn
+        return c if c is not None and not c.closed else None
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.conn is not None:
+            self.conn.close()
+
+
+class _Peer:
+    __slots__ = ("id", "address", "data", "ctrl", "changed")
+
+    def __init__(self, peer_id: str, address):
+        self.id = peer_id
+        self.address = address
+        self.data = _Lane(Role.PEER)            # everything (but control when ctrl is up)
+        self.ctrl = _Lane(Role.PEER_CONTROL)    # CONTROL-lane Raft messages
+        self.changed = asyncio.Event()  # set and replaced on every connect/disconnect
+
+    def lane_of(self, c: _Conn) -> _Lane:
+        return self.ctrl if c.role == Role.PEER_CONTROL else self.data
+
+    @property
+    def conn(self) -> "_Conn | None":
+        return self.data.conn
+
+    @property
+    def stats(self) -> dict:
+        return self.data.stats
 
 
 class PeerTransport:
@@ -425,9 +495,10 @@ class PeerTransport:
         self._closed = True
         tasks = []
         for p in self._peers.values():
-            if p.task is not None:
-                p.task.cancel()
-                tasks.append(p.task)
+            for lane in (p.data, p.ctrl):
+                if lane.task is not None:
+                    lane.task.cancel()
+                    tasks.append(lane.task)
         if self._server is not None:
             self._server.close()
         for c in list(self._all):
@@ -450,7 +521,8 @@ class PeerTransport:
     # -- membership --------------------------------------------------------------------------
 
     def add_peer(self, peer_id: str, address: tuple | None) -> None:
-        """Add (or re-address) a peer; we dial it while it is a member."""
+        """Add (or re-address) a peer; we dial it while it is a member (twice with
+        control_lane: its data and its control connection)."""
         check_node_id(peer_id, "peer id", ConfigError)
         if peer_id == self.node_id:
             raise ConfigError("a node is not its own peer")
@@ -461,40 +533,50 @@ class PeerTransport:
         else:
             p.address = address
         if self.loop is not None and not self._closed:
-            if p.task is None and address is not None:
-                p.task = self.loop.create_task(self._dial_loop(p))
-            p.wake.set()
+            lanes = (p.data, p.ctrl) if self.config.control_lane else (p.data,)
+            for lane in lanes:
+                if lane.task is None and address is not None:
+                    lane.task = self.loop.create_task(self._dial_loop(p, lane))
+                lane.wake.set()
 
     def remove_peer(self, peer_id: str) -> None:
         self.auth.peers.discard(peer_id)
         p = self._peers.pop(peer_id, None)
         if p is None:
             return
-        if p.task is not None:
-            p.task.cancel()
-        if p.conn is not None:
-            p.conn.close()
+        p.data.stop()
+        p.ctrl.stop()
 
     def peers(self) -> list:
         return sorted(self._peers)
 
-    def is_connected(self, peer_id: str) -> bool:
+    def is_connected(self, peer_id: str, lane: int = DATA) -> bool:
+        """An authenticated connection to peer_id exists (lane=CONTROL: its control one)."""
         p = self._peers.get(peer_id)
-        return p is not None and p.conn is not None and not p.conn.closed
+        return p is not None and (p.ctrl if lane == CONTROL else p.data).live() is not None
 
     # -- sending -----------------------------------------------------------------------------
 
     def send(self, peer_id: str, message) -> bool:
         """Queue `message` for `peer_id`. Never blocks; False when the message was dropped
-        (unknown peer, no connection, or the peer's byte budget is full)."""
+        (unknown peer, no connection, or the peer's byte budget is full). A CONTROL-lane
+        message goes on the peer's control connection while there is one, else on the data
+        connection."""
         if self._closed:
             raise TransportClosedError("transport is closed")
         p = self._peers.get(peer_id)
         if p is None:
             return False
-        st = p.stats
-        c = p.conn
-        if c is None or c.closed:
+        lane = p.data
+        c = None
+        if getattr(type(message), "lane", DATA) == CONTROL:
+            c = p.ctrl.live()
+            if c is not None:
+                lane = p.ctrl
+        if c is None:
+            c = p.data.live()
+        st = lane.stats
+        if c is None:
             st["dropped_no_connection"] += 1
             return False
         try:
@@ -504,6 +586,12 @@ class PeerTransport:
             log.error("cannot send %s to %r: %s", type(message).__name__, peer_id, e)
             return False
         n = _nbytes(parts)
+        if lane is p.ctrl and n > self.config.control_max_frame_bytes:
+            lane, c = p.data, p.data.live()   # (never for a Raft control message)
+            st = lane.stats
+            if c is None:
+                st["dropped_no_connection"] += 1
+                return False
         if not c.send_parts(parts, control=type(message) is not Append):
             st["dropped_backpressure"] += 1
             return False
@@ -512,6 +600,8 @@ class PeerTransport:
         return True
 
     def pause_reading(self, peer_id: str) -> bool:
+        """Stop reading the peer's data connection (its control connection keeps reading:
+        heartbeats and votes still arrive)."""
         p = self._peers.get(peer_id)
         if p is None or p.conn is None or p.conn.transport is None:
             return False
@@ -528,38 +618,48 @@ class PeerTransport:
     # -- stats -------------------------------------------------------------------------------
 
     def held_bytes(self, peer_id: str) -> int:
-        """Bytes held for `peer_id` right now (our queue + the socket transport's buffer)."""
+        """Bytes held for `peer_id` right now (our queues + the socket transports' buffers,
+        both connections)."""
         p = self._peers.get(peer_id)
-        return p.conn.held_bytes() if p is not None and p.conn is not None else 0
+        if p is None:
+            return 0
+        return sum(lane.conn.held_bytes() for lane in (p.data, p.ctrl) if lane.conn is not None)
+
+    @staticmethod
+    def _lane_stats(lane: _Lane) -> dict:
+        s = dict(lane.stats)
+        c = lane.conn
+        s["connected"] = c is not None and not c.closed
+        s["dialled"] = c is not None and c.outbound       # which side's dial was kept
+        s["tls"] = c is not None and c.transport is not None and \
+            c.transport.get_extra_info("ssl_object") is not None
+        s["held_bytes"] = c.held_bytes() if c is not None else 0
+        s["queued_bytes"] = c.queued_bytes if c is not None else 0
+        if c is not None:
+            s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
+        return s
 
     def stats(self) -> dict:
         peers = {}
         for pid, p in self._peers.items():
-            s = dict(p.stats)
-            c = p.conn
-            s["connected"] = c is not None and not c.closed
-            s["dialled"] = c is not None and c.outbound       # which side's dial was kept
-            s["tls"] = c is not None and c.transport is not None and \
-                c.transport.get_extra_info("ssl_object") is not None
-            s["held_bytes"] = c.held_bytes() if c is not None else 0
-            s["queued_bytes"] = c.queued_bytes if c is not None else 0
-            if c is not None:
-                s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
+            s = self._lane_stats(p.data)
+            s["control"] = self._lane_stats(p.ctrl)
             peers[pid] = s
         return {"node_id": self.node_id, "address": self.address, "peers": peers,
                 "connections": len(self._all), "unauthenticated": len(self._unauth),
                 "clients": len(self._clients),
                 "rejected": dict(self._rejects)}
 
-    async def wait_connected(self, peer_id: str, timeout: float) -> None:
-        """Wait (at most `timeout` s) until an authenticated connection to peer_id exists."""
+    async def wait_connected(self, peer_id: str, timeout: float, lane: int = DATA) -> None:
+        """Wait (at most `timeout` s) until an authenticated connection to peer_id exists
+        (lane=CONTROL: its control connection)."""
         deadline = self.loop.time() + timeout
-        while not self.is_connected(peer_id):
+        while not self.is_connected(peer_id, lane):
             p = self._peers.get(peer_id)
             left = deadline - self.loop.time()
             if left <= 0 or p is None:
-                raise TimeoutError(f"{self.node_id!r}: no connection to {peer_id!r} "
-                                   f"after {timeout} s")
+                raise TimeoutError(f"{self.node_id!r}: no {'control ' if lane == CONTROL else ''}"
+                                   f"connection to {peer_id!r} after {timeout} s")
             try:
                 await asyncio.wait_for(p.changed.wait(), left)
             except TimeoutError:
@@ -596,7 +696,9 @@ class PeerTransport:
         if p is None:  # removed during the handshake
             c.close()
             return
-        old = p.conn
+        lane = p.lane_of(c)
+        what = "control connection" if lane is p.ctrl else "connection"
+        old = lane.conn
         if old is not None and not old.closed:
             # Two connections with one peer. Both dialled at once: the same rule on both
             # sides keeps the same connection, the one initiated by the lower node id. But a
@@ -612,37 +714,41 @@ class PeerTransport:
                 keep, drop = old, c
             else:
                 keep, drop = c, old
-            log.info("%r: two connections with %r: keeping the one %s%s", self.node_id,
+            log.info("%r: two %ss with %r: keeping the one %s%s", self.node_id, what,
                      c.peer_id, "we dialled" if keep.outbound else "it dialled",
                      " (the old one was silent)" if silent and keep is c else "")
-            p.stats["duplicates_closed"] += 1
-            p.conn = keep
+            lane.stats["duplicates_closed"] += 1
+            lane.conn = keep
             drop.close()
         else:
-            p.conn = c
-            p.stats["connects"] += 1
-            log.info("%r connected to peer %r (%s %s)", self.node_id, c.peer_id,
-                     "dialled" if c.outbound else "accepted", c.peername)
-        self._changed(p)
+            lane.conn = c
+            lane.stats["connects"] += 1
+            log.info("%r connected to peer %r (%s %s, %s)", self.node_id, c.peer_id,
+                     "dialled" if c.outbound else "accepted", c.peername, what)
+        self._changed(p, lane)
 
     def _conn_lost(self, c: _Conn) -> None:
         self._all.discard(c)
         self._unauth.discard(c)
         self._clients.discard(c)
-        if c.role != Role.PEER or c.peer_id is None:
+        if c.role not in PEER_ROLES or c.peer_id is None:
             return
         p = self._peers.get(c.peer_id)
-        if p is not None and p.conn is c:
-            p.stats["max_held_bytes"] = max(p.stats["max_held_bytes"], c.max_held_bytes)
-            p.conn = None
-            p.stats["disconnects"] += 1
+        if p is None:
+            return
+        lane = p.lane_of(c)
+        if lane.conn is c:
+            lane.stats["max_held_bytes"] = max(lane.stats["max_held_bytes"], c.max_held_bytes)
+            lane.conn = None
+            lane.stats["disconnects"] += 1
             if not self._closed:
-                log.info("%r lost its connection to peer %r", self.node_id, c.peer_id)
-            self._changed(p)
+                log.info("%r lost its %s to peer %r", self.node_id,
+                         "control connection" if lane is p.ctrl else "connection", c.peer_id)
+            self._changed(p, lane)
 
     @staticmethod
-    def _changed(p: _Peer) -> None:
-        p.wake.set()
+    def _changed(p: _Peer, lane: _Lane) -> None:
+        lane.wake.set()
         p.changed.set()
         p.changed = asyncio.Event()
 
@@ -654,9 +760,12 @@ class PeerTransport:
                 log.exception("on_client_request failed for client %r", c.peer_id)
             return
         p = self._peers.get(c.peer_id)
-        if p is None or p.conn is not c:
+        if p is None:
+            return
+        lane = p.lane_of(c)
+        if lane.conn is not c:
             return   # a duplicate being closed, or a removed peer: not the peer's channel
-        st = p.stats
+        st = lane.stats
         st["received"] += 1
         st["received_bytes"] += nbytes
         try:
@@ -666,41 +775,42 @@ class PeerTransport:
 
     # -- dialling ----------------------------------------------------------------------------
 
-    async def _dial_loop(self, p: _Peer) -> None:
+    async def _dial_loop(self, p: _Peer, lane: _Lane) -> None:
         cfg = self.config
         delay = cfg.reconnect_initial_ms / 1000
         while not self._closed:
-            if p.conn is not None and not p.conn.closed:
-                p.wake.clear()
-                await p.wake.wait()
+            if lane.live() is not None:
+                lane.wake.clear()
+                await lane.wake.wait()
                 delay = cfg.reconnect_initial_ms / 1000
                 continue
             if p.address is None:
-                p.wake.clear()
-                await p.wake.wait()
+                lane.wake.clear()
+                await lane.wake.wait()
                 continue
             host, port = p.address
             ok = False
             try:
                 _, conn = await asyncio.wait_for(
                     self.loop.create_connection(
-                        lambda: _Conn(self, outbound=True, target=p.id), host, port,
-                        ssl=self.ssl_client,
+                        lambda: _Conn(self, outbound=True, target=p.id, role=lane.role),
+                        host, port, ssl=self.ssl_client,
                         server_hostname=(host if self.ssl_client is not None else None)),
                     cfg.connect_timeout_ms / 1000)
                 ok = await conn.finished
             except (OSError, TimeoutError, _ssl.SSLError) as e:
-                log.debug("%r: dialling %r at %s:%s failed: %s", self.node_id, p.id, host, port, e)
+                log.debug("%r: dialling %r at %s:%s (%s) failed: %s", self.node_id, p.id, host,
+                          port, lane.role.name, e)
             if ok:
                 continue
-            p.stats["dial_failures"] += 1
+            lane.stats["dial_failures"] += 1
             # Exponential backoff with "equal jitter": half the delay fixed, half random, so
             # two nodes that lost each other at the same moment do not redial in lockstep.
             pause = delay / 2 + self.rng.random() * delay / 2
             delay = min(delay * 2, cfg.reconnect_max_ms / 1000)
-            p.wake.clear()
+            lane.wake.clear()
             try:
-                await asyncio.wait_for(p.wake.wait(), pause)
+                await asyncio.wait_for(lane.wake.wait(), pause)
             except TimeoutError:
                 pass
 
@@ -746,13 +856,18 @@ class ClientChannel:
             raise TransportClosedError("client connection is closed")
         rid = self._next_id
         self._next_id += 1
-        fut = self._conn.owner.loop.create_future()
+        loop = self._conn.owner.loop
+        fut = loop.create_future()
         self._waiting[rid] = fut
+        # one timer on the response's own future (asyncio.wait_for would add a second future
+        # and two callbacks per request: a visible share of a small request's client CPU)
+        timer = loop.call_later(timeout, _expire, fut, timeout)
         try:
             if not self._conn.send_parts(make_parts(rid), control=False):
                 raise TransportClosedError("client connection closed or its send budget is full")
-            return await asyncio.wait_for(fut, timeout)
+            return await fut
         finally:
+            timer.cancel()
             self._waiting.pop(rid, None)
 
     def _on_response(self, request_id: int, msg) -> None:
@@ -768,6 +883,11 @@ class ClientChannel:
     async def close(self) -> None:
         self._conn.close()
         await asyncio.sleep(0)
+
+
+def _expire(fut: asyncio.Future, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError(f"no response within {timeout} s"))
 
 
 class _ClientOwner:

@@ -47,6 +47,11 @@ class NodeConfig:
     max_client_connections: int = 1024
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
     coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
+    # votes and heartbeats on a connection of their own per peer pair (docs/net.md): a
+    # backlogged data connection then cannot delay them into a spurious election
+    control_lane: bool = True
+    # "host:port" where this replica serves Prometheus /metrics (None: not served)
+    metrics_addr: str | None = None
 
 
 NODE_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
@@ -172,27 +177,11 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
     for name in svalues:
         if name not in STORE_FIELDS:
             raise ConfigError(f"unknown store setting {name!r}")
-    if not wire_carries_pre_vote():
-        if rvalues.get("pre_vote"):
-            raise ConfigError("pre_vote: the wire codec (quorumlog.net.codec) does not carry "
-                              "VoteRequest.pre / VoteResponse.pre yet; a pre-vote would arrive "
-                              "as a real vote. Set pre_vote = false")
-        rvalues["pre_vote"] = False
     cfg = NodeConfig(**values)
     rcfg = RaftConfig(**rvalues).validate()
     scfg = load_config(None, env, **svalues)
     _validate(cfg)
     return cfg, rcfg, scfg
-
-
-def wire_carries_pre_vote() -> bool:
-    """Whether the net codec encodes the Raft core's pre-vote flag (the core gained it after
-    the codec's tables were written: without it a pre-vote arrives as a real vote, elections
-    never settle -- seen as terms rising past 100 with no leader)."""
-    from ..net import codec
-    from ..raft.messages import VoteRequest, VoteResponse
-    return all("pre" in codec.spec_for(cls.__new__(cls)).all_names
-               for cls in (VoteRequest, VoteResponse))
 
 
 def _validate(cfg: NodeConfig) -> None:
@@ -206,6 +195,8 @@ def _validate(cfg: NodeConfig) -> None:
         check_node_id(nid, "peer id", ConfigError)
     if cfg.client_addr is not None:
         parse_address(cfg.client_addr, "client_addr")
+    if cfg.metrics_addr is not None:
+        parse_address(cfg.metrics_addr, "metrics_addr")
     for name, (lo, hi) in _INT_LIMITS.items():
         v = getattr(cfg, name)
         if not lo <= v <= hi:

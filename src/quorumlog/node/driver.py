@@ -60,6 +60,7 @@ import random
 import time
 
 from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
+from ..metrics import ReplicaMetrics
 from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
 from ..net.transport import PeerTransport, TransportConfig
@@ -69,9 +70,11 @@ from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
 from ..raft.nativeinstall import read_head
+from ..raft.nativelog import RESERVED_PROPERTIES, producer_properties
+from ..raft.producers import BatchMismatchError, KnownBatchError, UncompletableBatchError
+from ..store.topics import check_user_topic
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
-from .dedupe import PROP_PID, PROP_SEQ, RESERVED_PROPERTIES, Entry, ProducerTable
 from .flusher import Flusher
 from .hardstate import HardStateFile
 from .storebridge import MetaSeam
@@ -84,15 +87,18 @@ _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
 _COALESCE_MAX_MESSAGES = 4096        # per coalesced proposal (the core allows 8192)
 _COALESCE_MAX_BYTES = 4 << 20        # (the core allows max_proposal_bytes, 16 MiB)
+_PRODUCER_READ_STEP = 4096           # log entries read into a new leader's table per step
+_MAX_TOPIC_NAMES_REMEMBERED = 4096
 
 
 class _Queued:
-    __slots__ = ("topic", "queue_id", "tags", "bodies", "props", "fut", "entry", "lo", "hi")
+    __slots__ = ("topic", "queue_id", "tags", "bodies", "props", "fut", "batch", "pid", "table",
+                 "lo", "hi")
 
     def __init__(self, topic, queue_id, tags, bodies, props, fut):
         self.topic, self.queue_id, self.tags = topic, queue_id, tags
         self.bodies, self.props, self.fut = bodies, props, fut
-        self.entry = None
+        self.batch = self.pid = self.table = None   # a producer batch reserved in `table`
         self.lo = self.hi = 0
 
 
@@ -122,6 +128,14 @@ def _split_result(f: asyncio.Future, items) -> None:
 
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+_METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
+
+
+def _stop_http(server) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 def config_history(commitlog, initial_voters) -> list:
@@ -170,7 +184,10 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hsfile = HardStateFile(self.path)
         self.flusher: Flusher | None = None
-        self.producers = ProducerTable()
+        self.metrics = ReplicaMetrics()     # role, term, commit, links: what /metrics shows
+        self.metrics_address: tuple | None = None
+        self._metrics_server = None
+        self._topic_names_ok: set = set()
         self._listeners: list = []
         self._drain_pending = False
         self._queued: list = []
@@ -191,11 +208,6 @@ class Node:
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         from ..store import MessageStore
-        from .config import wire_carries_pre_vote
-        if self.raft_cfg.pre_vote and not wire_carries_pre_vote():
-            from ..errors import ConfigError
-            raise ConfigError("RaftConfig.pre_vote needs a wire codec that carries the pre-vote "
-                              "flag (quorumlog.net.codec does not yet): pass pre_vote=False")
         self.loop = asyncio.get_running_loop()
         self._applied_changed = asyncio.Event()
         cfg = self.cfg
@@ -217,6 +229,8 @@ class Node:
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
                                  commit_index=cl.committed_index, restarted=restarted)
             self._applied = self._commit_target = cl.committed_index
+            self.metrics = ReplicaMetrics(term=self.core.term)
+            self.metrics.set_commit_index(cl.committed_index)
             log.info("node %s: opened %s: log %d..%d (term %d), committed %d, hard state "
                      "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
                      cl.last_index, cl.last_term if cl.last_index else 0, cl.committed_index,
@@ -232,14 +246,22 @@ class Node:
             tcfg = self.transport_config or TransportConfig(
                 max_frame_bytes=cfg.max_frame_bytes,
                 handshake_timeout_ms=cfg.handshake_timeout_ms,
-                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes),
+                control_lane=cfg.control_lane)
             peers = {p: parse_address(a, f"peers[{p!r}]") for p, a in cfg.peers.items()
                      if p != self.id}
             self.transport = PeerTransport(self.id, auth, self._on_message, listen=(host, port),
                                            peers=peers, config=tcfg, rng=self.rng)
             await self.transport.start()
+            if cfg.metrics_addr is not None:
+                from ..metrics import serve
+                mhost, mport = parse_address(cfg.metrics_addr, "metrics_addr")
+                self._metrics_server, port = serve(self.store, mport, mhost, self.metrics)
+                self.metrics_address = (mhost, port)
             self._ticker = self.loop.create_task(self._tick_loop())
         except BaseException:
+            if self.transport is not None:
+                await self.transport.close()
             self.store.close()
             raise
 
@@ -266,6 +288,9 @@ class Node:
         self._queued = []
         if self.seam is not None:
             self.seam.abandon_pending(stopping)
+        if self._metrics_server is not None:
+            server, self._metrics_server = self._metrics_server, None
+            await self.loop.run_in_executor(None, _stop_http, server)
         if self.transport is not None:
             await self.transport.close()
         if self.flusher is not None:
@@ -280,6 +305,7 @@ class Node:
     async def _tick_loop(self) -> None:
         interval = self.cfg.tick_ms / 1000
         last = _now_ms()
+        next_metrics = last
         while True:
             await asyncio.sleep(interval)
             if self._failed is not None:
@@ -297,6 +323,9 @@ class Node:
             except Exception as e:
                 self._fail(e)
                 return
+            if now >= next_metrics:
+                next_metrics = now + _METRICS_EVERY_MS
+                self._sample_metrics()
 
     def _on_message(self, peer: str, msg) -> None:
         if self._stopped or self._failed is not None:
@@ -345,12 +374,14 @@ class Node:
             if r.hard_state is not None:                       # duty 1
                 self.hsfile.save(r.hard_state)
                 self.stats["hard_state_saves"] += 1
+                self.metrics.set_term(r.hard_state.term)
             for m in r.messages:                               # duty 2
                 send(m.dst, m)
             if r.flush_to is not None:                         # duty 3
                 self._flush(r.flush_gen)
             if r.commit_index is not None:                     # duty 4
                 self._commit_target = r.commit_index
+                self.metrics.set_commit_index(r.commit_index)
                 self._apply()
             if r.events:                                       # duty 5
                 self._on_events(r.events)
@@ -404,13 +435,10 @@ class Node:
             if isinstance(ev, RoleChanged):
                 log.info("node %s: %s in term %d (leader %s)", self.id, ev.role.name, ev.term,
                          ev.leader_id)
+                self.metrics.set_role(ev.role.name, ev.term)
                 if ev.role == Role.LEADER:
                     self.stats["elections_won"] += 1
-                    n = self.producers.rebuild(self.store.commitlog)
-                    log.info("node %s: producer table rebuilt from %d records (%d producers)",
-                             self.id, n, len(self.producers))
                 else:
-                    self.producers.clear()
                     self.seam.abandon_pending(self._not_leader())
                 self.ready_to_serve = False
             elif isinstance(ev, ReadyToServe):
@@ -443,6 +471,20 @@ class Node:
                     fn(ev)
                 except Exception:
                     log.exception("node %s: event listener failed", self.id)
+
+    def _sample_metrics(self) -> None:
+        """What the core and the transport count, copied for /metrics (its thread reads the
+        copy, never the loop's own structures)."""
+        m = self.metrics
+        m.set_loop_stalls(self.stats["loop_stalls"])
+        for peer, st in self.transport.stats()["peers"].items():
+            for lane, s in (("data", st), ("control", st["control"])):
+                m.set_link(peer, lane, s["connected"], s["connects"], s["disconnects"])
+        core = self.core
+        if core.role == Role.LEADER:
+            last = core.log.last_index()
+            for p, pr in core.progress.items():
+                m.set_follower_lag(p, last - pr.match)
 
     def add_listener(self, fn) -> None:
         """fn(event) is called on the loop for every core event (keep it short)."""
@@ -504,10 +546,16 @@ class Node:
         req = self.seam.prepare_meta(meta.encode_topic(name, queues))
         return await self._submit(req)
 
-    @staticmethod
-    def _check_topic(name) -> None:
-        from ..store.topics import check_user_topic
+    def _check_topic(self, name) -> None:
+        # a name that passed once passes again: remembered (a bounded set) so that the
+        # produce path does not re-run the naming rule per request
+        ok = self._topic_names_ok
+        if type(name) is str and name in ok:
+            return
         check_user_topic(name)
+        if len(ok) >= _MAX_TOPIC_NAMES_REMEMBERED:
+            ok.clear()
+        ok.add(name)
 
     def _completion(self, req) -> asyncio.Future:
         """A future completed by req.on_done (called on the loop: apply_committed,
@@ -536,7 +584,19 @@ class Node:
         """Append a batch; returns once it is committed (and durable per the flush mode) and
         dispatched: BatchResult (PutResult for a one-message batch). With a producer id, a
         batch whose (producer_id, sequence) this leader already holds is not appended again:
-        the original's result is returned."""
+        the original's result is returned -- after appending the messages the log misses if
+        it holds only part of the batch (the Raft core's producer table, raft/producers.py,
+        which the core rebuilds from the log at every election)."""
+        return await asyncio.shield(self.put_batch_future(topic, bodies, producer_id=producer_id,
+                                                          sequence=sequence, **kw))
+
+    def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
+                         **kw) -> asyncio.Future:
+        """put_batch without a coroutine: checks and proposes (or queues) now and returns the
+        future of the result (shared: never cancel it). The client service's produce path:
+        no task and no coroutine frames per request (a retried batch, and a put while a new
+        leader still reads its log into the producer table, take a task). Bad input and a
+        non-leader raise here."""
         self._check_writable()
         self._check_topic(topic)
         props = kw.get("properties")
@@ -546,57 +606,92 @@ class Node:
                 if p and RESERVED_PROPERTIES.intersection(p):
                     raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are "
                                                "reserved")
+        coalesce = (self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE
+                    and isinstance(bodies, list) and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES
+                    and not isinstance(props, list))
         if producer_id:
             if type(producer_id) is not int or type(sequence) is not int or sequence < 0 \
                     or producer_id < 0:
                 raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
-            e = self.producers.lookup(producer_id, sequence)
-            if e is not None:
-                self.stats["duplicates"] += 1
-                self.producers.duplicates += 1
-                log.info("node %s: batch (producer %d, sequence %d) is entries %d..%d "
-                         "already: not appended again", self.id, producer_id, sequence,
-                         e.first_index, e.last_index)
-                return await self._duplicate_result(e)
-            if props is None:
-                kw["properties"] = {PROP_PID: str(producer_id), PROP_SEQ: str(sequence)}
-            elif isinstance(props, list):
-                kw["properties"] = [dict(p or {}, **{PROP_PID: str(producer_id),
-                                                     PROP_SEQ: str(sequence)}) for p in props]
-            else:
-                kw["properties"] = dict(props, **{PROP_PID: str(producer_id),
-                                                  PROP_SEQ: str(sequence)})
-        if self.cfg.coalesce_puts and kw.keys() <= _COALESCIBLE and isinstance(bodies, list) \
-                and 0 < len(bodies) < _COALESCE_BELOW_MESSAGES \
-                and not isinstance(kw.get("properties"), list):
-            return await self._queue_put(topic, bodies, kw, producer_id, sequence)
+            bodies = bodies if isinstance(bodies, list) else list(bodies)
+            table = self._producer_table()
+            if table.pending:     # a new leader still reading its log's window into the table
+                return asyncio.ensure_future(self._put_once_table_read(
+                    topic, bodies, kw, producer_id, sequence, coalesce))
+            return self._put_producer_batch(table, topic, bodies, kw, producer_id, sequence,
+                                            coalesce)
+        if coalesce:
+            return self._queue_put(topic, bodies, kw, None, 0, 0)
+        return self._propose_put(topic, bodies, kw)[1]
+
+    def _propose_put(self, topic, bodies, kw):
         self._ensure_topic(topic)
         req = self.seam.prepare_put(topic, bodies, **kw)
         fut = self._completion(req)
         self._propose(req)
         self.stats["messages_put"] += req.count
-        if producer_id:
-            self.producers.record(producer_id, sequence,
-                                  Entry(req.first_index, req.last_index, fut))
-        return await asyncio.shield(fut)
+        return req, fut
+
+    async def _put_once_table_read(self, topic, bodies, kw, producer_id, sequence, coalesce):
+        table = await self._read_producer_table()
+        return await asyncio.shield(self._put_producer_batch(table, topic, bodies, kw,
+                                                             producer_id, sequence, coalesce))
+
+    def _put_producer_batch(self, table, topic, bodies, kw, producer_id, sequence,
+                            coalesce) -> asyncio.Future:
+        try:
+            table.check(producer_id, sequence)   # ProducerSequenceError: refused
+        except KnownBatchError as e:
+            self.stats["duplicates"] += 1
+            return asyncio.ensure_future(self._retried_batch(e.batch, topic, bodies, kw,
+                                                             producer_id, sequence))
+        kw["properties"] = producer_properties(producer_id, sequence, len(bodies), 0,
+                                               kw.get("properties"))
+        if coalesce:
+            return self._queue_put(topic, bodies, kw, table, producer_id, sequence)
+        req, fut = self._propose_put(topic, bodies, kw)
+        b = table.record(producer_id, sequence, req.first_index, req.last_index, self.core.term)
+        b.waiter = fut
+        return fut
+
+    def _producer_table(self):
+        t = self.seam.raft_log().producer_table
+        if t is None:      # (the core builds it when this replica becomes leader)
+            raise self._not_leader()
+        return t
+
+    async def _read_producer_table(self):
+        """The producer table once the new leader has read its log's window into it: a
+        slice per loop iteration (a whole 65,536-entry window at once held the loop long
+        enough to lose the leadership; raft/producers.py, rebuild). Puts that arrive
+        meanwhile wait here together."""
+        t = self._producer_table()
+        while t.pending:
+            t.read_step(_PRODUCER_READ_STEP)
+            await asyncio.sleep(0)
+            self._check_writable()
+            t = self._producer_table()
+        return t
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
-    async def _queue_put(self, topic, bodies, kw, producer_id, sequence):
+    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence) -> asyncio.Future:
         """Many small concurrent puts (64 producers of single messages) would each be a
         proposal, an Append per follower, an acknowledgement and a store append. Puts that
         arrive in the same loop iteration with the same topic, queue and tags are proposed
-        as one batch at the end of the iteration; each gets its slice of the result."""
+        as one batch at the end of the iteration; each gets its slice of the result. A
+        producer's batch is reserved in the table at once (a retry meanwhile waits for it)."""
         fut = self.loop.create_future()
         item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
                        fut)
+        if table is not None:
+            item.batch = table.reserve(producer_id, sequence, len(bodies))
+            item.batch.waiter = fut
+            item.pid, item.table = producer_id, table
         self._queued.append(item)
-        if producer_id:
-            item.entry = Entry(0, 0, fut)
-            self.producers.record(producer_id, sequence, item.entry)
         if not self._queued_pending:
             self._queued_pending = True
             self.loop.call_soon(self._propose_queued)
-        return await asyncio.shield(fut)
+        return fut
 
     def _propose_queued(self) -> None:
         self._queued_pending = False
@@ -622,7 +717,8 @@ class Node:
         else:
             bodies = [b for it in items for b in it.bodies]
             if any(it.props for it in items):
-                props = [it.props for it in items for _ in it.bodies]
+                props = [p for it in items for p in (
+                    it.props if isinstance(it.props, list) else [it.props] * len(it.bodies))]
             else:
                 props = None
         kw = {}
@@ -634,6 +730,9 @@ class Node:
             kw["properties"] = props
         try:
             self._check_writable()
+            if any(it.table is not None and it.table is not self._producer_table()
+                   for it in items):   # (reserved under an earlier term's table)
+                raise self._not_leader()
             self._ensure_topic(topic)
             req = self.seam.prepare_put(topic, bodies, **kw)
             done = self._completion(req)
@@ -645,6 +744,8 @@ class Node:
                     self._propose_group(topic, qid, tags, [it])
                 return
             for it in items:
+                if it.batch is not None:
+                    it.table.forget(it.pid, it.batch)    # nothing of it was appended
                 if not it.fut.done():
                     it.fut.set_exception(e)
             return
@@ -655,8 +756,8 @@ class Node:
         for it in items:
             b = a + len(it.bodies)
             it.lo, it.hi = a, b
-            if it.entry is not None:
-                it.entry.first_index, it.entry.last_index = first + a, first + b - 1
+            if it.batch is not None:
+                it.table.place(it.batch, first + a, first + b - 1, self.core.term)
             a = b
         done.add_done_callback(lambda f, items=items: _split_result(f, items))
 
@@ -665,28 +766,99 @@ class Node:
         r = await self.put_batch(topic, [body], **kw)
         return r[0]
 
-    async def _duplicate_result(self, e: Entry):
-        if e.future is not None:
-            try:
-                return await asyncio.shield(e.future)
-            except NotLeaderError:
-                raise
-        # rebuilt from the log: in this leader's log, so it commits with this leader's NOOP
-        await self.wait_applied(e.last_index, timeout=self.cfg.put_timeout_ms / 1000)
+    async def _retried_batch(self, batch, topic, bodies, kw, pid: int, seq: int):
+        """A retry of (pid, seq), which the table knows as `batch`: its original's result,
+        once every message of it is in the log and committed -- appending the messages the
+        log misses (a new leader that holds part of it). Never a result for part of it."""
+        n = len(bodies)
+        if batch.waiter is not None and not batch.ranges:     # queued here, not appended yet
+            return await asyncio.shield(batch.waiter)
+        if batch.count is None:
+            if batch.held != n:
+                raise UncompletableBatchError(
+                    f"producer {pid} sequence {seq}: the log holds {batch.held} message(s) of "
+                    f"this {n}-message batch in records that do not say the batch's size: "
+                    "it cannot be completed (not stored whole)")
+        elif batch.count != n:
+            raise BatchMismatchError(
+                f"producer {pid} sequence {seq} is a batch of {batch.count} messages in the "
+                f"log; the retry has {n}: refused, nothing appended")
+        if not batch.prefix_known:
+            raise UncompletableBatchError(
+                f"producer {pid} sequence {seq}: the log holds {batch.held} of its {n} "
+                "messages, the first ones before the window the producer table was rebuilt "
+                "from: it cannot be answered or completed")
+        if batch.waiter is not None and batch.complete:       # appended whole by this leader
+            return await asyncio.shield(batch.waiter)
+        log.info("node %s: batch (producer %d, sequence %d) is in the log already (%d of %d "
+                 "messages, entries %s)", self.id, pid, seq, batch.held, n, batch.ranges)
+        if not batch.complete:
+            if self._producer_table().latest(pid) is not batch:
+                raise UncompletableBatchError(
+                    f"producer {pid} sequence {seq}: the log holds {batch.held} of its {n} "
+                    "messages and later batches of the producer: it cannot be completed (the "
+                    "log keeps a producer's records in sequence order)")
+            await self._complete_batch(batch, topic, bodies, kw, pid, seq)
+        return await self._result_of(batch.ranges)
+
+    async def _complete_batch(self, batch, topic, bodies, kw, pid: int, seq: int) -> None:
+        """Append the messages batch.held.. of a batch the log holds in part, to the queue of
+        the part, under the same (pid, seq); returns once they are committed."""
+        k, n = batch.held, len(bodies)
+        if kw.get("delay_level"):
+            raise UncompletableBatchError(f"producer {pid} sequence {seq}: a delayed batch "
+                                          "held in part cannot be completed")
+        kw2 = {name: (v[k:] if isinstance(v, list) else v) for name, v in kw.items()
+               if name != "sharding_key"}
+        kw2["queue_id"] = self.store.commitlog.record(batch.first_index).queue_id
+        kw2["properties"] = producer_properties(pid, seq, n, k, kw2.get("properties"))
+        self._ensure_topic(topic)
+        req = self.seam.prepare_put(topic, bodies[k:], **kw2)
+        fut = self._completion(req)
+        self._propose(req)
+        self.stats["messages_put"] += req.count
+        self._producer_table().place(batch, req.first_index, req.last_index,
+                                    self.core.term)
+        log.warning("node %s: batch (producer %d, sequence %d): the log held %d of its %d "
+                    "messages; appended the other %d at %d..%d", self.id, pid, seq, k, n,
+                    n - k, req.first_index, req.last_index)
+        await asyncio.shield(fut)
+
+    async def _result_of(self, ranges):
+        """The BatchResult of a batch at `ranges` ([first, last, term] runs) once committed
+        here, each run still of its term (else NotLeaderError: replaced by a newer leader)."""
+        ranges = [tuple(r) for r in ranges]
+        await self.wait_applied(max(r[1] for r in ranges),
+                                timeout=self.cfg.put_timeout_ms / 1000)
         self._check_writable()
-        return self.result_from_log(e.first_index, e.last_index)
+        cl = self.store.commitlog
+        for first, last, term in ranges:
+            if cl.term_at(last) != term:
+                raise NotLeaderError(f"entries {first}..{last} of the batch were replaced by a "
+                                     "newer leader's", self.core.leader_id, self.core.term)
+        return self.result_from_ranges([(f, la) for f, la, _ in ranges])
 
     def result_from_log(self, first: int, last: int):
         """A BatchResult for log entries first..last (a duplicate batch's original)."""
+        return self.result_from_ranges([(first, last)])
+
+    def result_from_ranges(self, ranges):
+        """A BatchResult for the MESSAGE records of the runs of entries [(first, last), ...]
+        (a batch the log holds in several runs: the positions name every message)."""
+        import numpy as np
+
+        from ..commitlog import MESSAGE
         from ..store import BatchResult
         cl = self.store.commitlog
-        pos = cl.position_of(first)
-        end = cl.position_of(last) + cl.size_of(last)
-        info, _ = cl.scan(pos, end, last - first + 1 + 16)
-        from ..commitlog import MESSAGE
-        info = info[info["type"] == MESSAGE]
+        parts = []
+        for first, last in ranges:
+            pos = cl.position_of(first)
+            end = cl.position_of(last) + cl.size_of(last)
+            info, _ = cl.scan(pos, end, last - first + 1 + 16)
+            parts.append(info[info["type"] == MESSAGE])
+        info = np.concatenate(parts) if len(parts) > 1 else parts[0]
         topic = cl.topic_at(int(info["position"][0]))
-        return BatchResult(first, info["position"].copy(), topic,
+        return BatchResult(ranges[0][0], info["position"].copy(), topic,
                            info["queue_id"].astype("int64"), info["queue_offset"].copy(),
                            int(info["store_ts"][0]))
 

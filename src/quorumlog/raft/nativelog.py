@@ -27,14 +27,155 @@ one of them:
     append_replicated, which the subclass does not change. The order of the driver's calls
     (propose, flush, on_persisted, apply_committed, on_dispatched, abandon_pending) is
     written in quorumlog/store/__init__.py.
+
+Producer ids (docs/raft.md "The producer table"): every record of a producer batch carries
+the reserved properties QL_PID, QL_SEQ, QL_N and QL_I (producer_properties); producers()
+reads them back for a new leader's ProducerTable, which attach_producer_table keeps here for
+the driver of a store's log.
 """
 from __future__ import annotations
 
-from ..errors import IndexOutOfRangeError, InstallError
+import struct
+
+import numpy as np
+
+from ..errors import IndexOutOfRangeError, InstallError, InvalidArgumentError
 from .errors import NotSupportedByLogError
 from .log import EntryKind
 from .nativeinstall import (DEFAULT_MAX_INSTALL_BYTES, Stager, check_image, complete_install,
                             describe_image, read_image_chunk)
+
+# A producer batch's records carry these reserved properties (docs/format.md): the producer
+# id and sequence (decimal), the batch's message count and the message's ordinal in it.
+PROP_PID = "QL_PID"
+PROP_SEQ = "QL_SEQ"
+PROP_COUNT = "QL_N"
+PROP_ORDINAL = "QL_I"
+RESERVED_PROPERTIES = frozenset((PROP_PID, PROP_SEQ, PROP_COUNT, PROP_ORDINAL))
+_LENGTHS = struct.Struct("<HHII")      # topic_len, tags_len, keys_len, props_len at 76
+
+
+def producer_properties(pid: int, seq: int, count: int, first_ordinal: int, properties=None):
+    """The per-message properties of messages first_ordinal.. of batch (pid, seq) of `count`
+    messages: the caller's (one dict, a list with one per message, or None) with the reserved
+    ones added; a caller's reserved key: InvalidArgumentError."""
+    n = count - first_ordinal if not isinstance(properties, list) else len(properties)
+    ps = properties if isinstance(properties, list) else [properties] * n
+    # (the reserved ones first, in this order: producers() reads them at a fixed place)
+    p_, s_, n_ = str(pid), str(seq), str(count)
+    out = []
+    for i, p in enumerate(ps):
+        d = {PROP_PID: p_, PROP_SEQ: s_, PROP_COUNT: n_, PROP_ORDINAL: str(first_ordinal + i)}
+        if p:
+            if RESERVED_PROPERTIES.intersection(p):
+                raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are "
+                                           "reserved")
+            d.update(p)
+        out.append(d)
+    return out
+
+
+_FAST_KEYS = tuple(np.frombuffer(k, np.uint8) for k in (
+    b"\x06\x00QL_PID", b"\x06\x00QL_SEQ", b"\x04\x00QL_N", b"\x04\x00QL_I"))
+
+
+_U64 = (1 << 64) - 1
+_PREFIX = 96          # bytes of a record's properties that hold the four reserved ones
+
+
+def _prefixes(cl, view, base: int):
+    """(index, position, props_len, prefix) of the MESSAGE records among the whole records
+    `view` (log position `base` on); prefix: the first _PREFIX bytes of each record's
+    properties field (what follows them where it is shorter), one row per record."""
+    from ..commitlog import MESSAGE
+    info, _ = cl.scan(base, base + len(view), 1 << 20)
+    msg = info[(info["type"] == MESSAGE)]
+    buf = np.frombuffer(view, np.uint8)
+    rel = msg["position"].astype(np.int64) - base
+    plen = np.zeros(len(rel), np.int64)
+    for k in range(4):
+        plen |= buf[rel + 84 + k].astype(np.int64) << (8 * k)
+    start = rel + msg["body_offset"].astype(np.int64) - plen   # the properties end at the body
+    at = np.minimum(start[:, None] + np.arange(_PREFIX), len(buf) - 1)
+    return msg["index"].astype(np.int64), msg["position"], plen, buf[at]
+
+
+def _tags(cl, index, positions, plen, pre):
+    """(index, pid, seq, count, ordinal, legacy) arrays of the producer records among those
+    _prefixes gave; legacy: no QL_N/QL_I (count and ordinal 0 then). The records
+    producer_properties wrote start their properties with the four reserved ones in order:
+    those are read with vector operations over every record at once; any other record
+    with properties goes through producer_tag."""
+    rows = np.arange(len(index))
+    end = np.minimum(plen, _PREFIX)
+    ok = plen >= 8
+    o = np.zeros(len(index), np.int64)
+    vals = []
+    for key in _FAST_KEYS:
+        klen = len(key)
+        ok &= o + klen + 2 <= end
+        at = np.where(ok, o, 0)
+        ok &= (pre[rows[:, None], at[:, None] + np.arange(klen)] == key).all(axis=1)
+        at = np.where(ok, at + klen, 0)
+        vlen = pre[rows, at].astype(np.int64) | pre[rows, at + 1].astype(np.int64) << 8
+        ok &= (vlen >= 1) & (vlen <= 19) & (at + 2 + vlen <= end)
+        vlen = np.where(ok, vlen, 1)
+        val = np.zeros(len(index), np.uint64)          # (19 decimal digits fit)
+        for j in range(int(vlen.max()) if len(index) else 0):
+            m = ok & (j < vlen)
+            d = pre[rows, np.where(m, at + 2 + j, 0)].astype(np.int64) - 48
+            ok &= ~m | ((d >= 0) & (d <= 9))
+            val = np.where(m, val * np.uint64(10) + d.clip(0, 9).astype(np.uint64), val)
+        vals.append(val)
+        o = at + 2 + vlen
+    keep = ok.copy()
+    legacy = np.zeros(len(index), bool)
+    for k in np.flatnonzero(~ok & (plen > 0)).tolist():     # other layouts: one by one
+        tag = producer_tag(cl.record_at(int(positions[k])))
+        if tag is None or not all(0 <= v <= _U64 for v in tag if v is not None):
+            continue
+        keep[k] = True
+        legacy[k] = tag[2] is None
+        for a, v in zip(vals, tag):
+            a[k] = 0 if v is None else v
+    return (index[keep], *(v[keep] for v in vals), legacy[keep])
+
+
+def producer_tag(rec) -> tuple | None:
+    """(pid, seq, count, ordinal) of a MESSAGE record's bytes (count, ordinal None when it
+    carries only QL_PID/QL_SEQ), or None without a producer. Reads the properties field in
+    place: a new leader reads this for every record of its window."""
+    tl, gl, kl, plen = _LENGTHS.unpack_from(rec, 76)
+    if not plen:
+        return None
+    o = 96 + tl + gl + kl
+    b = bytes(rec[o:o + plen])
+    o, stop = 0, plen
+    pid = seq = count = ordinal = None
+    try:
+        while o < stop:
+            klen = b[o] | b[o + 1] << 8
+            k = b[o + 2:o + 2 + klen] if klen in (4, 6) else None
+            o += 2 + klen
+            vlen = b[o] | b[o + 1] << 8
+            if k is not None:
+                v = b[o + 2:o + 2 + vlen]
+                if k == b"QL_PID":
+                    pid = int(v)
+                elif k == b"QL_SEQ":
+                    seq = int(v)
+                elif k == b"QL_N":
+                    count = int(v)
+                elif k == b"QL_I":
+                    ordinal = int(v)
+            o += 2 + vlen
+    except ValueError:
+        return None
+    if pid is None or seq is None:
+        return None
+    if count is None or ordinal is None:
+        return pid, seq, None, None
+    return pid, seq, count, ordinal
 
 
 class NativeRaftLog:
@@ -46,6 +187,7 @@ class NativeRaftLog:
         self._stager = None           # follower: the install being staged
         self._image_crc: list = []    # leader: the last image's checksum (describe_image)
         self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
+        self.producer_table = None      # the leader's ProducerTable (attach_producer_table)
 
     def first_index(self) -> int:
         f = self.cl.first_index
@@ -102,21 +244,57 @@ class NativeRaftLog:
         self.cl.flush()
         return last
 
-    # -- capabilities the native log does not have yet (docs/raft.md says what they need) --
+    # -- producer ids (docs/raft.md "The producer table") -------------------------------------
+    def attach_producer_table(self, table) -> None:
+        """ProducerTable.rebuild hands the new leader's table to the log: the driver of a
+        store's log reads and updates it here (raft/producers.py)."""
+        self.producer_table = table
+
     def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids need reserved record properties on the batch's last "
-            "record and a scan for them (docs/raft.md 'The producer table')")
+        """Standalone: append_as_leader with producer_properties(pid, seq, ...) merged into
+        each message's properties (a caller's QL_* property: InvalidArgumentError)."""
+        topic, bodies = batch[0], list(batch[1])
+        kwargs = dict(batch[2]) if len(batch) > 2 else {}
+        kwargs["properties"] = producer_properties(pid, seq, len(bodies), 0,
+                                                   kwargs.get("properties"))
+        first, _positions, _ts = self.cl.append_batch(topic, bodies, term=term, **kwargs)
+        return first + len(bodies) - 1
 
     def producers(self, lo: int, hi: int) -> list:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids are not stored by the native log yet "
-            "(docs/raft.md 'The producer table')")
+        """[(first, last, pid, seq, count, first_ordinal)]: the runs of consecutive entries
+        in [lo, hi] holding consecutive messages of one producer batch, in log order (count
+        and first_ordinal None for records that carry only QL_PID/QL_SEQ). Vector
+        operations over the records' bytes, then one tuple per run."""
+        cl = self.cl
+        lo = max(lo, self.first_index())
+        hi = min(hi, cl.last_index)
+        parts = []
+        idx = lo
+        while idx <= hi:
+            view, count = cl.read(idx, hi + 1, 64 << 20)   # whole records, one segment
+            parts.append(_prefixes(cl, view, cl.position_of(idx)))
+            idx += count
+        if not parts:
+            return []
+        index, pid, seq, n, o, legacy = _tags(cl, *(np.concatenate(c) for c in zip(*parts)))
+        if not len(index):
+            return []
+        same = np.zeros(len(index), bool)      # continues the run of the record before it
+        same[1:] = ((index[1:] == index[:-1] + 1) & (pid[1:] == pid[:-1])
+                    & (seq[1:] == seq[:-1]) & (n[1:] == n[:-1]) & (legacy[1:] == legacy[:-1])
+                    & (legacy[1:] | (o[1:] == o[:-1] + np.uint64(1))))
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], len(index)) - 1
+        return [(f, la, p, q, None if old else c, None if old else i)
+                for f, la, p, q, c, i, old in zip(
+                    index[starts].tolist(), index[ends].tolist(), pid[starts].tolist(),
+                    seq[starts].tolist(), n[starts].tolist(), o[starts].tolist(),
+                    legacy[starts].tolist())]
 
     def producer_snapshot(self) -> list:
-        raise NotSupportedByLogError(
-            "NativeRaftLog: producer ids are not stored by the native log yet "
-            "(docs/raft.md 'The producer table')")
+        """The native log keeps nothing about the batches of a dropped head: a table rebuilt
+        after retention knows the batches still in the log (docs/raft.md)."""
+        return []
 
     # -- installing a follower from the leader's retained segment files ------------------
     # (nativeinstall.py holds the work; docs/raft.md "Installing a follower")

@@ -1,15 +1,25 @@
 """The leader's producer table: (producer id, sequence) -> the batch that holds it, so a retried
-batch the log already holds is answered with the original instead of being written twice.
+batch the log already holds is answered with the original instead of being written twice -- and
+a batch the log holds only in part is completed, never answered with the part.
 
 Seed 002 §2.6: after a leader change a client that did not get its answer retries, and the new
 leader may already hold (and will commit) the first attempt. Each batch a producer sends carries
 its producer id and a sequence number that grows with every new batch (the leader accepts new
 sequences in increasing order only, so a log holds each producer's batches in that order). The
-leader keeps the last
-`batches_per_producer` batches of each producer; a new leader rebuilds the table from the tail of
-its own log (RaftLog.producers over the last `window_entries` entries), which holds every batch
-an earlier leader acknowledged and possibly some it did not (those will commit with the new
-leader's NOOP, so answering the retry with them is right).
+leader keeps the last `batches_per_producer` batches of each producer; a new leader rebuilds the
+table from the tail of its own log (RaftLog.producers over the last `window_entries` entries),
+which holds every batch an earlier leader acknowledged and possibly some it did not (those will
+commit with the new leader's NOOP, so answering the retry with them is right).
+
+A batch of N messages is N entries, and a new leader may hold only a prefix of it (the old
+leader's APPENDs are cut by size; a power loss drops a tail). A log that records each message's
+ordinal in the batch and the batch's size N (the native log: record properties QL_I and QL_N)
+lets the table tell: a `Batch` knows `count` (N, None if the log did not record it), how many
+messages are `held` (always ordinals 0..held-1: every append of a batch's messages is of the
+ones missing, in order, and a replica holds a prefix of its leader's log), and `ranges`, the
+runs of entries [first, last, term] that hold them, in ordinal order. A retry of an incomplete
+batch is answered by appending exactly the missing messages (`record_part`), after which the
+batch spans several ranges.
 
 Bounded: at most `max_producers` producers (the least recently written is forgotten first) and
 `batches_per_producer` batches each; a retry older than that (or older than the window at a
@@ -19,43 +29,181 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from .errors import DuplicateBatchError, ProducerSequenceError
+from ..errors import QuorumlogError
+from .errors import DuplicateBatchError, NotSupportedByLogError, ProducerSequenceError
+
+__all__ = ["Batch", "BatchMismatchError", "KnownBatchError", "ProducerTable",
+           "UncompletableBatchError"]
+
+
+class Batch:
+    """One (producer, sequence) batch the leader's log holds (some or all of)."""
+
+    __slots__ = ("seq", "count", "held", "ranges", "prefix_known", "waiter")
+
+    def __init__(self, seq: int, count: int | None, held: int, ranges: list,
+                 prefix_known: bool = True):
+        self.seq = seq
+        self.count = count          # messages in the batch; None: the log did not record it
+        self.held = held            # messages of it in the log: ordinals 0..held-1
+        self.ranges = ranges        # [[first, last, term], ...] in ordinal order
+        # False: the table was rebuilt from a window that began inside the batch, so the
+        # entries of its first ordinals are not in `ranges` (the batch cannot be answered)
+        self.prefix_known = prefix_known
+        self.waiter = None          # the driver's: what a retry on this leader may await
+
+    @property
+    def complete(self) -> bool:
+        return self.count is None or self.held >= self.count
+
+    @property
+    def first_index(self) -> int:
+        return self.ranges[0][0] if self.ranges else 0
+
+    @property
+    def last_index(self) -> int:
+        return self.ranges[-1][1] if self.ranges else 0
+
+    @property
+    def term(self) -> int:
+        return self.ranges[-1][2] if self.ranges else 0
+
+    def __repr__(self) -> str:
+        return (f"Batch(seq={self.seq}, count={self.count}, held={self.held}, "
+                f"ranges={self.ranges}, prefix_known={self.prefix_known})")
+
+
+class KnownBatchError(DuplicateBatchError):
+    """DuplicateBatchError naming the table's `batch` (count, held, ranges): the driver
+    answers a complete batch from its ranges and completes an incomplete one."""
+
+    def __init__(self, message: str, batch: Batch):
+        super().__init__(message, batch.first_index, batch.last_index, batch.term)
+        self.batch = batch
+
+
+class BatchMismatchError(ProducerSequenceError):
+    """A retry of (pid, seq) with a different number of messages than the batch the log
+    holds under that sequence: refused, nothing appended."""
+
+
+class UncompletableBatchError(ProducerSequenceError):
+    """The log holds part of the batch but the leader cannot complete or answer it (the
+    records do not say the batch's size, or the table does not know where its first
+    messages are): refused, nothing appended; the batch is NOT stored whole."""
 
 
 class ProducerTable:
-    __slots__ = ("max_producers", "batches_per_producer", "_by_pid")
+    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken", "_source")
 
     def __init__(self, max_producers: int, batches_per_producer: int):
         self.max_producers = max_producers
         self.batches_per_producer = batches_per_producer
-        # pid -> deque of (seq, first_index, last_index, term), oldest first; LRU order
+        # pid -> deque of Batch, oldest first; LRU order
         self._by_pid: OrderedDict = OrderedDict()
+        # the error that kept rebuild() from reading the log (a damaged record): every
+        # producer batch is refused then -- an incomplete table would let retries in twice
+        self.broken: QuorumlogError | None = None
+        self._source = None        # (log, lo, hi) of a rebuild not done yet (see rebuild)
 
     def __len__(self) -> int:
-        return len(self._by_pid)
+        return len(self._table())
+
+    def _table(self) -> OrderedDict:
+        while self._source is not None:
+            self.read_step(1 << 30)
+        return self._by_pid
+
+    @property
+    def pending(self) -> bool:
+        """A deferred rebuild has entries left to read (see rebuild)."""
+        return self._source is not None
+
+    def read_step(self, max_entries: int) -> bool:
+        """Read the next `max_entries` entries of a deferred rebuild -> True once done. A
+        driver reads the table this way, a slice per event-loop iteration, before it uses
+        it; any other method reads what is left at once."""
+        if self._source is None:
+            return True
+        log, lo, hi = self._source
+        upto = min(hi, lo + max_entries - 1)
+        self._source = (log, upto + 1, hi) if upto < hi else None
+        self._read(log, lo, upto)
+        if self.broken is not None:
+            self._source = None
+        return self._source is None
+
+    def lookup(self, pid: int, seq: int) -> Batch | None:
+        batches = self._table().get(pid)
+        if batches:
+            for b in batches:
+                if b.seq == seq:
+                    return b
+        return None
+
+    def latest(self, pid: int) -> Batch | None:
+        """pid's newest batch. Only it may be completed (place() after its first run): the
+        log then holds every record of a producer's batches in sequence order, which is what
+        makes "above the highest in the window" mean "never written" at a rebuild."""
+        batches = self._table().get(pid)
+        return batches[-1] if batches else None
 
     def check(self, pid: int, seq: int) -> None:
         """Return if seq is new (above every sequence of pid written so far); raise
-        DuplicateBatchError if (pid, seq) is one of the batches remembered, else
-        ProducerSequenceError. Sequences are accepted in increasing order only, so every log
-        holds a producer's batches in sequence order and "above the highest" is exactly "not
-        written" -- a lost pipelined batch retried after later ones is refused, not guessed
-        (a remembered window that had lost an old batch once let a retry be written twice:
-        simulation seed 967)."""
-        batches = self._by_pid.get(pid)
-        if not batches or seq > batches[-1][0]:
+        KnownBatchError (a DuplicateBatchError) if (pid, seq) is one of the batches
+        remembered, else ProducerSequenceError. Sequences are accepted in increasing order
+        only, so every log holds a producer's batches in sequence order and "above the
+        highest" is exactly "not written" -- a lost pipelined batch retried after later ones
+        is refused, not guessed (a remembered window that had lost an old batch once let a
+        retry be written twice: simulation seed 967)."""
+        batches = self._table().get(pid)
+        if self.broken is not None:
+            raise ProducerSequenceError(
+                f"producer {pid} sequence {seq}: refused, this leader could not read its log's "
+                f"producer ids ({self.broken})")
+        if not batches or seq > batches[-1].seq:
             return
-        for s, first, last, term in batches:
-            if s == seq:
-                raise DuplicateBatchError(
-                    f"producer {pid} sequence {seq} is already at [{first}..{last}] (term {term})",
-                    first, last, term)
+        for b in batches:
+            if b.seq == seq:
+                raise KnownBatchError(
+                    f"producer {pid} sequence {seq} is already at [{b.first_index}.."
+                    f"{b.last_index}] (term {b.term}; {b.held} of "
+                    f"{'?' if b.count is None else b.count} messages)", b)
         raise ProducerSequenceError(
-            f"producer {pid}: sequence {seq} is not above the last written ({batches[-1][0]}) "
+            f"producer {pid}: sequence {seq} is not above the last written ({batches[-1].seq}) "
             f"and not among the {len(batches)} batches remembered: refused (whether it was "
             "written is unknown)")
 
-    def record(self, pid: int, seq: int, first: int, last: int, term: int) -> None:
+    def record(self, pid: int, seq: int, first: int, last: int, term: int) -> Batch:
+        """A new batch, whole at [first, last] (last = first - 1: not appended yet, see
+        place). Returns its Batch."""
+        self._table()
+        return self._add(pid, Batch(seq, last - first + 1, last - first + 1,
+                                    [[first, last, term]] if last >= first else []))
+
+    def reserve(self, pid: int, seq: int, count: int) -> Batch:
+        """A new batch of `count` messages about to be appended (its place is given later by
+        place()): a retry meanwhile finds it."""
+        self._table()
+        return self._add(pid, Batch(seq, count, 0, []))
+
+    @staticmethod
+    def place(batch: Batch, first: int, last: int, term: int) -> None:
+        """The entries of messages batch.held.. were appended at [first, last] in `term`."""
+        if batch.count is not None and batch.held + last - first + 1 > batch.count:
+            raise ProducerSequenceError(
+                f"sequence {batch.seq}: {last - first + 1} more messages would make "
+                f"{batch.held + last - first + 1} of {batch.count}")
+        batch.ranges.append([first, last, term])
+        batch.held += last - first + 1
+
+    def forget(self, pid: int, batch: Batch) -> None:
+        """Drop a reserved batch whose append did not happen (nothing of it is in the log)."""
+        batches = self._table().get(pid)
+        if batches and batch in batches and not batch.held:
+            batches.remove(batch)
+
+    def _add(self, pid: int, batch: Batch) -> Batch:
         batches = self._by_pid.get(pid)
         if batches is None:
             batches = self._by_pid[pid] = deque(maxlen=self.batches_per_producer)
@@ -63,22 +211,82 @@ class ProducerTable:
                 self._by_pid.popitem(last=False)
         else:
             self._by_pid.move_to_end(pid)
-            if seq <= batches[-1][0]:
+            if batches and batch.seq <= batches[-1].seq:
                 raise ProducerSequenceError(
-                    f"producer {pid}: sequence {seq} recorded after {batches[-1][0]}")
-        batches.append((seq, first, last, term))
+                    f"producer {pid}: sequence {batch.seq} recorded after {batches[-1].seq}")
+        batches.append(batch)
+        return batch
 
     def rebuild(self, log, lo: int, hi: int) -> None:
         """From what the log kept of its dropped head, then its batches with a producer in
-        [lo, hi], oldest first."""
-        self._by_pid.clear()
-        for first, last, pid, seq, term in log.producer_snapshot():
-            self._record_known(pid, seq, first, last, term)
-        for first, last, pid, seq in log.producers(lo, hi):
-            self._record_known(pid, seq, first, last, log.term_at(last))
+        [lo, hi], oldest first. A log may give each run of a batch's entries as
+        (first, last, pid, seq) -- a whole batch -- or (first, last, pid, seq, count,
+        first_ordinal) -- a run of ordinals first_ordinal.. of a batch of `count` messages
+        (count None: not recorded).
 
-    def _record_known(self, pid, seq, first, last, term) -> None:
+        A log that supports it is handed this table (`log.attach_producer_table(table)`):
+        its driver reads and updates it there, and the window is read later, by the
+        driver's read_step calls or at the table's first use, rather than now. The core
+        rebuilds the table while it becomes leader, before its first heartbeat; reading a
+        65,536-entry window then (a quarter of a second on a busy machine) held the
+        heartbeats back until the next election began, over and over (a Jepsen run's terms
+        climbed to 800 with no leader serving). Nothing between the two changes [lo, hi]: a
+        leader does not truncate, and every producer batch it appends goes through this
+        table."""
+        self._by_pid.clear()
+        self.broken = None
+        self._source = None
+        self._read_snapshot(log)
+        attach = getattr(log, "attach_producer_table", None)
+        if attach is not None:
+            attach(self)
+            if lo <= hi and self.broken is None:
+                self._source = (log, lo, hi)
+            return
+        self._read(log, lo, hi)
+
+    def _read_snapshot(self, log) -> None:
+        try:
+            for first, last, pid, seq, term in log.producer_snapshot():
+                self._record_known(pid, seq, first, last, term, last - first + 1, 0)
+        except NotSupportedByLogError:
+            raise
+        except QuorumlogError as e:
+            self._by_pid.clear()
+            self.broken = e
+
+    def _read(self, log, lo: int, hi: int) -> None:
+        try:
+            for run in log.producers(lo, hi):
+                first, last, pid, seq = run[:4]
+                count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
+                self._record_known(pid, seq, first, last, log.term_at(last), count, ordinal)
+        except NotSupportedByLogError:
+            raise
+        except QuorumlogError as e:     # (a damaged record: never raised into an election)
+            self._by_pid.clear()
+            self.broken = e
+
+    def _record_known(self, pid, seq, first, last, term, count, ordinal) -> None:
+        """A run of entries [first, last] holding ordinals ordinal.. of batch (pid, seq) of
+        `count` messages (count and ordinal None: a log that did not record them)."""
+        n = last - first + 1
         batches = self._by_pid.get(pid)
-        if batches and seq <= batches[-1][0]:
-            return  # (the snapshot and the window can overlap)
-        self.record(pid, seq, first, last, term)
+        if batches and seq < batches[-1].seq:
+            return  # (the snapshot and the window can overlap; an old log's disorder)
+        if batches and seq == batches[-1].seq:
+            b = batches[-1]
+            if ordinal is None or (b.count == count and ordinal == b.held):
+                b.held += n
+            elif ordinal + n <= b.held:
+                return  # (the snapshot and the window overlap)
+            else:       # not the run that follows the ones seen: do not guess
+                b.prefix_known = False
+                b.held = max(b.held, ordinal + n)
+            b.ranges.append([first, last, term])
+            return
+        if ordinal is None:
+            b = Batch(seq, None, n, [[first, last, term]])
+        else:
+            b = Batch(seq, count, ordinal + n, [[first, last, term]], prefix_known=ordinal == 0)
+        self._add(pid, b)

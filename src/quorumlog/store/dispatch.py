@@ -39,6 +39,18 @@ from .topics import TOPICS_FILE, Topic, TopicRegistry
 log = logging.getLogger(__name__)
 
 MAX_SCAN_RECORDS = 65536
+
+# header columns of at most this many records are handled as Python lists (a numpy call
+# costs microseconds of fixed overhead: a follower applies a few records per round)
+_SMALL_BATCH = 64
+
+
+def _has_type(types, rtype: int) -> bool:
+    if len(types) <= _SMALL_BATCH:
+        return rtype in types.tolist()
+    return bool((types == rtype).any())
+
+
 QUEUE_OFFSETS_FILE = "queue_offsets.json"   # what checkpoint() made durable (see recover)
 
 
@@ -442,7 +454,7 @@ class Dispatcher:
                     self._stalled(exc)
                     return
                 self.index = int(info["index"][-1])
-                if self.meta_sink is not None and (info["type"] == TYPE_META).any():
+                if self.meta_sink is not None and _has_type(info["type"], TYPE_META):
                     self.meta_sink(info)
             self.position = nxt
 
@@ -523,12 +535,20 @@ class Dispatcher:
             i += 1
         # Records that arrived by replication advance the queues, not the counters: keep the
         # counters at or past every queue's end so no offset is handed out twice.
-        for th in np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist():
+        if n <= _SMALL_BATCH:
+            # (a follower applies a few records per round: plain ints, no numpy set ops)
+            hashes = {th for th, r in zip(topic_hash.tolist(), rtype.tolist())
+                      if r == TYPE_MESSAGE}
+        else:
+            hashes = np.unique(topic_hash[rtype == TYPE_MESSAGE]).tolist()
+        for th in hashes:
             t = self.topics.by_hash.get(th)
             if t is not None:
-                np.maximum(t.counters, np.fromiter((cq.next_offset for cq in t.queues),
-                                                   dtype=np.int64, count=len(t.queues)),
-                           out=t.counters)
+                counters = t.counters
+                have = counters.tolist()
+                for q, cq in enumerate(t.queues):
+                    if cq.next_offset > have[q]:
+                        counters[q] = cq.next_offset
 
     def rebuild_topic(self, name: str) -> None:
         """Rebuild the consume queues of topic `name` from the log (a wrong entry was found:

@@ -271,6 +271,14 @@ class MessageStore:
             self._check_open()
             return self._topics.user_topics()
 
+    def queue_count(self, topic: str) -> int:
+        """The number of queues of user topic `topic` (0: no such user topic). One lookup,
+        no copy of the topic table (the replica's produce path asks it per request)."""
+        with self._lock:
+            self._check_open()
+            t = self._topics.by_name.get(topic)
+            return 0 if t is None or t.system else len(t.queues)
+
     # ------------------------------------------------------------------ writes
     def put(self, topic: str, body, *, queue_id: int | None = None, tags: str | None = None,
             keys: Iterable[str] = (), properties: Mapping[str, str] | None = None,
@@ -355,7 +363,8 @@ class MessageStore:
         sync mode after the flush covering the batch, waited for *outside* the lock so that
         one flush covers every producer waiting meanwhile (group commit)."""
         with self._lock:
-            self._check_writable()
+            if self._closed or self._read_only:
+                self._check_writable()          # (raises the error that says which)
             if self._raft_log is not None:
                 raise DrivenStoreError(
                     f"store {self._path} is written through its Raft core: propose "
@@ -897,7 +906,7 @@ class MessageStore:
         complete(pending, LogClosedError(f"store {self._path} closed before the put was "
                                          "committed"))
 
-    def _crash(self) -> None:
+    def crash_for_testing(self) -> None:
         """Test hook: drop the store as kill -9 would (no flush, no checkpoint, no progress
         save); the page cache keeps what was written."""
         self._stop_timer()
@@ -906,7 +915,7 @@ class MessageStore:
                 return
             self._closed = True
             self._reader.close()
-            self._log._crash()      # the native log's own kill -9 test hook
+            self._log.crash_for_testing()      # the native log's own kill -9 test hook
 
 
 # What a store directory may hold (format.md "Directory layout", the store layer's files and

@@ -10,9 +10,13 @@ outside the log and loses them). Other META ops (the node's topic records) are n
 are ignored here.
 
 The table is derived data: `consumer_offsets.json` = `{"version": 1, "offsets": {group:
-{topic: {queue: offset}}}, "log_position": P}` holds it as of log position P (written
-atomically with the consume-queue checkpoint); at open, META records from P on are applied
-again. Limits: group names as topic names (1..255 bytes of UTF-8, no NUL or '/'), at most
+{topic: {queue: offset}}}, "log_position": P, "crc32c": C}` holds it as of log position P
+(written atomically with the consume-queue checkpoint; C is the checksum of files.py, as for
+topics.json and queue_offsets.json); at open, META records from P on are applied again. A
+damaged file (not JSON, a wrong checksum, a bad member; a truncated one) is not trusted: the
+table is rebuilt from every META record the log still holds, logged as an error (offsets
+committed only in records retention has deleted are lost then). A file of an older version
+without "crc32c" is read once if it is otherwise well formed. Limits: group names as topic names (1..255 bytes of UTF-8, no NUL or '/'), at most
 MAX_OFFSETS_PER_COMMIT offsets per commit (one record of at most MAX_META_PAYLOAD_BYTES) and
 `max_consumer_offsets` entries in the table.
 """
@@ -22,10 +26,10 @@ import json
 import logging
 import os
 
-from ..errors import (InvalidArgumentError, InvalidTypeError, QueueTypeError,
-                      QuorumlogError)
+from ..errors import (CorruptLogError, InvalidArgumentError, InvalidTypeError,
+                      QueueTypeError)
 from ..format import TYPE_META, check_topic_name
-from .files import atomic_write
+from .files import CHECKSUM_KEY, MAX_METADATA_BYTES, read_checked_json, write_checked_json
 
 log = logging.getLogger(__name__)
 
@@ -87,27 +91,49 @@ class ConsumerOffsets:
         self.rejected = 0          # malformed or over-limit commits found in the log
 
     def load(self) -> None:
-        """Read the file; a damaged one is an error naming it (delete it to rebuild from the
-        log's META records that retention kept)."""
+        """Read the file. A damaged one is logged and not used: the table starts empty from
+        log position 0, so catch_up applies every META record the log holds."""
         try:
-            with open(self.path, "rb") as fh:
-                data = json.loads(fh.read(64 << 20))
-        except FileNotFoundError:
-            return
-        except ValueError as exc:
-            raise QuorumlogError(f"{self.path} is damaged ({exc}); delete it to rebuild the "
-                                 "offsets from the log") from None
-        try:
-            if data["version"] != 1:
-                raise ValueError(f"version {data['version']}")
+            data = self._read()
+            if data is None:
+                return
+            table = {}
+            if data.get("version") != 1 or set(data) != {"version", "offsets", "log_position"}:
+                raise ValueError("not a version-1 offsets table")
             for group, topics in data["offsets"].items():
                 for topic, queues in topics.items():
                     for q, off in queues.items():
-                        self.table[(group, topic, int(q))] = int(off)
-            self.position = self.saved_position = int(data["log_position"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise QuorumlogError(f"{self.path} is damaged ({exc}); delete it to rebuild the "
-                                 "offsets from the log") from None
+                        if type(off) is not int or off < 0:
+                            raise ValueError(f"offset {off!r}")
+                        table[(group, topic, int(q))] = off
+            position = data["log_position"]
+            if type(position) is not int or position < 0:
+                raise ValueError(f"log_position {position!r}")
+        except (CorruptLogError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            log.error("%s is damaged (%s): the consumer offsets are rebuilt from the log's "
+                      "META records (offsets committed only in records retention deleted are "
+                      "lost)", self.path, exc)
+            self.table, self.position, self.saved_position = {}, 0, 0
+            self.dirty = True          # rewritten at the next checkpoint
+            return
+        self.table = table
+        self.position = self.saved_position = position
+
+    def _read(self) -> dict | None:
+        """The file's object: checksummed (files.py), or an older file without a checksum."""
+        try:
+            return read_checked_json(self.path)
+        except CorruptLogError as exc:
+            if not str(exc).endswith("no checksum"):
+                raise
+        with open(self.path, "rb") as fh:
+            data = json.loads(fh.read(MAX_METADATA_BYTES))
+        if not isinstance(data, dict) or CHECKSUM_KEY in data:
+            raise ValueError("not a JSON object")
+        log.warning("%s has no checksum (an older version wrote it): read once, rewritten "
+                    "with one at the next checkpoint", self.path)
+        self.dirty = True
+        return data
 
     def as_dict(self, group: str | None = None) -> dict:
         out: dict = {}
@@ -181,6 +207,6 @@ class ConsumerOffsets:
                                               for t, qs in ts.items()}
                                           for g, ts in self.as_dict().items()},
                 "log_position": self.position}
-        atomic_write(self.path, json.dumps(data, sort_keys=True).encode())
+        write_checked_json(self.path, data)
         self.saved_position = self.position
         self.dirty = False

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..raft.nativelog import NativeRaftLog
+from ..errors import InvalidArgumentError
+from ..raft.nativelog import (PROP_COUNT, PROP_ORDINAL, PROP_PID, PROP_SEQ, NativeRaftLog,
+                              producer_properties)
+
+__all__ = ["StoreRaftLog", "producer_properties"]
 
 
 class StoreRaftLog(NativeRaftLog):
@@ -34,6 +38,22 @@ class StoreRaftLog(NativeRaftLog):
     def append_as_leader(self, term: int, batch) -> int:
         """`batch` must be a PutRequest made by this store's prepare_put (anything else:
         InvalidArgumentError, nothing written)."""
+        return self._append_request(term, batch)
+
+    def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
+        """`batch` must be a PutRequest whose properties are producer_properties(pid, seq,
+        batch.count, 0, ...) -- the records carry the producer (anything else:
+        InvalidArgumentError, nothing written)."""
+        props = getattr(batch, "properties", None)
+        n = getattr(batch, "count", 0)
+        want = {PROP_PID: str(pid), PROP_SEQ: str(seq), PROP_COUNT: str(n)}
+        if not (isinstance(props, list) and len(props) == n and n
+                and all(p.get(k) == v for p in (props[0], props[-1]) for k, v in want.items())
+                and props[0].get(PROP_ORDINAL) == "0"
+                and props[-1].get(PROP_ORDINAL) == str(n - 1)):
+            raise InvalidArgumentError(
+                f"append_producer_batch: the request's properties are not those of producer "
+                f"{pid} sequence {seq} (make them with producer_properties)")
         return self._append_request(term, batch)
 
     def append_control(self, term: int, kind, data: bytes) -> int:

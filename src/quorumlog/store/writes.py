@@ -507,7 +507,7 @@ class Writer:
                 return next_rr
         if queue_ids is None:
             req.queue = queue
-            req.first_offset = int(t.counters[queue])
+            req.first_offset = t.counters.item(queue)     # (a Python int, no numpy scalar)
         else:
             req.queue = -1
             req.queue_ids = queue_ids

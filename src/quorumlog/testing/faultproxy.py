@@ -15,6 +15,13 @@ pair and either side may have dialled it, so the bytes n1 sends to n2 travel eit
 connection n1 dialled (through link n1->n2) or "down" one n2 dialled (through link n2->n1).
 A fault on (n1, n2) applies to both.
 
+Lanes: a replica with a control lane (quorumlog.net.transport) keeps a second connection per
+pair for votes and heartbeats. The proxy tells them apart by the role in the dialler's
+AUTH_HELLO (the stream's first frame), and `set_faults(src, dst, lane="data", ...)` faults
+only the data connections of a direction (or lane="control" only the control ones). While a
+lane has faults of its own they replace the direction's for its connections; cleared
+(`set_faults(src, dst, lane=...)` with no fault, or heal), the direction's apply again.
+
 Fault modes of a direction:
   * pass      -- forward, after `delay_ms` + uniform(0, `jitter_ms`) (FIFO: a byte stream is
                  never reordered) and within `bandwidth_bytes_per_s` (a token bucket per
@@ -49,6 +56,11 @@ log = logging.getLogger(__name__)
 __all__ = ["LinkFaults", "FaultNetwork", "FaultProxy", "MODES"]
 
 MODES = ("pass", "blackhole", "stall")
+LANES = ("data", "control")
+# the dialler's first frame is its AUTH_HELLO: 24-byte header (magic "QN", version, type 0x01
+# at offset 3), then mode u8 and role u8 (Role.PEER_CONTROL = 3: the control lane)
+_HELLO_ROLE_OFFSET = 25
+_ROLE_PEER_CONTROL = 3
 CHUNK_BYTES = 65536
 MAX_BUFFERED_CHUNKS = 64
 CONNECT_TIMEOUT_S = 2.0
@@ -129,7 +141,7 @@ class _Pump:
 
     def __init__(self, conn: "_Connection", direction: _Direction, reader, writer, rng):
         self.conn = conn
-        self.dir = direction
+        self.base = direction           # the direction's faults without a lane
         self.reader = reader
         self.writer = writer
         self.rng = rng
@@ -141,18 +153,35 @@ class _Pump:
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._read()), loop.create_task(self._write())]
 
-    async def _wait_change(self) -> None:
-        await self.dir.changed.wait()
+    @property
+    def dir(self) -> _Direction:
+        """The faults that apply: those of the connection's lane while it has any of its
+        own, else the direction's."""
+        lane = self.conn.lane
+        if lane is not None:
+            d = self.conn.net.lane_direction(self.base.src, self.base.dst, lane)
+            if d is not None and not d.faults.healthy:
+                return d
+        return self.base
+
+    async def _unstalled(self) -> _Direction:
+        """Wait while the faults that apply stall -> the direction that applies then."""
+        d = self.dir
+        while d.faults.mode == "stall":
+            await d.changed.wait()
+            d = self.dir
+        return d
 
     async def _read(self) -> None:
-        d = self.dir
         try:
             while True:
-                while d.faults.mode == "stall":
-                    await self._wait_change()
+                await self._unstalled()
                 data = await self.reader.read(self.conn.net.chunk_bytes)
                 if not data:
                     break
+                if self.conn.lane is None and self is self.conn.up:
+                    self.conn.classify(data)
+                d = self.dir
                 d.stats["bytes_in"] += len(data)
                 f = d.faults
                 now = time.monotonic()
@@ -168,12 +197,10 @@ class _Pump:
             raise
 
     async def _write(self) -> None:
-        d = self.dir
         try:
             while True:
                 due, data = await self.queue.get()
-                while d.faults.mode == "stall":
-                    await self._wait_change()
+                d = await self._unstalled()
                 if d.faults.mode == "blackhole":
                     # the bytes (or the FIN) vanish; the stream is broken for good
                     d.stats["bytes_discarded"] += len(data) if data is not None else 0
@@ -188,13 +215,13 @@ class _Pump:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 # the fault may have changed while the bytes waited: check again
+                d = self.dir
                 if d.faults.mode != "pass":
                     if d.faults.mode == "blackhole":
                         d.stats["bytes_discarded"] += len(data)
                         self.conn.tainted = True
                         continue
-                    while d.faults.mode == "stall":
-                        await self._wait_change()
+                    d = await self._unstalled()
                 await d.take(len(data))
                 self.writer.write(data)
                 d.stats["bytes_out"] += len(data)
@@ -225,6 +252,7 @@ class _Connection:
         self.link = link
         self.tainted = False          # bytes were discarded: never resume this stream
         self.closed = False
+        self.lane: str | None = None  # "data" / "control" once the dialler's hello was seen
         self._eofs = 0
         self.down_writer = None       # towards the dialler
         self.up_writer = None         # towards the target
@@ -239,6 +267,12 @@ class _Connection:
                           n.rng)
         self.up.start()
         self.down.start()
+
+    def classify(self, first: bytes) -> None:
+        """The lane of this connection, from the role in the dialler's AUTH_HELLO."""
+        control = (len(first) > _HELLO_ROLE_OFFSET and first[:2] == b"QN" and first[3] == 0x01
+                   and first[_HELLO_ROLE_OFFSET] == _ROLE_PEER_CONTROL)
+        self.lane = "control" if control else "data"
 
     def half_closed(self) -> None:
         self._eofs += 1
@@ -303,6 +337,7 @@ class FaultNetwork:
         self.max_buffered_chunks = max_buffered_chunks
         self._links: dict[tuple[str, str], _Link] = {}
         self._dirs: dict[tuple[str, str], _Direction] = {}
+        self._lane_dirs: dict[tuple[str, str, str], _Direction] = {}   # lane-only faults
         self._conns: set[_Connection] = set()
         self._handshakes: set[asyncio.Task] = set()
         self.counters = {"accepted": 0, "refused": 0, "resets": 0, "upstream_failures": 0}
@@ -313,6 +348,9 @@ class FaultNetwork:
         if d is None:
             d = self._dirs[(src, dst)] = _Direction(src, dst)
         return d
+
+    def lane_direction(self, src: str, dst: str, lane: str) -> _Direction | None:
+        return self._lane_dirs.get((src, dst, lane))
 
     async def add_link(self, src: str, dst: str, upstream: tuple[str, int],
                        port: int = 0) -> tuple[str, int]:
@@ -375,9 +413,25 @@ class FaultNetwork:
         self._conns.discard(conn)
 
     # -- faults ------------------------------------------------------------------------------
-    def set_faults(self, src: str, dst: str, **kw) -> LinkFaults:
-        """Replace the faults of direction src -> dst (unnamed fields: their defaults)."""
+    def set_faults(self, src: str, dst: str, *, lane: str | None = None, **kw) -> LinkFaults:
+        """Replace the faults of direction src -> dst (unnamed fields: their defaults); with
+        `lane`, of that direction's connections of that lane only ("data" / "control")."""
+        if lane is not None:
+            return self._set_lane(src, dst, lane, LinkFaults(**kw).validate())
         return self._set(src, dst, LinkFaults(**kw).validate())
+
+    def _set_lane(self, src: str, dst: str, lane: str, faults: LinkFaults) -> LinkFaults:
+        if lane not in LANES:
+            raise InvalidArgumentError(f"lane must be one of {LANES}, got {lane!r}")
+        if faults.mode == "blackhole":
+            raise InvalidArgumentError("a lane's faults may delay or stall, not blackhole")
+        d = self._lane_dirs.get((src, dst, lane))
+        if d is None:
+            d = self._lane_dirs[(src, dst, lane)] = _Direction(src, dst)
+        d.set(faults)
+        # pumps of that lane that waited on the direction's own faults look again
+        self.direction(src, dst).set(self.direction(src, dst).faults)
+        return faults
 
     def update_faults(self, src: str, dst: str, **kw) -> LinkFaults:
         """Change some fields of direction src -> dst's faults, keep the others."""
@@ -432,6 +486,9 @@ class FaultNetwork:
         for (s, d) in list(self._dirs):
             if src is None or (dst is None and src in (s, d)) or (s, d) == (src, dst):
                 self._set(s, d, LinkFaults())
+        for (s, d, lane), x in list(self._lane_dirs.items()):
+            if src is None or (dst is None and src in (s, d)) or (s, d) == (src, dst):
+                x.set(LinkFaults())
 
     def reset(self, a: str | None = None, b: str | None = None) -> int:
         """RST (SO_LINGER 0) every connection between a and b (None: any node) -> count."""

@@ -11,10 +11,9 @@ A workload is a class with:
   check(resolved)  raise BenchOptionError for values it cannot honour
   run(resolved, ctx) -> list[Result]   measure; read back and verify what was acknowledged
 
-To add one (the replicated `cluster` and `failover` workloads, once the node exists): write the
-class, decorate it with @register, and it becomes a subcommand and may join the default suite
-(suite.py). A workload that starts processes records each one's CPU in Result.cpu_seconds
-under its own label.
+To add one: write the class, decorate it with @register, and it becomes a subcommand and may
+join the default suite (suite.py). A workload that starts processes records each one's CPU in
+Result.cpu_seconds under its own label (the replicated workloads: one per replica).
 """
 from __future__ import annotations
 
@@ -28,8 +27,8 @@ from ..references import touch_memory
 
 # Option names as BenchOptions spells them; the CLI shows them as --size, --count, ...
 ALL_OPTIONS = ("size", "count", "duration_s", "producers", "batch", "window", "flush",
-               "replicas")
-OPTION_FLAGS = {"duration_s": "--duration"}
+               "replicas", "connect", "secret_file", "kills", "kill_every_s")
+OPTION_FLAGS = {"duration_s": "--duration", "kill_every_s": "--kill-every"}
 
 
 def flag(name: str) -> str:
@@ -49,6 +48,7 @@ class RunContext:
     warm_bytes: int
     quick: bool
     keep: bool
+    secret_file: str | None = None     # with --connect: the running replicas' secret
 
     def new_dir(self, name: str) -> str:
         path = os.path.join(self.directory, name)
