@@ -6,8 +6,9 @@
 import pytest
 
 from quorumlog.raft import RaftConfig
+from quorumlog.raft.log import EntryKind
 
-from quorumlog.testing.sim import (FaultProfile, Simulator, benign_faults, benign_run,
+from quorumlog.testing.sim import (FaultProfile, InvariantViolation, Simulator, benign_faults, benign_run,
                                    failover_run, run_seed, sim_options)
 
 SEEDS = 1000
@@ -64,7 +65,8 @@ def test_heavy_faults_5_nodes():
 
 
 # seeds that once found a bug (docs/raft.md "Measured" lists what each found)
-REGRESSION_SEEDS = [39, 48, 127, 99, 6943, 12999, 13790, 23098, 27448, 28440, 30961, 33441]
+REGRESSION_SEEDS = [39, 48, 127, 99, 6943, 12999, 13790, 23098, 27448, 28440, 30961, 33441,
+                    67230, 67245]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
@@ -129,3 +131,59 @@ def test_groups_shrink_to_one_voter_and_grow_back():
         shrunk += any(s == 1 for s in sizes)
         grown += any(a == 1 and b > 1 for a, b in zip(sizes, sizes[1:]))
     assert shrunk and grown
+
+
+def _first(trace, text, after=0):
+    return next((i for i, line in enumerate(trace) if i >= after and text in line), None)
+
+
+def test_acked_entry_committed_in_a_later_term_need_not_be_on_a_late_leader_of_an_earlier_term():
+    # seed 67230: n2 led term 1 and held entry 38/t1 alone, crashed, won term 3 and committed
+    # it there; then a vote delayed since term 2 made n1 leader of term 2 without it. Raft keeps
+    # an entry on leaders of terms after the one it was committed in, not after its own term:
+    # the checker reported "acked proposal 37 at 38/t1 missing from new leader n1"
+    r = run_seed(67230, trace=True)
+    assert r.ok, r.violation
+    t3 = _first(r.trace, "n2 event RoleChanged(term=3, role=<Role.LEADER")
+    assert t3 is not None and _first(r.trace, "n1 event RoleChanged(term=2, role=<Role.LEADER", t3)
+
+
+def test_a_late_install_from_a_stale_leader_may_carry_its_uncommitted_tail():
+    # seed 67245: n5's INSTALL of term 1 reached n2 (still in term 1) after n4 committed
+    # term-2 entries from 135; n5's term-1 tail conflicts with them as its late APPEND would.
+    # The checker required every committed entry of the image ("n2 installed (1, DATA, 134) at
+    # committed index 135")
+    r = run_seed(67245, trace=True)
+    assert r.ok, r.violation
+    t2 = _first(r.trace, "n4 event RoleChanged(term=2, role=<Role.LEADER")
+    assert t2 is not None and _first(r.trace, "deliver n5->n2 INSTALL t1", t2)
+
+
+def test_checker_requires_acked_entries_on_every_leader_after_their_commit_term():
+    sim = Simulator(1, 3, faults=FaultProfile())
+    n = sim.nodes["n1"]
+    n.log.append_as_leader(1, [1, 2, 3])   # (the simulator's entries carry proposal ids)
+    n.core.term = 3
+    sim.acked = {4: (4, 1, 2)}             # index 4, term 1, committed in term 2
+    with pytest.raises(InvariantViolation, match="acked proposal 4 at 4/t1"):
+        sim._check_leader_completeness(n)
+    sim.acked = {3: (3, 1, 1), 4: (4, 1, 3)}   # committed in term 3: not owed to term 2's leader
+    n.core.term = 2
+    sim._check_leader_completeness(n)
+    sim.acked = {3: (3, 1, 1), 9: (3, 1, 1)}   # another proposal at index 3
+    with pytest.raises(InvariantViolation, match="acked proposal 9 at 3/t1"):
+        sim._check_leader_completeness(n)
+
+
+def test_checker_requires_an_installed_log_to_hold_what_its_term_and_earlier_ones_committed():
+    sim = Simulator(1, 3, faults=FaultProfile())
+    n = sim.nodes["n1"]
+    n.log.append_as_leader(1, [1, 2, 3])
+    n.core.term = 1
+    sim.committed = {1: n.log.entry(1), 2: (2, EntryKind.DATA, 99)}
+    sim.max_committed = 2
+    sim.committed_in_term = {1: 1, 2: 2}   # index 2 committed in term 2 (as seed 67245)
+    n.log.observer("install", n.log, 0, 3)
+    sim.committed_in_term = {1: 2}         # index 2 committed in term 1: the image must hold it
+    with pytest.raises(InvariantViolation, match="n1 installed .* at index 2"):
+        n.log.observer("install", n.log, 0, 3)

@@ -177,7 +177,7 @@ class Simulator:
         self.committed: dict[int, tuple] = {}             # index -> (term, kind, data)
         self.max_committed = 0
         self.committed_in_term: dict[int, int] = {}       # term -> highest index known committed in it
-        self.acked: dict[int, tuple] = {}                 # proposal id -> (index, term)
+        self.acked: dict[int, tuple] = {}                 # proposal id -> (index, term, commit term)
         self.pending: dict[int, tuple] = {}               # proposal id -> (node, index, term)
         self.next_pid = 1
         self.client_seq = {cid: 0 for cid in range(1, 5)}
@@ -270,9 +270,16 @@ class Simulator:
                     self._fail(f"{n.id} installed a log ending at {lg.last_index()} below its "
                                f"commit {core.commit_index}")
                 check(lg, lg.first_index(), lg.last_index())
-                for i in range(lg.first_index(), min(lg.last_index(), self.max_committed) + 1):
+                # the image is its sender's log while it led in the follower's term u: it holds
+                # every entry committed in a term <= u (leader completeness, and a leader never
+                # drops its own); its uncommitted tail may conflict with entries a later term
+                # committed, exactly as the same leader's late APPEND may (seed 67245)
+                u = core.term if core is not None else max(self.committed_in_term, default=0)
+                m = max((c for t, c in self.committed_in_term.items() if t <= u), default=0)
+                for i in range(lg.first_index(), min(lg.last_index(), m) + 1):
                     if lg.entry(i) != self.committed[i]:
-                        self._fail(f"{n.id} installed {lg.entry(i)} at committed index {i}")
+                        self._fail(f"{n.id} installed {lg.entry(i)} at index {i}, committed in a "
+                                   f"term <= {u} as {self.committed[i]}")
             else:  # truncate after a (log had b entries)
                 self.stats["truncations"] = self.stats.get("truncations", 0) + 1
                 # (a node may drop a copy of a globally committed entry it never counted as
@@ -397,10 +404,14 @@ class Simulator:
             if lg.entry(m) != self.committed[m]:
                 self._fail(f"leader completeness: {n.id} entry {m} {lg.entry(m)} != committed "
                            f"{self.committed[m]}")
-        for pid, (idx, term) in self.acked.items():
-            if term < u and idx >= lg.first_index() and (idx > lg.last_index()
-                                                         or lg.entry(idx)[2] != pid):
-                self._fail(f"acked proposal {pid} at {idx}/t{term} missing from new leader {n.id}")
+        # (by the term it was committed in, not its own: an entry of term t that only its old
+        # leader held, committed when that node leads again in term v > t, need not be on a
+        # leader of a term in between -- seed 67230)
+        for pid, (idx, term, cterm) in self.acked.items():
+            if cterm < u and idx >= lg.first_index() and (idx > lg.last_index()
+                                                          or lg.entry(idx)[2] != pid):
+                self._fail(f"acked proposal {pid} at {idx}/t{term} (committed in term {cterm}) "
+                           f"missing from new leader {n.id}")
 
     def _on_commit(self, n: _Node, c: int):
         if c < n.commit_seen:
@@ -438,7 +449,7 @@ class Simulator:
                     done.append(pid)
                     # reported committed to the client: the entry is still ours at commit time
                     if lg.term_at(idx) == t and lg.entry(idx)[2] == pid:
-                        self.acked[pid] = (idx, t)
+                        self.acked[pid] = (idx, t, term)
                         self.ack_times.append(self.now)
                         if idx > self.max_acked_index:
                             self.max_acked_index = idx
