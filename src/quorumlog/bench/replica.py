@@ -29,7 +29,7 @@ def write_stats(node, path: str) -> None:
            "role": int(node.core.role) if node.core is not None else None,
            "commit_index": node.core.commit_index if node.core is not None else None,
            "commitlog": dict(cl.stats()) if cl is not None else None,
-           "duplicates": node.producers.duplicates}
+           "duplicates": node.stats["duplicates"]}
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh)
