@@ -34,7 +34,13 @@ def require(cond, what):
 
 
 @pytest.mark.timeout(300)
-def test_retry_of_a_batch_the_new_leader_holds_in_part_is_acknowledged_whole(tmp_path):
+def test_retry_of_a_batch_the_new_leader_holds_in_part_is_acknowledged_whole(tmp_path,
+                                                                          monkeypatch):
+    # One connection per pair, as when this scenario was found: with the control lane on,
+    # the follower ends up holding the whole batch after the cut (the scenario is not
+    # reached: ScenarioNotReachedError, not a pass) -- why is an open question about the
+    # proxy's cut with two connections per pair, see docs/reliability.md
+    monkeypatch.setenv("QUORUMLOG_CONTROL_LANE", "false")
     fp = FaultProxy(seed=1)
     io = IoThread()
     c = ProxiedCluster(tmp_path / "c", 3, fp, flush="async", segment_size_bytes=1 << 24,
