@@ -288,8 +288,9 @@ class AsyncClient:
                         if loop.time() > deadline:
                             raise
                         continue
-                    else:
-                        self._leader_addr = self._next_address()
+                    # (after a few at once: the named leader, or the next member if none is
+                    # named, after the backoff -- never a rotation away from a named leader)
+                    self._leader_addr = _addr(addr) if addr else self._next_address()
                 else:
                     # the member may be gone: drop the connection, try the others
                     if self._channel is not None:
