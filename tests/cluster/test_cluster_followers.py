@@ -52,14 +52,26 @@ def _run_load_around(c, action, settle_s=1.0):
 
 def test_follower_stopped_with_sigstop_and_resumed_catches_up(make_cluster):
     c = make_cluster(3, flush="sync")
+    seen = {}
+
+    def commit_of_leader(stopped):
+        # asked of the two running members only (the stopped one would not answer)
+        with c.client(request_timeout=2, retry_timeout=5) as admin:
+            st = [admin.status(c.clients[n]) for n in c.ids if n != stopped]
+        return max(s.commit_index for s in st if s.role == 2)
 
     def pause(f):
         c.signal(f, signal.SIGSTOP)
         try:
+            seen["before"] = commit_of_leader(f)
             time.sleep(2.0)   # the group keeps committing with the other two
+            seen["during"] = commit_of_leader(f)
         finally:
             c.signal(f, signal.SIGCONT)
-    _run_load_around(c, pause)
+    f = _run_load_around(c, pause)
+    assert f in c.ids
+    # sync flush: the leader and the other follower made a majority while f was stopped
+    assert seen["during"] > seen["before"], seen
 
 
 def test_follower_restarted_with_its_unflushed_tail_lost_catches_up(make_cluster):

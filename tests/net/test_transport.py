@@ -161,6 +161,8 @@ def test_reconnect_when_the_peer_starts_late(loop_factory):
             b.t.add_peer("a", a.t.address)
             await a.t.wait_connected("b", 10)
             await exchange(a, b, 1)
+            pa = a.t.stats()["peers"]["b"]
+            assert pa["dial_failures"] >= 3 and pa["connected"], pa
         finally:
             hold.close()
             await close_all([a] + ([b] if b else []))
