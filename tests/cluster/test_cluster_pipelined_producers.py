@@ -35,7 +35,7 @@ class PipelinedProducer:
     async def _run(self):
         made = iter(range(1 << 30))
         async with AsyncClient(self.addresses, secret=self.secret, retry_timeout=60,
-                               request_timeout=2, max_in_flight=self.window) as c:
+                               request_timeout=2) as c:
             async def lane():
                 while not self.stop.is_set() and not self.errors:
                     k = next(made)
