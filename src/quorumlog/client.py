@@ -115,15 +115,21 @@ class _ProducerWindow:
     `limit` above the lowest unresolved one, so every batch a client may retry is among the
     last `limit` batches the leader remembers (node/producers.py): a retry is never too old to
     tell. Sequences start at 1, are never reused, and go to callers in the order they asked
-    (first come, first numbered: a producer's batches are numbered in the order it made them)."""
+    (first come, first numbered: a producer's batches are numbered in the order it made them).
+
+    Sending in order: a batch whose attempt failed is `failed` until it is sent again; no
+    batch is sent while an older one is failed (`turn`), so after an error the batches reach
+    the leader oldest first and pipelining resumes behind them (Kafka's producer: one request
+    in flight until the oldest succeeds, learned from, not copied)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.next = 1
         self._low = 1
         self._open: set = set()
+        self._failed: set = set()
         self._queue: collections.deque = collections.deque()   # futures waiting for a number
-        self._changed: asyncio.Event | None = None
+        self._waiters: list = []          # (seq, future) waiting for a change
 
     def base(self) -> int:
         """The lowest unresolved sequence (self.next if none is)."""
@@ -154,25 +160,45 @@ class _ProducerWindow:
 
     def release(self, seq: int) -> None:
         self._open.discard(seq)
+        self._failed.discard(seq)
         while self._queue and self._room():
             fut = self._queue.popleft()
             if not fut.done():
                 fut.set_result(self._take())
-        ev, self._changed = self._changed, None
-        if ev is not None:
-            ev.set()
+        self._notify()
 
-    async def wait_oldest(self, seq: int, deadline: float) -> bool:
-        """Until `seq` is the lowest unresolved sequence (every older batch acknowledged or
-        given up) -> whether it had to wait; TimeoutError at `deadline` (loop time)."""
-        waited = False
-        loop = asyncio.get_running_loop()
-        while self.base() != seq:
-            waited = True
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            await asyncio.wait_for(self._changed.wait(), max(0.0, deadline - loop.time()))
-        return waited
+    def failed(self, seq: int) -> None:
+        self._failed.add(seq)
+
+    def older_failed(self, seq: int) -> bool:
+        return any(s < seq for s in self._failed)
+
+    async def turn(self, seq: int, deadline: float) -> None:
+        """Until no batch older than `seq` waits to be sent again; then `seq` is being sent
+        (TimeoutError at `deadline`, loop time)."""
+        while self.older_failed(seq):
+            await self.changed(deadline, seq)
+        if seq in self._failed:
+            self._failed.discard(seq)
+            self._notify()
+
+    async def changed(self, deadline: float, seq: int = 0) -> None:
+        """Until the next release or resend (TimeoutError at `deadline`). Waiters wake in
+        sequence order, so their resends go out oldest first."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        try:
+            await asyncio.wait_for(fut, max(0.0, deadline - asyncio.get_running_loop().time()))
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        waiters.sort(key=lambda w: w[0])
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
 
 _MAX_IMMEDIATE_REDIRECTS = 3    # per request, before the retry backoff applies
@@ -377,17 +403,14 @@ class AsyncClient:
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
+                if window is not None:
+                    await window.turn(msg.seq, deadline)
                 return await self._request(msg, prefer, timeout)
             except _RETRYABLE as e:
-                if window is not None:
-                    # a producer's batches are resent in sequence order: this one once every
-                    # older one is resolved (then at once: the older ones found the leader)
-                    try:
-                        if await window.wait_oldest(msg.seq, deadline):
-                            self.stats["retries"] += 1
-                            continue
-                    except TimeoutError:
-                        raise e from None
+                if window is not None and await self._after_producer_error(window, msg.seq,
+                                                                           e, deadline):
+                    self.stats["retries"] += 1
+                    continue
                 if isinstance(e, OutOfOrderSequenceError):
                     pass     # (the leader answered: stay with it)
                 elif isinstance(e, NotLeaderError):
@@ -419,6 +442,24 @@ class AsyncClient:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
+
+    @staticmethod
+    async def _after_producer_error(window: "_ProducerWindow", seq: int, e: BaseException,
+                                    deadline: float) -> bool:
+        """A producer batch's attempt failed with a retriable error -> True if an older batch
+        of the producer leads the way (its resend goes first: window.turn holds this one
+        until then), False if this batch handles the error itself (redirect, backoff)."""
+        window.failed(seq)
+        try:
+            if window.older_failed(seq):
+                return True
+            if isinstance(e, OutOfOrderSequenceError) and window.base() < seq:
+                # an older batch is still in flight (not failed yet): once it moves
+                await window.changed(deadline)
+                return True
+        except TimeoutError:
+            raise e from None
+        return False
 
     def _next_address(self):
         cur = self._channel_addr or self._leader_addr
