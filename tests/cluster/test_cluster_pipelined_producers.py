@@ -11,7 +11,7 @@ import collections
 import threading
 
 import pytest
-from cluster_support import read_queue, wait_until
+from cluster_support import kill_leaders_under_load, read_queue
 
 from quorumlog.client import AsyncClient, Client
 from quorumlog.errors import InvalidQueueError
@@ -62,17 +62,8 @@ def test_pipelined_producer_survives_leader_kills(make_cluster, window):
         prod = PipelinedProducer(c.client_addresses(), secret, window)
         prod.thread.start()
         try:
-            for k in range(KILLS):
-                before = prod.count()
-                wait_until(lambda: prod.count() > before + 200 or prod.errors, 30,
-                           "load before the kill")
-                c.kill(leader)
-                new = c.wait_leader(client=admin, timeout=20, exclude=(leader,))
-                at_kill = prod.count()
-                wait_until(lambda: prod.count() > at_kill + 2 * window or prod.errors, 30,
-                           f"acknowledgements after kill {k}")
-                c.restart(leader)
-                leader = new
+            leader = kill_leaders_under_load(c, admin, leader, prod, KILLS, before=200,
+                                             after=2 * window)
         finally:
             prod.stop.set()
             prod.thread.join(90)
