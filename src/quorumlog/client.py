@@ -6,7 +6,7 @@
 
 * Connects to any member and follows NOT_LEADER redirects to the leader (the error names the
   leader's client address); with no address known it tries the other members.
-* Idempotent producer (docs/node.md "Idempotent producers"): the client has a random 63-bit
+* Idempotent producer (docs/node.md "Idempotent produce"): the client has a random 63-bit
   producer id and numbers its batches; a retried batch keeps its sequence number, so a
   leader (a new one after failover too) that already holds it answers with the original
   result instead of appending it twice. At most `max_in_flight` (<= MAX_PRODUCER_IN_FLIGHT,
@@ -14,8 +14,9 @@
   waits until the oldest unresolved one is less than max_in_flight behind it. Each attempt
   tells the leader the lowest unresolved sequence (base_sequence), so a leader that lacks
   the batch before this one while the client still has it in flight answers
-  OUT_OF_ORDER_SEQUENCE; after any retriable error a batch is resent only once every older
-  batch of the producer is resolved (sequence order, as Kafka's producer does). Retries go on
+  OUT_OF_ORDER_SEQUENCE. After a retriable error no batch is sent while an older one waits
+  to be sent again, so the batches reach the leader oldest first and pipelining resumes
+  behind them (as Kafka's producer does); the oldest handles the error. Retries go on
   (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE,
   timeouts and lost connections, until `retry_timeout` runs out; a batch that fails is given
   up (its outcome is unknown unless the error refused it) and the next one goes on.

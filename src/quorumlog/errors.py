@@ -168,7 +168,7 @@ class DrivenStoreError(QuorumlogError):
     prepare_put() request through RaftCore.propose instead. Nothing was written."""
 
 
-# -- idempotent producers (node/producers.py; docs/node.md "Idempotent producers") ----------
+# -- idempotent producers (node/producers.py; docs/node.md "Idempotent produce") ------------
 class DuplicateBatchError(QuorumlogError):
     """The leader's log already holds this (producer id, sequence) batch (a client's retry):
     nothing was appended; it is answered with the original's positions once committed."""

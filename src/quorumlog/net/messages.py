@@ -24,7 +24,7 @@ MAX_VOTERS = 64                 # per CONFIG entry carried on an APPEND
 MAX_CONFIGS_PER_APPEND = 1024
 # an idempotent producer's batches in flight at most (AsyncClient max_in_flight); a leader
 # remembers at least this many batches per producer (NodeConfig.producer_batches_remembered),
-# so every batch a client may retry is among them (docs/node.md "Idempotent producers")
+# so every batch a client may retry is among them (docs/node.md "Idempotent produce")
 MAX_PRODUCER_IN_FLIGHT = 8
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
