@@ -81,6 +81,7 @@ from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        ParseResult, Role, TakeLeadership, VoteRequest, VoteResponse, VoteResult)
 from .producers import ProducerTable
 from .progress import Progress
+from .recovery import RecoveryRules
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,9 @@ class RaftConfig:
 class HardState(NamedTuple):
     term: int = 0
     voted_for: str | None = None
+    # > 0: recovering after an unclean async open, until the log holds an entry of a later
+    # term (raft/recovery.py); 0: not recovering
+    recovering_term: int = 0
 
 
 # -- events ------------------------------------------------------------------------------
@@ -267,19 +271,21 @@ class _VoteRound:
         self.known_max_term = term
 
 
-class RaftCore:
+class RaftCore(RecoveryRules):
     def __init__(self, node_id: str, log_store: RaftLog, rng: random.Random,
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
                  persisted_index: int | None = None, commit_index: int = 0,
-                 restarted: bool = False):
+                 restarted: bool = False, recovering: bool = False):
         """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
         recovered from the log, oldest first, starting with index 0). peers: every node id the
         driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER).
         restarted: this node ran before (a restart after a crash or a stop). Before it went
         down it may have acknowledged a leader whose lease still runs, and it has forgotten
         when: for max_heartbeat_leak x heartbeat_interval_ms it grants no vote (nor pre-vote)
-        and does not campaign. False only for a first start, or after a longer downtime."""
+        and does not campaign. False only for a first start, or after a longer downtime.
+        recovering: this open may have lost entries the replica acknowledged (flush = "async"
+        and the page cache did not survive: a power loss); see raft/recovery.py."""
         self.id = node_id
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
@@ -356,6 +362,7 @@ class RaftCore:
         self._flush_to: int | None = None
         self._commit_changed = False
         self._apply_config(initial=True)
+        self._init_recovery(hard_state.recovering_term, recovering)
         self._handlers = {
             VoteRequest: self._on_vote_request, VoteResponse: self._on_vote_response,
             Heartbeat: self._on_heartbeat, HeartbeatResponse: self._on_heartbeat_response,
@@ -384,7 +391,7 @@ class RaftCore:
         self._handlers[msg.__class__](msg)
 
     def ready(self) -> Ready:
-        hs = HardState(self.term, self.voted_for) if self._hs_dirty else None
+        hs = self.hard_state if self._hs_dirty else None
         r = Ready(hs, self._flush_to, self._log_gen, self._msgs,
                   self.commit_index if self._commit_changed else None, self._events)
         self._hs_dirty = False
@@ -603,12 +610,14 @@ class RaftCore:
     # -- introspection -----------------------------------------------------------------
     @property
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.voted_for)
+        return HardState(self.term, self.voted_for, self.recovering_term)
 
     def status(self) -> str:
         s = (f"{self.id} {self.role.name} t{self.term} vote={self.voted_for} leader={self.leader_id} "
              f"last={self.log.last_index()}/t{self.log.last_term()} commit={self.commit_index} "
              f"persisted={self.persisted_index}")
+        if self.recovering_term:
+            s += f" recovering(floor t{self.recovering_term})"
         if self.role == Role.LEADER:
             s += " [" + ", ".join(p.describe() for p in self.progress.values()) + "]"
         return s
@@ -745,6 +754,10 @@ class RaftCore:
             self.next_time_to_request_vote = now + self._vote_interval()
             self.need_increase_term_immediately = False
             return
+        if self.recovering_term:
+            # recovery R2: its log may lack entries it acknowledged; it must not lead on it
+            self.next_time_to_request_vote = now + self._vote_interval()
+            return
         if now < self._vote_guard_until_ms and self.term_to_take_leadership != self.term:
             self.next_time_to_request_vote = self._vote_guard_until_ms  # (restarted: see __init__)
             return
@@ -868,6 +881,9 @@ class RaftCore:
             return VoteResult.REJECT_UNKNOWN_LEADER
         if not is_self and m.src == self.id:
             return VoteResult.REJECT_UNEXPECTED_LEADER
+        if self.recovering_term:
+            # recovery R2: "my log is not newer than yours" is not known to be true here
+            return VoteResult.REJECT_RECOVERING
         if (not is_self and not m.transfer and self.cfg.reject_votes_while_leader_live
                 and self._has_live_leader(m.src)):
             return VoteResult.REJECT_ALREADY_HAS_LEADER
@@ -951,7 +967,9 @@ class RaftCore:
                     # the responder is at (or past) the term we proposed: propose past it next
                     v.known_max_term = term
             return
-        if result != VoteResult.UNKNOWN:
+        if result != VoteResult.UNKNOWN and result != VoteResult.REJECT_RECOVERING:
+            # (a recovering voter is like one that did not answer: retry in this term, do
+            # not push the term up while it recovers)
             v.valid += 1
         if result == VoteResult.ACCEPT:
             v.accepted += 1
@@ -1175,6 +1193,8 @@ class RaftCore:
         self._flush_to = lastb
         self._follower_commit(m.commit_index)
         self._maybe_report(False)
+        if self.recovering_term:
+            self._check_recovered()
 
     def _truncate_after(self, index: int) -> None:
         if index < self.commit_index:
@@ -1213,7 +1233,8 @@ class RaftCore:
         return lo
 
     def _on_take_leadership(self, m: TakeLeadership) -> None:
-        if m.term != self.term or m.src != self.leader_id or self.role != Role.FOLLOWER:
+        if (m.term != self.term or m.src != self.leader_id or self.role != Role.FOLLOWER
+                or self.recovering_term):  # (recovery R2: the transfer times out)
             return
         # Adopt T+1 and vote for ourselves now, not on the next tick: in between we would sit
         # at term T with no leader, and a heartbeat from the old leader at T would make us its
@@ -1548,6 +1569,8 @@ class RaftCore:
         self._events.append(LogInstalled(im.first_index, last, im.meta))
         self._follower_commit(m.commit_index)
         self._reply_install(m, Code.SUCCESS, nxt, last)
+        if self.recovering_term:
+            self._check_recovered()
 
     def _holds(self, index: int, term: int) -> bool:
         lg = self.log

@@ -68,6 +68,12 @@ class FaultProfile:
     clock_skew: float = 0.0       # each node's clock rate is within 1 +- clock_skew
     lanes: int = 1                # tcp: 2 = control messages on a connection of their own
     retention_rate: float = 0.0   # head drops (committed entries) per simulated second
+    # flush = "sync": a node acknowledges flushed entries only (on_persisted after the disk's
+    # flush). "async": acknowledged at page-cache level (on_persisted at once); the disk gets
+    # everything every flush_interval_ms. A crash (kill -9) then loses nothing.
+    flush: str = "sync"
+    flush_interval_ms: int = 200
+    power_rate: float = 0.0       # power losses per simulated second: unflushed writes lost
 
     @classmethod
     def random(cls, rng: random.Random) -> "FaultProfile":
@@ -91,6 +97,8 @@ class FaultProfile:
         f.pause_rate = rng.choice((0.0, 0.0, 0.3, 1.0))
         f.clock_skew = rng.choice((0.0, 0.01, 0.05))
         f.retention_rate = rng.choice((0.0, 0.0, 2.0, 10.0))
+        f.flush = rng.choice(("sync", "async"))
+        f.power_rate = rng.choice((0.0, 0.0, 0.3, 1.0))
         return f
 
 
@@ -110,11 +118,13 @@ class SimResult:
     ack_times: list = field(default_factory=list)   # real ms of every acknowledged proposal
     leader_times: list = field(default_factory=list)  # (real ms, term, node) of each election
     failover_ms: int = -1   # with crash_leader_at_ms: crash -> first commit by a new leader
+    mix: dict = field(default_factory=dict)  # what this seed exercised, summed by the soak
 
 
 class _Node:
     __slots__ = ("id", "core", "log", "hard", "alive", "incarnation", "flush_pending",
-                 "commit_seen", "tick_phase", "rate", "clock0", "paused_until")
+                 "commit_seen", "tick_phase", "rate", "clock0", "paused_until", "lost_power",
+                 "next_sync_ms")
 
     def __init__(self, nid):
         self.id = nid
@@ -129,6 +139,8 @@ class _Node:
         self.rate = 1.0       # clock rate relative to real (simulated) time
         self.clock0 = 0       # clock offset
         self.paused_until = 0
+        self.lost_power = False   # down after a power loss (its page cache is gone)
+        self.next_sync_ms = 0     # async: the next background flush
 
     def clock(self, t: int) -> int:
         """This node's monotonic clock at real time t."""
@@ -142,8 +154,12 @@ class Simulator:
     def __init__(self, seed: int, n_nodes: int = 3, *, faults: FaultProfile | None = None,
                  config: RaftConfig | None = None, fault_ms: int = 3000, liveness_ms: int = 6000,
                  tick_ms: int = 10, propose_every_ms: int = 15, spare_nodes: int = 0,
-                 trace: bool = False, crash_leader_at_ms: int | None = None):
+                 trace: bool = False, crash_leader_at_ms: int | None = None,
+                 recovery: bool = True):
         self.seed = seed
+        # recovery=False: the driver does not tell a core that a power loss may have taken
+        # entries it acknowledged (as before raft/recovery.py; the checker catches the loss)
+        self.recovery = recovery
         self.rng = random.Random(seed)
         rng = self.rng
         self.faults = faults if faults is not None else FaultProfile.random(rng)
@@ -230,17 +246,29 @@ class Simulator:
         n.commit_seen = 0
         history = n.log.config_history(self.initial_voters)
         n.paused_until = 0
+        recovering = self.recovery and n.lost_power and self.faults.flush == "async"
+        n.lost_power = False
+        n.next_sync_ms = self.now + self.faults.flush_interval_ms
         n.core = RaftCore(n.id, n.log, random.Random(self.rng.getrandbits(64)), self.cfg,
                           hard_state=n.hard, config_history=history, peers=self.ids,
-                          now_ms=n.clock(self.now), restarted=n.incarnation > 1)
+                          now_ms=n.clock(self.now), restarted=n.incarnation > 1,
+                          recovering=recovering)
         self._push(self.now + n.tick_phase, TICK, n.id, n.incarnation)
         self._t(f"start {n.id} inc={n.incarnation} {n.core.status()}")
 
-    def _crash(self, n: _Node):
-        self._t(f"crash {n.id}")
+    def _crash(self, n: _Node, power: bool = False):
+        """A process crash, or (power) a power loss: the page cache goes too. In async mode a
+        process crash loses nothing (the page cache survives the process); in sync mode every
+        crash loses what was not flushed (no stronger than a power loss, and it was always so
+        here)."""
+        self._t(f"{'power loss' if power else 'crash'} {n.id}")
         n.alive = False
         n.core = None
-        n.log.crash()
+        if power or self.faults.flush == "sync":
+            n.log.crash()
+        if power:
+            n.lost_power = True
+            self.stats["power_losses"] = self.stats.get("power_losses", 0) + 1
 
     def _make_observer(self, n: _Node):
         entries = self.entries
@@ -296,10 +324,15 @@ class Simulator:
         while core.has_ready():
             r = core.ready()
             if r.hard_state is not None:
+                if n.hard.recovering_term and not r.hard_state.recovering_term:
+                    self.stats["recovered"] = self.stats.get("recovered", 0) + 1
+                    self._t(f"{n.id} recovered (floor t{n.hard.recovering_term})")
                 n.hard = r.hard_state          # 1. persist hard state before sending
             for m in r.messages:               # 2. send
                 self._send(m)
-            if r.flush_to is not None and not n.flush_pending:   # 3. flush (group commit)
+            if r.flush_to is not None and self.faults.flush == "async":
+                core.on_persisted(n.log.last_index(), r.flush_gen)  # 3. page cache: at once
+            elif r.flush_to is not None and not n.flush_pending:   # 3. flush (group commit)
                 n.flush_pending = True
                 self._push(self.now + self.rng.randint(0, self.faults.disk_max_ms), FLUSH,
                            n.id, n.incarnation)
@@ -419,7 +452,7 @@ class Simulator:
         lg = n.log
         if c > lg.last_index():
             self._fail(f"{n.id} commit {c} beyond its log end {lg.last_index()}")
-        if c > lg.flushed_index():
+        if c > lg.flushed_index() and self.faults.flush == "sync":
             # the driver dispatches and checkpoints up to the commit index: never past the disk
             self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
         committed = self.committed
@@ -474,7 +507,8 @@ class Simulator:
         while t < self.fault_ms:
             t += self.propose_every_ms
             self._push(t, PROPOSE)
-        for rate, kind in ((f.crash_rate, "crash"), (f.partition_rate, "partition"),
+        for rate, kind in ((f.crash_rate, "crash"), (f.power_rate, "power"),
+                           (f.partition_rate, "partition"),
                            (f.pause_rate, "pause"), (f.retention_rate, "retention")):
             if rate <= 0:
                 continue
@@ -579,10 +613,10 @@ class Simulator:
     def _fault(self, kind):
         rng = self.rng
         alive = [n for n in self.nodes.values() if n.alive]
-        if kind == "crash":
+        if kind in ("crash", "power"):
             if alive:
                 n = rng.choice(alive)
-                self._crash(n)
+                self._crash(n, power=kind == "power")
                 self._push(self.now + rng.randint(50, 800), RESTART, n.id)
         elif kind == "pause":
             if alive:
@@ -685,6 +719,12 @@ class Simulator:
         res.ack_times = self.ack_times
         res.leader_times = self.leader_times
         res.failover_ms = self.failover_ms
+        f = self.faults
+        power = self.stats.get("power_losses", 0)
+        res.mix = {f"seeds_{f.flush}": 1, f"power_losses_{f.flush}": power,
+                   f"seeds_with_power_loss_{f.flush}": int(power > 0),
+                   "recoveries_ended": self.stats.get("recovered", 0),
+                   "stopped_for_recovery": self.stats.get("stopped_for_recovery", 0)}
         return res
 
     def _run(self):
@@ -714,6 +754,9 @@ class Simulator:
                 n = nodes[a]
                 if not n.alive or n.incarnation != b:
                     continue
+                if self.faults.flush == "async" and t >= n.next_sync_ms:
+                    n.log.flush()   # the log's background flush (async mode)
+                    n.next_sync_ms = t + self.faults.flush_interval_ms
                 n.core.tick(n.clock(t))
                 self._drain(n)
                 self._push(t + tick_ms, TICK, a, b)
@@ -754,6 +797,13 @@ class Simulator:
                     self._start(n)
             elif kind == ADMIN:
                 self._admin(a)
+        if ((self.liveness_done_ms < 0 or self.liveness_done_ms > self.fault_ms + self.liveness_ms)
+                and self._stopped_for_recovery()):
+            # the documented fail-stop: no quorum of voters that lost nothing can form, so no
+            # leader may be elected (raft/recovery.py); an operator would end_recovery
+            self.stats["stopped_for_recovery"] = 1
+            self._final_check()
+            return
         if self.liveness_done_ms < 0 or self.liveness_done_ms > self.fault_ms + self.liveness_ms:
             self._fail(f"liveness: no proposal committed within {self.liveness_ms}ms after heal; "
                        + self._states())
@@ -767,6 +817,17 @@ class Simulator:
     def _states(self) -> str:
         return "; ".join(f"{n.core.status()} voters={','.join(n.core.voters)} learner={n.core.learner}"
                          for n in self.nodes.values() if n.alive)
+
+    def _stopped_for_recovery(self) -> bool:
+        """No leader, and the voters that are not recovering are fewer than a quorum (of the
+        configuration of the node with the highest commit index): no election can succeed."""
+        alive = [n for n in self.nodes.values() if n.alive]
+        if not alive or self._leaders():
+            return False
+        top = max(alive, key=lambda n: n.core.commit_index).core
+        voters = top.voters
+        able = [v for v in voters if self.nodes[v].alive and not self.nodes[v].core.recovering]
+        return len(able) < len(voters) // 2 + 1
 
     def _converged(self) -> bool:
         leaders = self._leaders()
