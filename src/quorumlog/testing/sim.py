@@ -583,6 +583,9 @@ class Simulator:
             self.pending[pid] = (n.id, first + i, n.core.term)
         if producer is not None:
             self.batch_of[pids[-1]] = (producer, count)
+        if probe:
+            # (before the drain: in async mode a one-voter group commits inside it)
+            self.liveness_probes.add(pids[-1])
         self._drain(n)
         return pids[-1]
 
@@ -591,7 +594,8 @@ class Simulator:
         files does: a follower that needs those entries must be installed from a retained
         log (a new, empty member joining later too)."""
         lg = n.log
-        k = n.core.commit_index - self.rng.randint(0, 10)
+        # (async: committed is not flushed yet; old segment files are, long since)
+        k = min(n.core.commit_index, lg.flushed_index() + 1) - self.rng.randint(0, 10)
         if k - lg.first_index() < 5 or k > lg.last_index():
             return
         voters, learners = n.core.voters, ()
@@ -642,7 +646,7 @@ class Simulator:
 
     def _lagging_power_loss_cut(self, lid, other, linc, oinc):
         ld, o = self.nodes[lid], self.nodes[other]
-        if not (ld.alive and o.alive and ld.incarnation == linc and o.incarnation == oinc):
+        if self.healed or not (ld.alive and o.alive and ld.incarnation == linc and o.incarnation == oinc):
             return
         self.stats["lagging_power_losses"] = self.stats.get("lagging_power_losses", 0) + 1
         self._crash(o)
@@ -808,9 +812,7 @@ class Simulator:
                 self._push(t + tick_ms, TICK, a, b)
                 if self.healed and t >= next_probe_ms and self.liveness_done_ms < 0:
                     next_probe_ms = t + 200
-                    pid = self._propose(probe=True)
-                    if pid is not None:
-                        self.liveness_probes.add(pid)
+                    self._propose(probe=True)
                 if self.liveness_done_ms >= 0 and self._converged():
                     break
             elif kind == DELIVER:
@@ -874,15 +876,23 @@ class Simulator:
                          for n in self.nodes.values() if n.alive)
 
     def _stopped_for_recovery(self) -> bool:
-        """No leader, and the voters that are not recovering are fewer than a quorum (of the
-        configuration of the node with the highest commit index): no election can succeed."""
-        alive = [n for n in self.nodes.values() if n.alive]
-        if not alive or self._leaders():
+        """No leader, and no node that may campaign and is not recovering could gather, in
+        its own configuration, a quorum of votes from voters that are not recovering and whose
+        logs are not newer than its own: no election can succeed (the documented fail-stop
+        of raft/recovery.py, until an operator ends recovery)."""
+        if self._leaders():
             return False
-        top = max(alive, key=lambda n: n.core.commit_index).core
-        voters = top.voters
-        able = [v for v in voters if self.nodes[v].alive and not self.nodes[v].core.recovering]
-        return len(able) < len(voters) // 2 + 1
+        able = {n.id: (n.log.last_term(), n.log.last_index()) for n in self.nodes.values()
+                if n.alive and not n.core.recovering}
+        for nid, end in able.items():
+            core = self.nodes[nid].core
+            if not core._may_campaign():
+                continue
+            voters = core.voters
+            votes = sum(1 for v in voters if v in able and able[v] <= end)
+            if votes >= len(voters) // 2 + 1:
+                return False
+        return any(n.alive and n.core.recovering for n in self.nodes.values())
 
     def _converged(self) -> bool:
         leaders = self._leaders()

@@ -12,6 +12,7 @@ leader in N benign runs and reports crash -> next commit p50/p99 (docs/benchmark
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
 import os
 import sys
@@ -22,6 +23,8 @@ from .sim import Simulator, benign_faults, failover_run, run_seed, silent_ms
 
 def _run_range(args):
     lo, hi, recovery = args
+    # (the cores log recovery at WARNING: thousands of lines over a soak)
+    logging.getLogger("quorumlog").setLevel(logging.ERROR)
     bad = []
     events = elections = acked = 0
     mix = {}
