@@ -67,6 +67,11 @@ class RecoveryRules:
     def recovering(self) -> bool:
         return self.recovering_term > 0
 
+    def may_campaign(self) -> bool:
+        """Introspection: could this node run for election (a voter, or finishing a change
+        that removed it) -- and is it not recovering (R2)?"""
+        return not self.recovering_term and self._may_campaign()
+
     def _check_recovered(self) -> None:
         """R3, after the log took entries from a leader."""
         t = self.recovering_term
