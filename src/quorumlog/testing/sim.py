@@ -10,9 +10,16 @@ message may stall its link for 200-800 ms (a retransmission timeout): every late
 that link waits behind it (head-of-line blocking). Both kinds take partitions, including
 one-way ones; a message in flight on a link that is cut is lost (the connection broke).
 
-A crash throws away the core and every log write not flushed (MemLog.crash); the hard state
-survives because the driver loop persists it before it sends anything (the contract in
-core.py). A "disk" completes flushes after a random delay. A process pause stops a node for up
+Flush modes, drawn per seed: "sync" -- a node acknowledges only flushed entries (the disk's
+flush completes after a random delay), and a crash throws away the core and every log write
+not flushed (MemLog.crash); "async" -- acknowledged at page-cache level (on_persisted at once),
+the log flushed every flush_interval_ms, and a crash (kill -9) loses nothing. A power loss
+loses every unflushed write in both modes; in async mode the restarted core is told so
+(recovering=True: raft/recovery.py). Also drawn: the lagging power loss (a follower lags
+behind a partition, the other crashes and the leader loses power together) and flush failures
+(the node stops). `lying_flush` (off in the mix) makes a disk report more than it made
+durable. The hard state survives every crash because the driver loop persists it before it
+sends anything (the contract in core.py). A "disk" completes flushes after a random delay. A process pause stops a node for up
 to a second: its ticks, deliveries and flushes wait (its clock keeps running). Each node's
 clock runs at its own rate (clock_skew: within 1 +- skew of real time) from its own offset.
 
@@ -24,7 +31,9 @@ Invariants are checked after every event (InvariantViolation names the seed):
   * leader completeness: a new leader of term u holds every entry committed in terms < u
   * every proposal reported committed to a client is in the log of every leader of a later term
 Liveness: after the fault phase the network heals and crashed nodes restart; a leader must be
-elected and a new proposal committed within `liveness_ms` of simulated time.
+elected and a new proposal committed within `liveness_ms` of simulated time -- unless no
+election can succeed because too many voters are recovering after power losses (the
+documented fail-stop; counted as `stopped_for_recovery`).
 """
 from __future__ import annotations
 
@@ -602,8 +611,9 @@ class Simulator:
         files does: a follower that needs those entries must be installed from a retained
         log (a new, empty member joining later too)."""
         lg = n.log
-        # (async: committed is not flushed yet; old segment files are, long since)
-        k = min(n.core.commit_index, lg.flushed_index() + 1) - self.rng.randint(0, 10)
+        # (async: committed is not flushed yet; old segment files are, long since, and the
+        # newest flushed entry always stays, as the segment being written does)
+        k = min(n.core.commit_index, lg.flushed_index()) - self.rng.randint(0, 10)
         if k - lg.first_index() < 5 or k > lg.last_index():
             return
         voters, learners = n.core.voters, ()
