@@ -166,6 +166,13 @@ def test_R4_a_crash_during_recovery_keeps_the_floor():
     assert result == VoteResult.REJECT_RECOVERING
 
 
+def test_R4_a_crash_after_R3_was_met_but_before_the_floor_was_cleared_ends_recovery_at_open():
+    # the log already holds an entry of a term above the floor (the page cache kept it)
+    core = make(term=5, log_terms=(1, 2, 5), recovering=False, floor=3)
+    assert not core.recovering
+    assert core.ready().hard_state == HardState(5, "n2", 0)
+
+
 def test_R4_a_second_power_loss_raises_the_floor_to_the_current_term():
     core = make(term=7, floor=3)
     assert core.recovering_term == 7

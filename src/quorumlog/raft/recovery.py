@@ -50,7 +50,9 @@ class RecoveryRules:
         self.recovering_term = persisted_floor
         lg = self.log
         if not recovering or (self.term == 0 and lg.last_index() == 0):
-            if persisted_floor:
+            if persisted_floor and lg.last_index() and lg.last_term() > persisted_floor:
+                self._check_recovered()  # (R3 met before a crash that kept the page cache)
+            elif persisted_floor:
                 log.warning("raft %s: still recovering (floor term %d): no vote, no campaign "
                             "until a leader of a later term replicates to it",
                             self.id, persisted_floor)
