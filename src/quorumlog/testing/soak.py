@@ -18,18 +18,26 @@ import os
 import sys
 import time
 
-from .sim import Simulator, benign_faults, failover_run, run_seed, silent_ms
+from .sim import (Simulator, benign_faults, failover_run, lagging_power_loss_run, run_seed,
+                  silent_ms)
+
+
+def _one(s, a):
+    if a.mix == "lagging-power-loss":
+        return lagging_power_loss_run(s, a.flush, recovery=not a.no_recovery,
+                                      lying_flush=a.lying_flush, flush_fail=a.flush_fail)
+    return run_seed(s, recovery=not a.no_recovery)
 
 
 def _run_range(args):
-    lo, hi, recovery = args
+    lo, hi, a = args
     # (the cores log recovery at WARNING: thousands of lines over a soak)
     logging.getLogger("quorumlog").setLevel(logging.ERROR)
     bad = []
     events = elections = acked = 0
     mix = {}
     for s in range(lo, hi):
-        r = run_seed(s, recovery=recovery)
+        r = _one(s, a)
         events += r.events
         elections += r.elections
         acked += r.acked
@@ -90,11 +98,21 @@ def main(argv=None) -> int:
     p.add_argument("--no-recovery", action="store_true",
                    help="the driver does not report power losses to the core (shows what the "
                         "checker finds without raft/recovery.py)")
+    p.add_argument("--mix", choices=("standard", "lagging-power-loss"), default="standard",
+                   help="lagging-power-loss: sim.lagging_power_loss_run (docs/reliability.md, "
+                        "finding 4) in --flush mode")
+    p.add_argument("--flush", choices=("sync", "async"), default="sync")
+    p.add_argument("--lying-flush", type=float, default=0.0,
+                   help="--mix lagging-power-loss: share of flushes that report 1-3 entries "
+                        "more than they made durable")
+    p.add_argument("--flush-fail", type=float, default=0.0,
+                   help="--mix lagging-power-loss: share of flushes that fail (the node stops)")
     a = p.parse_args(argv)
     if a.bench:
         return _bench(a.bench, a.seeds, a.start, a.stall, a.lanes)
     if a.seed is not None:
-        r = run_seed(a.seed, trace=a.verbose, recovery=not a.no_recovery)
+        r = (_one(a.seed, a) if a.mix != "standard" or not a.verbose
+             else run_seed(a.seed, trace=True, recovery=not a.no_recovery))
         if a.verbose:
             print("\n".join(r.trace))
         print(f"seed {a.seed}: {'ok' if r.ok else 'VIOLATION'} events={r.events} sim_ms={r.sim_ms} "
@@ -104,7 +122,7 @@ def main(argv=None) -> int:
             print(r.violation)
         return 0 if r.ok else 1
     t0 = time.monotonic()
-    ranges = [(s, min(s + a.chunk, a.start + a.seeds), not a.no_recovery)
+    ranges = [(s, min(s + a.chunk, a.start + a.seeds), a)
               for s in range(a.start, a.start + a.seeds, a.chunk)]
     done = 0
     failures = []
