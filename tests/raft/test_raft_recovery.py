@@ -272,3 +272,50 @@ def test_issue18_sync_mode_is_unaffected_by_the_same_faults():
     c.restart("n2", vote_guard=True)
     c.settle(c.now + 3000)
     assert _lost(c, acked) == []
+
+
+# -- replication: a follower whose power loss brought back an older, conflicting entry ------
+# (before the fix the leader and n3 exchange APPEND / GAP / INCONSISTENT_STATE without end and
+# the hand-driven delivery never returns: the timeout turns that into a failure)
+@pytest.mark.timeout(60)
+def test_leader_repairs_a_follower_whose_power_loss_undid_a_truncation_below_its_match():
+    """Simulation seed 4157 (async, power losses): n3 held 11..15 of term 1 on disk, the
+    term-2 leader truncated them and replicated 11..20 of its term, n3 acknowledged 20 from
+    its page cache and lost power: its log is 1..15 of term 1 again, conflicting at 11, below
+    the match it acknowledged. The leader probed no lower than that stale match, forever."""
+    c = ManualCluster(VOTERS)
+    for i in VOTERS:
+        c.async_flush(i)
+    c.elect("n1")
+    for _ in range(2):
+        c.propose("n1", count=5)
+        c.deliver()
+    for i in VOTERS:
+        c.sync_disk(i)
+    c.block("n1", "n2")
+    c.block("n3", "n1")                    # n3 takes 11..15 of term 1; n1 never counts it
+    c.propose("n1", count=5)
+    c.deliver()
+    c.sync_disk("n3")
+    assert c.logs["n3"].last_index() == c.core("n1").commit_index + 5
+    c.power_loss("n1")                     # n1 forgets them too
+    c.heal()
+    c.restart("n1", vote_guard=True)
+    c.settle(c.now + 3000)
+    (ld,) = c.leaders()
+    assert ld in ("n1", "n2")
+    for _ in range(3):
+        c.propose(ld, count=4)
+        c.settle(c.now + 200)
+    end = c.logs[ld].last_index()
+    assert c.logs["n3"].last_index() == end and c.core(ld).progress["n3"].match == end
+    c.power_loss("n3")                     # back to 1..15 of term 1 (the truncation was lost)
+    assert c.logs["n3"].last_term() < c.core(ld).term
+    c.restart("n3", vote_guard=True)
+    for _ in range(5):
+        c.propose(ld, count=2)
+        c.settle(c.now + 300)
+    end = c.logs[ld].last_index()
+    assert c.logs["n3"].last_index() == end
+    assert [c.logs["n3"].entry(i) for i in range(1, end + 1)] == \
+        [c.logs[ld].entry(i) for i in range(1, end + 1)]

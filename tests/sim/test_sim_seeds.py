@@ -66,7 +66,7 @@ def test_heavy_faults_5_nodes():
 
 # seeds that once found a bug (docs/raft.md "Measured" lists what each found)
 REGRESSION_SEEDS = [39, 48, 127, 99, 6943, 12999, 13790, 23098, 27448, 28440, 30961, 33441,
-                    67230, 67245]
+                    67230, 67245, 4157]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

@@ -359,6 +359,13 @@ class ReplicationRules:
                 prev = ci - 1
         if prev >= m.req_prev:
             prev = m.req_prev - 1
+        if m.req_prev <= pr.match and prev < pr.match:
+            # it conflicts at an index it acknowledged: a power loss took what it acknowledged
+            # (async) and left an older, flushed entry there -- its truncation was never
+            # flushed. Its match is stale: probing no lower than it never ends (seed 4157)
+            log.warning("%s: follower %s conflicts at %d, below the %d it acknowledged: it "
+                        "lost entries", self.id, m.src, m.req_prev, pr.match)
+            pr.match = prev
         if prev < pr.match:
             prev = pr.match
         pr.epoch += 1
