@@ -507,7 +507,9 @@ class Simulator:
             done = []
             term = n.core.term
             for pid, (node, idx, t) in self.pending.items():
-                if node == n.id and idx <= c:
+                if node == n.id and idx <= c and idx < lg.first_index():
+                    done.append(pid)  # (an install replaced the log: no answer, a retry)
+                elif node == n.id and idx <= c:
                     done.append(pid)
                     # reported committed to the client: the entry is still ours at commit time
                     if lg.term_at(idx) == t and lg.entry(idx)[2] == pid:

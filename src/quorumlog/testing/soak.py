@@ -37,7 +37,11 @@ def _run_range(args):
     events = elections = acked = 0
     mix = {}
     for s in range(lo, hi):
-        r = _one(s, a)
+        try:
+            r = _one(s, a)
+        except Exception as e:   # (a crash of the simulator or the core is a finding too)
+            bad.append((s, f"exception: {e!r}"))
+            continue
         events += r.events
         elections += r.elections
         acked += r.acked
