@@ -243,9 +243,14 @@ class Node:
             # a replica that ran before may have acknowledged a leader whose lease still
             # runs: the core then grants no vote for one leak period (docs/raft.md, leases)
             restarted = hs.term > 0 or cl.last_index > 0
+            # async mode acknowledged at page-cache level: after a power loss (the page
+            # cache did not survive) entries this replica acknowledged may be gone, and the
+            # core must recover them from its peers before it votes or leads (raft/recovery.py)
+            recovering = self.store_cfg.flush == "async" and cl.lost_writes_possible
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
-                                 commit_index=cl.committed_index, restarted=restarted)
+                                 commit_index=cl.committed_index, restarted=restarted,
+                                 recovering=recovering)
             self._applied = self._commit_target = cl.committed_index
             self.metrics = ReplicaMetrics(term=self.core.term)
             self.metrics.set_commit_index(cl.committed_index)
@@ -939,6 +944,12 @@ class Node:
             pass
 
     # ---------------------------------------------------------------------------- admin
+    def end_recovery(self, reason: str) -> None:
+        """The operator's override (raft/recovery.py R5): stop waiting for a peer that holds
+        what this replica lost to a power loss, accepting that it may be lost for good."""
+        self.core.end_recovery(reason)
+        self._schedule_drain()
+
     def transfer_leadership(self, to: str) -> None:
         self._check_writable()
         self.core.transfer_leadership(to)
@@ -983,6 +994,7 @@ class Node:
               "persisted_index": core.persisted_index, "last_index": cl.last_index,
               "end_position": cl.end_position, "voters": list(core.voters),
               "ready_to_serve": self.ready_to_serve,
+              "recovering_term": core.recovering_term,
               "pending_puts": self.pending_puts, "pending_bytes": self.pending_bytes,
               "failed": repr(self._failed) if self._failed else None, **self.stats}
         if core.role == Role.LEADER:

@@ -337,6 +337,14 @@ class MemLog:
         """Highest index whose entry (and every one before it) is durable as it is now."""
         return self._first - 1 + min(len(self._d_terms), self._dirty_from, len(self._terms))
 
+    def unflush_tail(self, k: int) -> None:
+        """Testing (the simulator's lying disk): the last k entries that flush() just made
+        durable are not durable after all (a crash drops them)."""
+        keep = max(min(self._dirty_from, len(self._d_terms)) - k, 0)
+        for d in (self._d_terms, self._d_kinds, self._d_datas, self._d_sizes, self._d_prods):
+            del d[keep:]
+        self._dirty_from = keep
+
     def crash(self) -> None:
         """Lose everything not flushed (including unflushed truncations)."""
         self._terms = list(self._d_terms)
