@@ -1,5 +1,5 @@
 /* Small POSIX helpers for _commitlog.pyx: open + posix_fallocate + mmap of a log file,
- * msync, zeroing a file range, and the wall clock. Plain C returning errno codes so the
+ * msync, zeroing a file range, writing at a position (pwrite/pwritev), and the wall clock. Plain C returning errno codes so the
  * Cython side can call them without the GIL and map ENOSPC to DiskFullError. */
 #ifndef QL_SYS_H
 #define QL_SYS_H
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -136,6 +137,53 @@ static int ql_zero_range(const char *path, char *base, int64_t off, int64_t len)
         if (nz) memset(base + p, 0, (size_t)page);
     }
     return 0;
+}
+
+/* pwritev all of iov[0..n) at `off`, resuming after a short write or EINTR (iov is
+ * modified). Writing the log with pwrite instead of through the mapping: a write that
+ * covers whole pages of a fallocated (unwritten) extent fills the new page-cache pages
+ * straight from the buffer, where a fault through the mapping first zeroes each page. The
+ * blocks are fallocated, so this cannot fail for lack of space. Returns 0 or an errno. */
+/* Test hook (the extension's _fail_write): the next pwrite of the log fails once with
+ * `ql_write_fault` without writing anything. */
+static int ql_write_fault = 0;
+
+static inline void ql_fail_write(int err) {
+    ql_write_fault = err;
+}
+
+static int ql_pwritev_all(int fd, struct iovec *iov, int n, int64_t off) {
+    if (ql_write_fault) {
+        int err = ql_write_fault;
+        ql_write_fault = 0;
+        return err;
+    }
+    while (n > 0) {
+        ssize_t w = pwritev(fd, iov, n, off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (w == 0) return EIO;
+        off += w;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+static int ql_pwrite_all(int fd, const char *buf, int64_t len, int64_t off) {
+    struct iovec v;
+    v.iov_base = (void *)buf;
+    v.iov_len = (size_t)len;
+    return len > 0 ? ql_pwritev_all(fd, &v, 1, off) : 0;
 }
 
 /* Pre-fault pages for writing (Linux >= 5.14); errors are ignored by the caller. */
