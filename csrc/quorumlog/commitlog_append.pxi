@@ -161,8 +161,11 @@ cdef tuple _append_record(CommitLog self, const RecSrc *s, uint32_t size, uint8_
                           uint32_t flags, uint32_t queue_id, int64_t queue_offset,
                           int64_t term, int64_t born, bint born_default, int64_t store):
     """Write one checked record at the end under the write lock
-    -> (index, position, store_timestamp_ms)."""
+    -> (index, position, store_timestamp_ms). Through the mapping; a stream of single
+    MESSAGEs has its pages populated ahead, a control record (rare: a leader's NOOP,
+    CONFIG, META between batches) only faults in the page or two it writes."""
     cdef int64_t pos, index
+    cdef bint stream = rtype == T_MESSAGE
     _acquire(self)
     try:
         _check_append(self, term)
@@ -171,12 +174,12 @@ cdef tuple _append_record(CommitLog self, const RecSrc *s, uint32_t size, uint8_
         if born_default:
             born = store
         index = self._next_index
-        if pos + size > self._cur_start + self._cur.populated:
+        if stream and pos + size > self._cur_start + self._cur.populated:
             _populate(self, pos + size)      # the preparer is behind (or absent)
         encode_record(self._cur.addr + (pos - self._cur_start), s, rtype, flags, index,
                       term, pos, queue_offset, born, store, queue_id, size)
         write_index(_entry(self, index, True), pos, term, size, rtype)
-        _advance_end(self, pos + size, index + 1, term, store, 1, size, True)
+        _advance_end(self, pos + size, index + 1, term, store, 1, size, stream)
     finally:
         _release(self)
     return (index, pos, store)

@@ -13,7 +13,7 @@ import pytest
 
 from quorumlog import errors, format as qf
 from quorumlog import _commitlog
-from quorumlog.commitlog import BLANK, CommitLog
+from quorumlog.commitlog import BLANK, NOOP, CommitLog
 
 SEG = 1 << 20
 
@@ -113,14 +113,18 @@ def _resident_pages(path, lo, hi):
         os.close(fd)
 
 
-def _ahead(log, path, single):
-    """Resident pages in 8 MiB ahead of the end after appends, once the preparer had the
-    time to act on them (bounded polling: single appends must see pages appear)."""
+def _ahead(log, path, how):
+    """Resident pages in 8 MiB ahead of the end after appends (`how`: batch, single,
+    control), once the preparer had the time to act on them (bounded polling: single
+    appends must see pages appear)."""
     seg = os.path.join(path, "commitlog", f"{0:020d}")
     body = b"x" * 4000
-    if single:
+    if how == "single":
         for k in range(300):
             log.append("t", body, term=1)
+    elif how == "control":
+        for k in range(300):
+            log.append_control(NOOP, b"", term=1)
     else:
         log.append_batch("t", [body] * 300, queue_ids=0, queue_offsets=0, term=1)
     # (opening a log reads its first pages, and reading an unwritten extent through the
@@ -134,12 +138,14 @@ def _ahead(log, path, single):
     return seen
 
 
-def test_batches_do_not_populate_the_segment_ahead(tmp_path):
-    # main populated 64 MiB ahead of every append (zero-filling pages pwrite fills anyway)
+@pytest.mark.parametrize("how", ["batch", "control"])
+def test_batches_and_control_records_do_not_populate_the_segment_ahead(tmp_path, how):
+    # main populated 64 MiB ahead of every append (zero-filling pages pwrite fills anyway,
+    # and, after a leader's NOOP, pages the batches after it would fill)
     path = str(tmp_path / "log")
     log = CommitLog(path, segment_size_bytes=64 << 20)
     try:
-        assert _ahead(log, path, single=False) == 0
+        assert _ahead(log, path, how) == 0
     finally:
         log.close()
 
@@ -148,7 +154,7 @@ def test_single_appends_still_populate_ahead(tmp_path):
     path = str(tmp_path / "log")
     log = CommitLog(path, segment_size_bytes=64 << 20)
     try:
-        assert _ahead(log, path, single=True) > 0
+        assert _ahead(log, path, "single") > 0
     finally:
         log.close()
 
