@@ -69,8 +69,6 @@ cdef extern from "qlsys.h" nogil:
     int ql_zero_range(const char *path, char *base, int64_t off, int64_t length)
     int ql_map_file_private(const char *path, int64_t size, void **out_addr)
     int ql_populate_write(char *base, int64_t off, int64_t length)
-    void ql_copy_nt(char *dst, const char *src, size_t n)
-    void ql_store_fence()
     void ql_fail_msync(int err, int skip)
     int ql_pwritev_all(int fd, iovec *iov, int n, int64_t off)
     int ql_pwrite_all(int fd, const char *buf, int64_t length, int64_t off)
@@ -92,7 +90,7 @@ cdef enum:
     CP_SIZE = 128
     CP_MAGIC = 0x50434C51
     NOGIL_BYTES = 262144      # release the GIL for batches at least this big
-    NT_BODY = 2048            # batch bodies at least this big are written from the caller's
+    APART_BODY = 2048         # batch bodies at least this big are written from the caller's
                               # buffer (an iovec of their own), smaller ones are staged
     # append_batch and append_replicated write the log with pwritev (see qlsys.h), records
     # encoded into a staging buffer of STAGE_BYTES, written out when less than STAGE_ROOM is

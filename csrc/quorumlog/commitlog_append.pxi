@@ -583,7 +583,7 @@ cdef int _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
             o.fd = t.segfd[seg]
             o.off = 0
         index = first_index + j
-        apart = src[j].body_len >= NT_BODY
+        apart = src[j].body_len >= APART_BODY
         q = encode_staged(o.sp, &src[j], <uint64_t>index, <uint64_t>term, <uint64_t>pos,
                           <uint64_t>(qoffs[j] if qoffs != NULL else qoff0 + j),
                           borns[j] if borns != NULL else born0, store,

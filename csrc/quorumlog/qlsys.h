@@ -15,9 +15,6 @@
 #ifdef __linux__
 #include <linux/falloc.h>
 #endif
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 static inline int64_t ql_now_ms(void) {
     struct timespec ts;
@@ -194,38 +191,6 @@ static int ql_populate_write(char *base, int64_t off, int64_t len) {
 #else
     (void)base; (void)off; (void)len;
     return ENOSYS;
-#endif
-}
-/* Copy n bytes with non-temporal (streaming) stores for the 64-byte-aligned middle: the
- * destination is a page-cache page the CPU will not read again soon, so skipping the
- * read-for-ownership of every line and the cache pollution saves memory bandwidth on big
- * records. The caller issues ql_store_fence() before publishing what it wrote. */
-static inline void ql_copy_nt(char *dst, const char *src, size_t n) {
-#if defined(__x86_64__)
-    size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
-    if (n < 512) { memcpy(dst, src, n); return; }
-    memcpy(dst, src, head);
-    dst += head; src += head; n -= head;
-    while (n >= 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
-        _mm_stream_si128((__m128i *)dst, a);
-        _mm_stream_si128((__m128i *)(dst + 16), b);
-        _mm_stream_si128((__m128i *)(dst + 32), c);
-        _mm_stream_si128((__m128i *)(dst + 48), d);
-        dst += 64; src += 64; n -= 64;
-    }
-    memcpy(dst, src, n);
-#else
-    memcpy(dst, src, n);
-#endif
-}
-
-static inline void ql_store_fence(void) {
-#if defined(__x86_64__)
-    _mm_sfence();
 #endif
 }
 #endif
