@@ -62,7 +62,7 @@ or unflushed tail; a leader that sees a bigger term in any response steps down a
 that heard from a live leader within max_heartbeat_leak x heartbeat_interval_ms rejects vote
 requests (seed 002) unless they come from a transferee; votes go to candidates outside the
 latest configuration; pre-vote; check-quorum from every answer; a leader lease; learners in
-CONFIG entries; producer ids; installs of a follower past retention (InstallSegment).
+CONFIG entries; installs of a follower past retention (InstallSegment).
 """
 from __future__ import annotations
 
@@ -79,7 +79,6 @@ from .log import EntryKind, RaftLog, decode_voters, encode_config
 from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
                        HeartbeatResponse, InstallSegment, InstallSegmentResponse, Message,
                        ParseResult, Role, TakeLeadership, VoteRequest, VoteResponse, VoteResult)
-from .producers import ProducerTable
 from .progress import Progress
 
 log = logging.getLogger(__name__)
@@ -133,12 +132,6 @@ class RaftConfig:
     max_clock_rate_skew_permille: int = 50
     lease_guard_ms: int = 30
     max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
-    # producer table (propose(..., producer=(pid, seq))): a new leader rebuilds it from the last
-    # producer_window_entries entries of its log; it remembers producer_batches_remembered
-    # batches for each of at most max_producers producers
-    producer_window_entries: int = 1 << 16
-    producer_batches_remembered: int = 8
-    max_producers: int = 1 << 16
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
@@ -320,7 +313,6 @@ class RaftCore:
         self.lease_ms = leak_ms * (1000 - skew) // (1000 + skew) - self.cfg.lease_guard_ms
         self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
         self._reads: list = []              # read_index: [ctx, round needed, read index]
-        self._producers: ProducerTable | None = None  # leader: built on election
         self._install: list | None = None   # follower: [image, next offset, configs] staging
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
@@ -419,17 +411,11 @@ class RaftCore:
             self.dispatched_index = index
             self._check_ready_to_serve()
 
-    def propose(self, batch: Any, count: int, nbytes: int,
-                producer: tuple[int, int] | None = None) -> tuple[int, int]:
+    def propose(self, batch: Any, count: int, nbytes: int) -> tuple[int, int]:
         """Append a batch of `count` client messages (`nbytes` in total) as the leader.
         Returns (first_index, last_index); they are committed once commit_index >= last and
-        the entry at last still has this term.
-
-        producer=(pid, seq): the batch's producer id and sequence number (a new sequence for
-        every new batch, the same one for a retry). A batch this leader's log already holds
-        raises DuplicateBatchError(first_index, last_index, term) and appends nothing -- also
-        on a new leader after a failover, which rebuilt the table from its log; a sequence
-        older than the remembered ones raises ProducerSequenceError."""
+        the entry at last still has this term. (Idempotent producers are the broker's:
+        quorumlog.node.producers checks a batch before it is proposed.)"""
         if self.role != Role.LEADER:
             raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
                                  self.leader_id, self.term)
@@ -451,12 +437,7 @@ class RaftCore:
             raise BackpressureError(
                 f"propose: {first - 1 - self.commit_index} uncommitted entries + {count} > "
                 f"max_uncommitted_entries={cfg.max_uncommitted_entries}")
-        if producer is None:
-            last = lg.append_as_leader(self.term, batch)
-        else:
-            pid, seq = self._check_producer(producer)
-            last = lg.append_producer_batch(self.term, batch, pid, seq)
-            self._producers.record(pid, seq, first, last, self.term)
+        last = lg.append_as_leader(self.term, batch)
         if last != first + count - 1:
             raise RaftInvariantError(f"append_as_leader returned {last}, expected {first + count - 1}")
         self._flush_to = last
@@ -464,34 +445,6 @@ class RaftCore:
             if pr.state != COMPARE:
                 self._send_appends(pr)
         return first, last
-
-    def _check_producer(self, producer) -> tuple[int, int]:
-        try:
-            pid, seq = producer
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"propose: producer must be (pid, seq), got {producer!r}")
-        if (not isinstance(pid, int) or not isinstance(seq, int) or isinstance(pid, bool)
-                or isinstance(seq, bool) or pid < 0 or seq < 0):
-            raise InvalidArgumentError(f"propose: producer ids and sequences are ints >= 0, got {producer!r}")
-        if self._producers is None:
-            raise NotSupportedByLogError(f"propose: {type(self.log).__name__} does not store producer ids")
-        self._producers.check(pid, seq)
-        return pid, seq
-
-    def _rebuild_producers(self) -> None:
-        """New leader: the table from the tail of its own log (before its NOOP)."""
-        c = self.cfg
-        lg = self.log
-        last = lg.last_index()
-        table = ProducerTable(c.max_producers, c.producer_batches_remembered)
-        try:
-            if not hasattr(lg, "producers"):  # (a RaftLog written before the capability)
-                raise NotSupportedByLogError("no producers()")
-            table.rebuild(lg, max(lg.first_index(), last - c.producer_window_entries + 1), last)
-        except NotSupportedByLogError:
-            self._producers = None  # propose(producer=...) says so
-            return
-        self._producers = table
 
     # -- membership and leadership transfer (leader only) ---------------------------------
     def add_member(self, peer: str) -> int:
@@ -670,7 +623,6 @@ class RaftCore:
         self._events.append(RoleChanged(self.term, Role.LEADER, self.id))
         lg = self.log
         prev_last = lg.last_index()
-        self._rebuild_producers()
         self.progress = {}
         self._leaving = 0
         for v in self.voters + self._learners:  # (learners: an add a former leader began)
@@ -689,7 +641,6 @@ class RaftCore:
         for ctx, _, _ in self._reads:
             self._events.append(ReadAborted(ctx, "not the leader any more"))
         self._reads = []
-        self._producers = None
         self.transferee = None
         self.progress = {}
         self._leaving = 0

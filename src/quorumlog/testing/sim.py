@@ -32,13 +32,13 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from ..errors import IndexOutOfRangeError
+from ..errors import DuplicateBatchError, IndexOutOfRangeError, ProducerSequenceError
 from ..raft.core import (HardState, LogInstalled, RaftConfig, RaftCore, ReadAborted, ReadReady,
                          RoleChanged)
-from ..raft.errors import (DuplicateBatchError, MembershipChangeError, ProducerSequenceError,
-                           RaftError, TransferError)
+from ..node.producers import ProducerTable, table_for_term
+from ..raft.errors import MembershipChangeError, RaftError, TransferError
 from ..raft.log import EntryKind
-from ..raft.memlog import MemLog
+from ..raft.memlog import MemLog, ProducerItems
 from ..raft.messages import Role
 
 
@@ -184,6 +184,7 @@ class Simulator:
         self.retry_pool: list = []                        # ((pid, seq), count) to retry
         self.batch_of: dict[int, tuple] = {}              # last proposal id -> ((pid, seq), count)
         self.committed_batches: dict[tuple, tuple] = {}   # (pid, seq) -> (first, last)
+        self.producer_tables: dict[str, ProducerTable] = {}  # leader id -> its term's table
         self.max_acked_index = 0                          # highest index acknowledged to a client
         self.reads: dict[int, int] = {}                   # read id -> max_acked_index at issue
         self.next_read = 1
@@ -520,7 +521,7 @@ class Simulator:
                 producer = (cid, self.client_seq[cid])
         pids = list(range(self.next_pid, self.next_pid + count))
         try:
-            first, last = n.core.propose(pids, count, count * 8, producer=producer)
+            first, last = self._propose_on(n, pids, producer)
         except DuplicateBatchError:
             self.stats["duplicates_answered"] = self.stats.get("duplicates_answered", 0) + 1
             return None
@@ -538,6 +539,18 @@ class Simulator:
             self.batch_of[pids[-1]] = (producer, count)
         self._drain(n)
         return pids[-1]
+
+    def _propose_on(self, n: _Node, pids: list, producer) -> tuple[int, int]:
+        """What the node's put path does (node/producers.py): check the batch against the
+        leader's table of this term, propose it tagged with its producer, record it."""
+        if producer is None or n.core.role != Role.LEADER:   # (the latter: NotLeaderError)
+            return n.core.propose(pids, len(pids), len(pids) * 8)
+        t = self.producer_tables[n.id] = table_for_term(self.producer_tables.get(n.id), n.log,
+                                                        n.core.term)
+        t.check(*producer)
+        first, last = n.core.propose(ProducerItems(pids, *producer), len(pids), len(pids) * 8)
+        t.record(*producer, first, last, n.core.term)
+        return first, last
 
     def _retention(self, n: _Node):
         """Drop the head of n's log below (about) its commit index, as deleting old segment
