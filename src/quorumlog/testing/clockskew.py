@@ -83,7 +83,8 @@ class ClockSkew:
     leader is isolated for the hold; healed: the partition lifted, every clock back to
     rate 1 (continuing from where it is). Events: clock-skew (rates, leader), clock-skew-
     healed (samples, samples with two claimed leaders at once and the longest such run,
-    acknowledgements by the old leader after another node claimed leadership)."""
+    when another node first claimed leadership, acknowledgements by the old leader after
+    that)."""
 
     counter = "clock_skews"
     name = "clock-skew"
@@ -143,7 +144,7 @@ class ClockSkew:
             c.set_rate(1.0)
             c.close()
         both = [t for t, ls in self.samples if len(ls) > 1]
-        longest, run_start, prev = 0.0, None, None
+        longest, run_start = 0.0, None
         for t, ls in self.samples:
             if len(ls) > 1:
                 run_start = t if run_start is None else run_start
@@ -156,6 +157,8 @@ class ClockSkew:
             1 for o in list(h.history.ops)
             if o.type == "ok" and o.node == self.lead and o.time > first_other)
         h.history.event("clock-skew-healed", [self.lead], samples=len(self.samples),
+                        new_leader_after_s=None if first_other is None or not self.samples
+                        else round(first_other - self.samples[0][0], 3),
                         two_leaders_samples=len(both), two_leaders_longest_s=round(longest, 3),
                         old_leader_acks_after_new=late_acks)
         self.controls = []
