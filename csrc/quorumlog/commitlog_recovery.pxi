@@ -337,6 +337,9 @@ cdef _refuse_damage_before_intact(CommitLog self, cp, const Scan *r):
                                or _lost_page_between(self, r.stop_pos,
                                                      _damaged_end(self, r.stop_pos, first_pos)))):
         raise_stop(self, r.stop_pos, r.stop_rc, why)
+    # write-back was lost, whatever the identity said: unflushed writes are gone (the
+    # replica's Raft recovery asks lost_writes_possible before it votes or stands)
+    self._lost_writeback = True
     log.warning("%s: the log's writes after position %d were never flushed and may have "
                 "been lost to a power cut: damage at position %d is a torn tail; %d "
                 "intact record(s) after it (raft-index entries or segment starts) are "

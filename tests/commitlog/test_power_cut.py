@@ -112,6 +112,7 @@ def test_lost_pages_after_the_flush_point_are_a_torn_tail(tmp_path, where, lost)
     end = kept[-1][1] + kept[-1][2] if kept else fp
     with open_log(path, **LOG_KW) as log:
         assert (log.last_index, log.end_position) == (last, end)
+        assert log.lost_writes_possible     # in place too: the shape showed lost write-back
         log.verify()
         assert [bytes(log.record(i).body) for i, _, _ in kept] == \
             [bytes([k % 250 + 1]) * 1500 for k in range(len(kept))]
@@ -205,3 +206,17 @@ def test_store_opens_after_a_power_cut(tmp_path, where):
         assert s.put("t", b"next", queue_id=0).queue_offset == len(got)
     with quorumlog.open(path, **kw) as s:
         assert [m.body for m in s.iter_messages("t", 0)] == got + [b"next"]
+
+
+def test_the_log_says_when_unflushed_writes_may_be_lost(tmp_path):
+    # what the replica's driver asks before it starts its Raft core (raft/recovery.py)
+    crashed_log(tmp_path / "s")
+    same = open_log(tmp_path / "s", **LOG_KW)         # kill -9: the same page cache
+    assert same.unclean_open and not same.lost_writes_possible
+    same.crash_for_testing()
+    after = open_log(power_cut_copy(tmp_path), **LOG_KW)   # another page cache: a power cut
+    assert after.unclean_open and after.lost_writes_possible
+    after.close()
+    clean = open_log(tmp_path / "after-power-cut", **LOG_KW)
+    assert not clean.unclean_open and not clean.lost_writes_possible
+    clean.close()
