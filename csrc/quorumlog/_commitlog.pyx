@@ -200,6 +200,8 @@ cdef class CommitLog:
     cdef int64_t _last_store_ms
     cdef int64_t _flushed_pos, _flushed_index
     cdef int64_t _idx_synced       # raft-index entries durable through this index
+    cdef int64_t _dir_synced_seg   # segment files through this number have durable names
+    cdef int64_t _dir_synced_idxf  # raft-index files through this number have durable names
     cdef int64_t _committed_index, _committed_pos, _dispatched
     cdef int64_t _pop_want         # preparer: keep pages faulted in up to this position
     # ... in the segment itself: only for appends through the mapping (single records);
