@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 
+from .config import PROFILES
 from .errors import InvalidArgumentError, QuorumlogError
 from .net import codec
 from .net import messages as m
@@ -161,6 +162,10 @@ class ClientService:
                 resp = self._offsets(msg)
             elif isinstance(msg, m.AdminRequest):
                 resp = await self._admin(msg)
+            elif isinstance(msg, m.ConsumerOffsetRequest):
+                resp = await self._consumer_offset(msg)
+            elif isinstance(msg, m.FindByKeyRequest):
+                resp = self._find_by_key(msg)
             else:
                 raise m.UnsupportedRequestError(f"{type(msg).__name__} is not a request")
         except asyncio.CancelledError:
@@ -233,6 +238,18 @@ class ClientService:
             ts = st.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)
         return m.OffsetsResponse(st.min_offset(req.topic, req.queue_id),
                                  st.max_offset(req.topic, req.queue_id), ts)
+
+    async def _consumer_offset(self, req: m.ConsumerOffsetRequest) -> m.ConsumerOffsetResponse:
+        """A commit goes through the Raft core (leader only, else NOT_LEADER); a read is
+        served from this member's applied offsets."""
+        if req.offset >= 0:
+            await self.node.commit_offsets(req.group, [(req.topic, req.queue_id, req.offset)])
+        got = self.node.store.committed_offset(req.group, req.topic, req.queue_id)
+        return m.ConsumerOffsetResponse(-1 if got is None else got)
+
+    def _find_by_key(self, req: m.FindByKeyRequest) -> m.FindByKeyResponse:
+        msgs = self.node.store.find_by_key(req.topic, req.key, req.max_hits)
+        return m.FindByKeyResponse([msg.raw() for msg in msgs])
 
     async def _admin(self, req: m.AdminRequest) -> m.AdminResponse:
         node = self.node
@@ -313,6 +330,8 @@ def build_parser(prog="quorumlog serve") -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true", default=None)
     p.add_argument("--flush", choices=("sync", "async"))
     p.add_argument("--segment-size-bytes", type=int)
+    p.add_argument("--profile", choices=sorted(PROFILES),
+                   help="the store's profile (small: 4 MiB segments, for trials)")
     p.add_argument("--ready-file", help="written (with the pid) once the listeners are up")
     p.add_argument("--log-level", default=os.environ.get("QUORUMLOG_LOG_LEVEL", "INFO"))
     return p
@@ -324,6 +343,8 @@ def config_from_args(a, environ=None):
         store["flush"] = a.flush
     if a.segment_size_bytes:
         store["segment_size_bytes"] = a.segment_size_bytes
+    if a.profile:
+        store["profile"] = a.profile
     return load_node_config(a.config, environ, store=store, node_id=a.node_id, peers=a.peers,
                             client_addr=a.client_addr, client_addrs=a.client_addrs,
                             cluster_id=a.cluster_id, secret_file=a.secret_file,

@@ -61,6 +61,10 @@ OTHERS = [
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2", "n3")),
     m.AdminResponse("n2", 1, 5, None, None, 10, 12, ()),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "not the leader", "n2", "10.0.0.2:9000", 5),
+    m.ConsumerOffsetRequest("billing", "orders", 3, 42), m.ConsumerOffsetRequest("g", "t", 0),
+    m.ConsumerOffsetResponse(42), m.ConsumerOffsetResponse(),
+    m.FindByKeyRequest("orders", "order-42", 16), m.FindByKeyResponse([b"rec1", b"rec2"]),
+    m.FindByKeyResponse(),
 ]
 
 

@@ -647,6 +647,13 @@ register(0x47, m.AdminResponse, [("role", U8), ("term", TERM), ("commit_index", 
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS),
                                  ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
          build=lambda v, s, d: m.AdminResponse(**{**v, "voters": tuple(v["voters"])}))
+register(0x48, m.ConsumerOffsetRequest, [("queue_id", QUEUE_ID), ("offset", OPT_I64),
+                                        ("group", TOPIC), ("topic", TOPIC)], channel=CLIENT)
+register(0x49, m.ConsumerOffsetResponse, [("offset", OPT_I64)], channel=CLIENT)
+register(0x4A, m.FindByKeyRequest, [("max_hits", Fixed("I", 1, m.MAX_KEY_HITS)),
+                                    ("topic", TOPIC), ("key", Text(m.MAX_KEY_BYTES, min_bytes=1))],
+         channel=CLIENT)
+register(0x4B, m.FindByKeyResponse, [("records", List(BODY, m.MAX_KEY_HITS))], channel=CLIENT)
 register(0x4F, m.ErrorResponse, [("code", Enum(m.ErrorCode, "H")), ("term", TERM),
                                  ("min_offset", OPT_I64), ("max_offset", OPT_I64),
                                  ("message", Text(m.MAX_ERROR_TEXT_BYTES)),

@@ -24,6 +24,8 @@ MAX_VOTERS = 64                 # per CONFIG entry carried on an APPEND
 MAX_CONFIGS_PER_APPEND = 1024
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
+MAX_KEY_BYTES = 65535           # a message key, UTF-8 (as format.md)
+MAX_KEY_HITS = 4096            # messages in one FindByKeyResponse (the store's max_key_hits)
 MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
 MAX_INSTALL_CONFIGS = 1 << 16       # configurations carried by an install's first chunk
 MAX_INSTALL_PRODUCERS = 1 << 16     # producer snapshot entries of an install image
@@ -165,6 +167,34 @@ class OffsetsResponse:
     min_offset: int
     max_offset: int
     offset_for_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetRequest:
+    """Commit (offset >= 0, to the leader: replicated through the log) or read (offset -1)
+    the offset consumer group `group` has consumed (topic, queue_id) up to."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetResponse:
+    offset: int = -1           # the group's committed offset; -1: it never committed one
+
+
+@dataclass(slots=True)
+class FindByKeyRequest:
+    """Committed messages of `topic` whose keys include `key`, newest first."""
+    topic: str
+    key: str
+    max_hits: int = 32
+
+
+@dataclass(slots=True)
+class FindByKeyResponse:
+    records: list = field(default_factory=list)    # whole on-disk records, as FetchResponse
 
 
 class AdminOp(IntEnum):

@@ -921,6 +921,17 @@ class Node:
         except TimeoutError:
             pass
 
+    # ------------------------------------------------------------------- consumer offsets
+    async def commit_offsets(self, group: str, offsets) -> int:
+        """Commit consumer offsets of `group` (as MessageStore.commit_offsets) as one META
+        record through the Raft core; returns its index once it is committed and applied
+        here (committed_offset shows it on every replica that applied it)."""
+        self._check_writable()
+        reqs = []
+        self.store.commit_offsets(group, offsets,
+                                  propose=lambda p: reqs.append(self.seam.prepare_meta(p)))
+        return await self._submit(reqs[0])
+
     # ---------------------------------------------------------------------------- admin
     def transfer_leadership(self, to: str) -> None:
         self._check_writable()
