@@ -18,6 +18,7 @@ import time
 
 import click
 
+from .config import PROFILES
 from .errors import QuorumlogError
 
 __all__ = ["serve", "cluster", "main"]
@@ -36,11 +37,13 @@ __all__ = ["serve", "cluster", "main"]
 @click.option("--insecure", is_flag=True, default=None, help="Allow running without a secret.")
 @click.option("--flush", type=click.Choice(["sync", "async"]))
 @click.option("--segment-size-bytes", type=int)
+@click.option("--profile", type=click.Choice(sorted(PROFILES)),
+              help="The store's profile (small: 4 MiB segments, for trials).")
 @click.option("--ready-file", help="Written (with the pid) once the listeners are up.")
 @click.option("--log-level", default=lambda: os.environ.get("QUORUMLOG_LOG_LEVEL", "INFO"),
               show_default="INFO or $QUORUMLOG_LOG_LEVEL")
 def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_id, secret_file,
-          insecure, flush, segment_size_bytes, ready_file, log_level):
+          insecure, flush, segment_size_bytes, profile, ready_file, log_level):
     """Run one replica until SIGTERM/SIGINT (logs to stderr)."""
     from . import server
     argv = ["--dir", directory, "--log-level", log_level]
@@ -48,7 +51,7 @@ def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_
                     ("--client-addr", client_addr), ("--client-addrs", client_addrs),
                     ("--cluster-id", cluster_id), ("--secret-file", secret_file),
                     ("--flush", flush), ("--ready-file", ready_file),
-                    ("--segment-size-bytes", segment_size_bytes)):
+                    ("--segment-size-bytes", segment_size_bytes), ("--profile", profile)):
         if v is not None:
             argv += [flag, str(v)]
     if insecure:
@@ -67,11 +70,15 @@ def cluster():
 @click.option("--flush", default="async", show_default=True,
               type=click.Choice(["sync", "async"]))
 @click.option("--segment-size-bytes", type=int)
+@click.option("--profile", type=click.Choice(sorted(PROFILES)),
+              help="The replicas' store profile: small preallocates 4 MiB segments (local "
+                   "trials); the default 1 GiB + 24 MiB per replica.")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a leader.")
-def cluster_start(nodes, directory, flush, segment_size_bytes, timeout):
+def cluster_start(nodes, directory, flush, segment_size_bytes, profile, timeout):
     """Start NODES replicas (secret generated into DIR, ports from the OS, pids in DIR)."""
     from .localcluster import LocalCluster
-    c = LocalCluster(directory, nodes, flush=flush, segment_size_bytes=segment_size_bytes)
+    c = LocalCluster(directory, nodes, flush=flush, segment_size_bytes=segment_size_bytes,
+                     profile=profile)
     running = [n for n in c.ids if c.alive(n)]
     if running:
         raise click.ClickException(f"already running in {directory}: {', '.join(running)} "
@@ -113,6 +120,33 @@ def cluster_status(directory):
             continue
         click.echo(f"{nid:6} {pid!s:>8} {Role(s.role).name:10} {s.term:>6} {s.commit_index:>10} "
                    f"{s.last_index:>10} {top - s.last_index:>8}  {s.leader_id or '-'}")
+
+
+@cluster.command("restart")
+@click.option("--dir", "directory", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--timeout", default=30.0, show_default=True,
+              help="Seconds to wait for the member to stop, and then to listen again.")
+@click.argument("node")
+def cluster_restart(directory, timeout, node):
+    """Restart one member NODE (SIGTERM, kill -9 after --timeout; then start it again with
+    the same directory, addresses and settings)."""
+    from .localcluster import LocalCluster
+    c = LocalCluster(directory)
+    if not c.peers:
+        raise click.ClickException(f"no cluster in {directory}")
+    if node not in c.ids:
+        raise click.ClickException(f"no member {node!r} in {directory} (members: "
+                                   f"{', '.join(c.ids)})")
+    was_running = c.alive(node)
+    rc = c.stop_node(node, timeout=timeout) if was_running else None
+    try:
+        c.start_node(node)
+        c.wait_started(timeout=timeout, nodes=[node])
+    except (QuorumlogError, TimeoutError) as e:
+        raise click.ClickException(f"{node} did not start again: {e}") from None
+    was = ("stopped cleanly" if rc == 0 else "killed" if rc is None else f"exit {rc}") \
+        if was_running else "was not running"
+    click.echo(f"{node}: {was}; restarted, pid {c.pid(node)}")
 
 
 @cluster.command("stop")
