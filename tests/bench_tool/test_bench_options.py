@@ -14,7 +14,7 @@ from quorumlog.errors import InvalidArgumentError
 
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
              "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
-             "--no-references", "--progress", "--no-progress", "--connect", "--secret-file",
+             "--no-references", "--wide", "--progress", "--no-progress", "--connect", "--secret-file",
              "--kills", "--kill-every"]
 
 

@@ -64,7 +64,8 @@ class BenchOptions:
     it waits for the oldest one's acknowledgement; flush: "sync" or "async"; replicas: nodes
     of a replicated workload; dir: where stores are created; keep: leave them there;
     seed: seeds the random bodies; json_path: write the results there; warm_gib: memory
-    touched before measuring; quick: small defaults for a smoke run; references: measure the
+    touched before measuring; quick: small defaults for a smoke run; wide: every column of the
+    table; references: measure the
     machine's limits; progress: live progress line (None: only on a terminal).
     connect: client addresses ("host:port") of running replicas to drive instead of starting
     them; secret_file: the file holding their cluster secret (first line); kills: leader
@@ -83,6 +84,7 @@ class BenchOptions:
     json_path: str | None = None
     warm_gib: float | None = None
     quick: bool = False
+    wide: bool = False
     references: bool = True
     progress: bool | None = None
     connect: tuple | None = None
@@ -195,6 +197,10 @@ class Resolved:
 def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
     """Fill every option from the workload's `defaults` where `opts` has none. Under --quick a
     default count or duration is divided by 10 (never what the user gave)."""
+    if opts.connect is not None and opts.secret_file is None:
+        # (checked before anything starts: without it the first connection would fail)
+        raise BenchOptionError("--connect needs --secret-file F: the file whose first line "
+                               "is the running replicas' cluster secret")
     count, duration = opts.count, opts.duration_s
     if count is None and duration is None:
         count, duration = defaults.get("count"), defaults.get("duration_s")
