@@ -45,6 +45,8 @@ OTHERS = [
     m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32),
     m.AuthHello(m.AuthMode.NONE, m.Role.CLIENT, "c", "app-7", None, b"\x02" * 32),
     m.AuthChallenge("c", "n2", b"\x03" * 32),
+    m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32, 1 << 30),
+    m.AuthChallenge("c", "n2", b"\x03" * 32, 1 << 22),
     m.AuthProof(b"\x04" * 32), m.AuthProof(b""),
     m.AuthOk(b"\x05" * 32),
     m.AuthReject(m.RejectReason.BAD_PROOF, "bad proof"),

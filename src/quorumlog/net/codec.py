@@ -607,10 +607,11 @@ PROOF = Blob(m.PROOF_BYTES, allowed={0, m.PROOF_BYTES}, view=False)
 CLUSTER_ID = Text(m.MAX_CLUSTER_ID_BYTES, min_bytes=1)
 
 register(0x01, m.AuthHello, [("mode", Enum(m.AuthMode)), ("role", Enum(m.Role)),
+                             ("segment_size_bytes", U64),
                              ("cluster_id", CLUSTER_ID), ("sender_id", NODE_ID),
                              ("target_id", OPT_NODE_ID), ("nonce", NONCE)], channel=AUTH)
-register(0x02, m.AuthChallenge, [("cluster_id", CLUSTER_ID), ("responder_id", NODE_ID),
-                                 ("nonce", NONCE)], channel=AUTH)
+register(0x02, m.AuthChallenge, [("segment_size_bytes", U64), ("cluster_id", CLUSTER_ID),
+                                 ("responder_id", NODE_ID), ("nonce", NONCE)], channel=AUTH)
 register(0x03, m.AuthProof, [("proof", PROOF)], channel=AUTH)
 register(0x04, m.AuthOk, [("proof", PROOF)], channel=AUTH)
 register(0x05, m.AuthReject, [("reason", Enum(m.RejectReason)),

@@ -69,6 +69,7 @@ class RejectReason(IntEnum):
     MODE_MISMATCH = 4
     ROLE_REFUSED = 5
     DUPLICATE = 6     # a connection to this peer already exists and wins
+    GEOMETRY = 7      # the peer's log has another segment size: it cannot hold our bytes
 
 
 @dataclass(slots=True)
@@ -80,6 +81,7 @@ class AuthHello:
     sender_id: str
     target_id: str | None      # None: a client that dialled an address, not a node id
     nonce: bytes
+    segment_size_bytes: int = 0   # a replica's log geometry (0: a client, or not said)
 
 
 @dataclass(slots=True)
@@ -88,6 +90,7 @@ class AuthChallenge:
     cluster_id: str
     responder_id: str
     nonce: bytes
+    segment_size_bytes: int = 0   # as AuthHello's
 
 
 @dataclass(slots=True)

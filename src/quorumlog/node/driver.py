@@ -257,7 +257,7 @@ class Node:
             secret = read_secret(cfg)
             auth = AuthConfig(cfg.cluster_id, self.id, secret,
                               peers=[p for p in cfg.peers if p != self.id],
-                              insecure=cfg.insecure)
+                              insecure=cfg.insecure, segment_size_bytes=cl.segment_size_bytes)
             host, port = parse_address(cfg.peers[self.id], f"peers[{self.id!r}]")
             tcfg = self.transport_config or TransportConfig(
                 max_frame_bytes=cfg.max_frame_bytes,
