@@ -115,7 +115,7 @@ class LocalCluster:
             self.start_node(nid)
 
     def command(self, nid) -> list[str]:
-        cmd = [sys.executable, "-m", "quorumlog.server", "--dir", self.data_dir(nid),
+        cmd = [sys.executable, "-m", "quorumlog", "serve", "--dir", self.data_dir(nid),
                "--node-id", nid, "--peers", ",".join(f"{k}={v}" for k, v in self.peers.items()),
                "--client-addr", self.clients[nid],
                "--client-addrs", ",".join(f"{k}={v}" for k, v in self.clients.items()),

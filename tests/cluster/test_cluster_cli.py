@@ -6,7 +6,7 @@ import re
 
 from click.testing import CliRunner
 
-from quorumlog.cli_node import main
+from quorumlog.cli import cli as main
 from quorumlog.localcluster import LocalCluster
 
 

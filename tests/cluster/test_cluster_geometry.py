@@ -24,7 +24,7 @@ def test_member_with_another_segment_size_is_refused_naming_both(make_cluster, t
         cl.produce("orders", [b"before"])
         with open(log_path, "wb") as logf:
             n4 = subprocess.Popen(
-                [sys.executable, "-m", "quorumlog.server", "--dir", str(tmp_path / "n4"),
+                [sys.executable, "-m", "quorumlog", "serve", "--dir", str(tmp_path / "n4"),
                  "--node-id", "n4", "--peers", peers, "--client-addr", n4_client,
                  "--secret-file", c.secret_file, "--segment-size-bytes", str(other)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)

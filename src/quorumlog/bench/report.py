@@ -246,6 +246,8 @@ def print_summary(console: Console, doc: dict, wide: bool = False) -> None:
             console.print(f"[bold red]integrity check FAILED[/] {run}: "
                           + ", ".join(f"{k}={v}" for k, v in integ.items() if k != "ok"),
                           highlight=False)
+        if not wide and r.get("goal"):          # (a column of the --wide table)
+            console.print(f"{run} vs goal: {goal_cell(r['goal'])}", highlight=False)
         if len(r["cpu_seconds"]) > 1:
             console.print(f"{run} CPU seconds: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)

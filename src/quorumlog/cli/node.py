@@ -1,16 +1,20 @@
-"""`quorumlog serve` and `quorumlog cluster start|status|stop` (click commands).
+"""`quorumlog serve` and `quorumlog cluster start|status|restart|stop` (click commands).
 
-    quorumlog serve --dir /var/lib/q1 --config node.toml      # one replica (see server.py)
+    quorumlog serve --dir /var/lib/q1 --config node.toml      # one replica (server.py)
     quorumlog cluster start --nodes 3 --dir /tmp/q            # a local group on loopback
     quorumlog cluster status --dir /tmp/q                     # roles, terms, commit, lag
-    quorumlog cluster stop --dir /tmp/q
+    quorumlog cluster restart --dir /tmp/q n2                 # one member
+    cluster stop --dir /tmp/q
 
-`serve` and `cluster` are click objects for the `quorumlog` group to add
-(`cli.add_command(serve)`, `cli.add_command(cluster)`); until then `python -m
-quorumlog.cli_node ...` runs them. Library code logs; this entry point configures handlers.
+Settings of `serve`: a TOML file ([node], [raft], [store] tables) < QUORUMLOG_* environment <
+flags (quorumlog.node.config). Logs go to stderr; SIGTERM/SIGINT stop the replica cleanly
+(the store is flushed and closed, the process exits 0). Library code logs; this entry point
+configures handlers.
 """
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import os
 import sys
@@ -18,10 +22,17 @@ import time
 
 import click
 
-from .config import PROFILES
-from .errors import QuorumlogError
+from .. import server
+from ..config import PROFILES
+from ..errors import QuorumlogError
+from ..localcluster import LocalCluster
+from ..node.config import load_node_config
+from ..node.replica import check_replica_dir
+from ..raft.messages import Role
 
-__all__ = ["serve", "cluster", "main"]
+__all__ = ["serve", "cluster", "serve_main"]
+
+log = logging.getLogger(__name__)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,18 +56,43 @@ __all__ = ["serve", "cluster", "main"]
 def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_id, secret_file,
           insecure, flush, segment_size_bytes, profile, ready_file, log_level):
     """Run one replica until SIGTERM/SIGINT (logs to stderr)."""
-    from . import server
-    argv = ["--dir", directory, "--log-level", log_level]
-    for flag, v in (("--config", config), ("--node-id", node_id), ("--peers", peers),
-                    ("--client-addr", client_addr), ("--client-addrs", client_addrs),
-                    ("--cluster-id", cluster_id), ("--secret-file", secret_file),
-                    ("--flush", flush), ("--ready-file", ready_file),
-                    ("--segment-size-bytes", segment_size_bytes), ("--profile", profile)):
-        if v is not None:
-            argv += [flag, str(v)]
-    if insecure:
-        argv.append("--insecure")
-    sys.exit(server.main(argv))
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr, force=True,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    store = {k: v for k, v in (("flush", flush), ("segment_size_bytes", segment_size_bytes),
+                               ("profile", profile)) if v}
+    try:
+        check_replica_dir(directory)
+        cfg, rcfg, scfg = load_node_config(config, None, store=store, node_id=node_id,
+                                           peers=peers, client_addr=client_addr,
+                                           client_addrs=client_addrs, cluster_id=cluster_id,
+                                           secret_file=secret_file, insecure=insecure)
+    except QuorumlogError as e:
+        click.echo(f"quorumlog serve: {e}", err=True)
+        sys.exit(2)
+    # This process is the replica: everything allocated at start-up lives as long as it, and
+    # a full collection of the young generations every 700 allocations costs the event loop
+    # pauses under load (profiled: gc was a visible share of the leader's GIL time).
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        import uvloop  # noqa: F401  (optional: faster sockets, see DESIGN.md)
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        sys.exit(runner(server.run_server(directory, cfg, rcfg, scfg, ready_file=ready_file)))
+    except QuorumlogError as e:
+        log.critical("replica %s failed: %s", cfg.node_id, e)
+        sys.exit(1)
+
+
+def serve_main(argv) -> int:
+    """`quorumlog serve ARGV` in this process -> its exit code (bench/replica.py)."""
+    try:
+        serve.main(args=list(argv), prog_name="quorumlog serve", standalone_mode=True)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 @click.group()
@@ -76,7 +112,6 @@ def cluster():
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a leader.")
 def cluster_start(nodes, directory, flush, segment_size_bytes, profile, timeout):
     """Start NODES replicas (secret generated into DIR, ports from the OS, pids in DIR)."""
-    from .localcluster import LocalCluster
     c = LocalCluster(directory, nodes, flush=flush, segment_size_bytes=segment_size_bytes,
                      profile=profile)
     running = [n for n in c.ids if c.alive(n)]
@@ -101,8 +136,6 @@ def cluster_start(nodes, directory, flush, segment_size_bytes, profile, timeout)
 @click.option("--dir", "directory", required=True, type=click.Path(exists=True, file_okay=False))
 def cluster_status(directory):
     """Roles, terms, commit indexes and lag of every member."""
-    from .localcluster import LocalCluster
-    from .raft.messages import Role
     c = LocalCluster(directory)
     if not c.peers:
         raise click.ClickException(f"no cluster in {directory}")
@@ -130,7 +163,6 @@ def cluster_status(directory):
 def cluster_restart(directory, timeout, node):
     """Restart one member NODE (SIGTERM, kill -9 after --timeout; then start it again with
     the same directory, addresses and settings)."""
-    from .localcluster import LocalCluster
     c = LocalCluster(directory)
     if not c.peers:
         raise click.ClickException(f"no cluster in {directory}")
@@ -153,24 +185,9 @@ def cluster_restart(directory, timeout, node):
 @click.option("--dir", "directory", required=True, type=click.Path(exists=True, file_okay=False))
 def cluster_stop(directory):
     """SIGTERM every member (kill -9 after 20 s), by the pids in DIR."""
-    from .localcluster import LocalCluster
     c = LocalCluster(directory)
     t0 = time.monotonic()
     codes = c.stop()
     for nid, rc in codes.items():
         click.echo(f"{nid}: {'stopped' if rc == 0 else f'exit {rc}' if rc else 'killed'}")
     click.echo(f"stopped in {time.monotonic() - t0:.1f} s")
-
-
-@click.group()
-def main():
-    """quorumlog replica commands (to be added to the `quorumlog` group)."""
-    logging.basicConfig(level=os.environ.get("QUORUMLOG_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
-
-main.add_command(serve)
-main.add_command(cluster)
-
-if __name__ == "__main__":
-    main()
