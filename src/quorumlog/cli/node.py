@@ -153,6 +153,12 @@ def cluster_status(directory):
             continue
         click.echo(f"{nid:6} {pid!s:>8} {Role(s.role).name:10} {s.term:>6} {s.commit_index:>10} "
                    f"{s.last_index:>10} {top - s.last_index:>8}  {s.leader_id or '-'}")
+    # members the group has that this directory did not start (add_member): from the
+    # leader's configuration, as it reports them
+    leaders = [s for s in ok if s.role == int(Role.LEADER)]
+    for nid in sorted(set(leaders[0].voters) - set(c.ids)) if leaders else ():
+        click.echo(f"{nid:6} {'-':>8} {'MEMBER':10} {'':>6} {'':>10} {'':>10} {'':>8}  "
+                   f"(added with add_member; not started from {c.dir})")
 
 
 @cluster.command("restart")
