@@ -110,6 +110,10 @@ OPTIONS = (
     (("--quick",), dict(is_flag=True, default=None,
                         help="Smoke run: default counts and durations / 10, smaller "
                              "references and warm-up, one Spark query per reader.")),
+    (("--rate",), dict(type=click.FloatRange(O.MIN_RATE, O.MAX_RATE), metavar="N",
+                       help="Offer N messages per second on a fixed schedule and measure "
+                            "latency at that load, from each batch's scheduled send time "
+                            "(log, store, commit). Default: as fast as acknowledged.")),
     (("--wide",), dict(is_flag=True, default=None,
                        help="Every column of the table (default: the columns that fit 120 "
                             "characters; --json has everything).")),
