@@ -35,6 +35,7 @@ DEFAULT_SUITE = (
     ("store", {"flush": "sync"}),
     ("store", {"flush": "async", "batch": 1, "count": 200_000}),
     ("commit", {}),
+    ("e2e", {}),
     ("scan", {}),
     ("cluster", {"flush": "async"}),
     ("cluster", {"flush": "sync"}),

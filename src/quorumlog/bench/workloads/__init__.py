@@ -111,4 +111,4 @@ def not_used(workload: Workload, given: dict) -> list[str]:
 
 
 # Registration order is the order of `quorumlog bench --help` and of the default suite.
-from . import log, store, scan, replicated  # noqa: E402,F401
+from . import log, store, e2e, scan, replicated  # noqa: E402,F401
