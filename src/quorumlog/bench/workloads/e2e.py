@@ -81,9 +81,6 @@ class EndToEndWorkload(Workload):
     defaults = {"count": 100_000, "batch": 1, "producers": 1, "flush": "async"}
     uses = frozenset({"size", "count", "duration_s", "producers", "batch", "flush", "rate"})
 
-    def describe(self, r):
-        return super().describe(r) + f" producers={r.producers}"
-
     def run(self, r: Resolved, ctx: RunContext) -> list:
         path = ctx.new_dir(f"e2e-{r.flush}-b{r.batch}")
         payload = Payload(r.size, r.batch, r.seed)
