@@ -1,5 +1,6 @@
 """A member added with add_member (a fourth process, not started by `quorumlog cluster
-start`) appears in `quorumlog cluster status` once it is a voter."""
+start`) appears in `quorumlog cluster status` once it is a voter, and every member accepts its
+connections (not only the leader, which add_member told its address)."""
 from __future__ import annotations
 
 import signal
@@ -34,6 +35,12 @@ def test_added_member_appears_in_cluster_status(make_cluster, tmp_path):
             rows = {ln.split()[0]: ln for ln in r.output.splitlines()[1:] if ln.strip()}
             assert sorted(rows) == ["n1", "n2", "n3", "n4"]
             assert "MEMBER" in rows["n4"] and "added with add_member" in rows["n4"]
+            # every member accepts n4's connections once the CONFIG entry names it (before:
+            # the followers refused it as an unknown node, one warning per redial)
+            for nid in c.ids:
+                wait_until(lambda nid=nid: f"{nid!r} connected to peer 'n4'" in
+                           open(c.log_file(nid), errors="replace").read(), 30,
+                           f"{nid} connected to n4")
         finally:
             n4.send_signal(signal.SIGKILL)
             n4.wait(10)
