@@ -39,6 +39,9 @@ def test_flat_settings_profile_and_keys_like_the_store(tmp_path):
         assert m.keys == ("order-42",) and m.properties == {"a": "b"}
         assert m.born_timestamp_ms == 1234
         assert [bytes(x.body) for x in rep.find_by_key("orders", "order-42")] == [b"paid"]
+        for none in ((), None):
+            r2 = rep.put("orders", b"no keys", keys=none)
+            assert rep.get("orders", r2.queue_id, r2.queue_offset)[0].keys == ()
     # the commit log files are 4 MiB: what the profile preallocates
     seg = os.listdir(tmp_path / "r" / "commitlog")
     assert seg and all(os.path.getsize(tmp_path / "r" / "commitlog" / s) == 4 << 20

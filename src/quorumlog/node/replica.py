@@ -304,7 +304,11 @@ def _one_message(kw: dict) -> dict:
     """MessageStore.put's arguments for one message as the node's batch put takes them."""
     if "keys" in kw:
         keys = kw["keys"]
-        kw = {**kw, "keys": [keys if isinstance(keys, str) else tuple(keys)]}
+        kw = dict(kw)
+        if not keys:                    # store.put's default (), or None: no keys
+            del kw["keys"]
+        else:
+            kw["keys"] = [keys if isinstance(keys, str) else tuple(keys)]
     if "born_timestamp_ms" in kw:
         kw = dict(kw)
         ts = kw.pop("born_timestamp_ms")
