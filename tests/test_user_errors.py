@@ -43,3 +43,11 @@ def test_bench_json_dash_writes_the_document_to_stdout(tmp_path):
     assert doc["ok"] and doc["results"]
     assert not (tmp_path / "-").exists()
     assert "msg/s" in res.stderr            # the table went to stderr
+
+
+def test_peer_address_without_a_port_is_a_clear_config_error(tmp_path):
+    import quorumlog
+    from quorumlog.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"peers\['n1'\] .*must be 'host:port', got 'localhost'"):
+        quorumlog.open_replica(tmp_path / "r", "n1", {"n1": "localhost"}, secret="s" * 16)
+    assert not (tmp_path / "r").exists()
