@@ -25,7 +25,7 @@ def _wait(cond, timeout, what):
         time.sleep(0.01)
 
 
-def _leader(reps, timeout=20):
+def _leader(reps, timeout=60):
     _wait(lambda: any(r.is_ready_to_serve for r in reps if not r.closed), timeout,
           "a leader ready to serve")
     return next(r for r in reps if not r.closed and r.is_ready_to_serve)

@@ -21,7 +21,7 @@ def _one(tmp_path, **kw):
                                   secret=SECRET, **kw)
 
 
-def _wait_ready(rep, timeout=20):
+def _wait_ready(rep, timeout=60):
     assert rep.wait_ready_to_serve(timeout), "a single replica did not become leader"
 
 
