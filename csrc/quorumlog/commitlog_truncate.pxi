@@ -71,6 +71,7 @@ cdef int _unlink_after(CommitLog self, int64_t new_end) except -1:
     while len(self._segs) > k_new - self._first_seg + 1:
         m = <Mapping>self._segs.pop()
         self._views.pop()
+        close_write_fd(m)
         try:
             os.unlink(m.path)
         except FileNotFoundError:
