@@ -86,10 +86,26 @@ def _check_window(name: str, n) -> int:
 
 
 def _addr(a) -> tuple[str, int]:
-    if isinstance(a, tuple):
-        return a[0], int(a[1])
-    host, _, port = str(a).rpartition(":")
-    return host.strip("[]"), int(port)
+    """("host", port) or "host:port" -> (host, port); InvalidArgumentError saying what a
+    server address looks like otherwise (e.g. "localhost" without its port)."""
+    if isinstance(a, tuple) and len(a) == 2:
+        host, port = a
+    else:
+        host, sep, port = str(a).rpartition(":")
+        if not sep:
+            raise InvalidArgumentError(f"server address {a!r} has no port: give "
+                                       "'host:port' of a replica's client listener, e.g. "
+                                       f"'{a}:8001'")
+        host = host.strip("[]")
+    try:
+        p = int(port)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"server address {a!r}: port {port!r} is not a number "
+                                   "(give 'host:port')") from None
+    if not host or not 0 < p <= 65535:
+        raise InvalidArgumentError(f"server address {a!r}: need a host and a port in "
+                                   "1..65535 ('host:port')")
+    return host, p
 
 
 class _EncodedProduce:
@@ -593,6 +609,34 @@ class AsyncClient:
                                      to_leader=False)
         return r.offset_for_timestamp
 
+    async def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
+                  wait_ms: int = 0) -> list:
+        """The store's get(): the messages of (topic, queue) from `offset` (long-polls
+        wait_ms for the first one)."""
+        return (await self.fetch(topic, queue_id, offset, max_messages=max_messages,
+                                 wait_ms=wait_ms)).messages
+
+    # -- consumers (the store's consumer API) --------------------------------------------------
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit `group`'s progress on (topic, queue_id) (the next offset it will read):
+        replicated through the log, returns once committed on a majority."""
+        if type(offset) is not int or offset < 0:
+            raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
+        await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, offset),
+                                 to_leader=True)
+
+    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset `group` last committed for (topic, queue_id) (None: never), as the
+        member the client is connected to applied it (after a commit_offset: the leader)."""
+        r = await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, -1),
+                                     to_leader=False)
+        return None if r.offset < 0 else r.offset
+
+    async def find_by_key(self, topic: str, key: str, max_hits: int = 32) -> list:
+        """Committed messages of `topic` whose keys include `key`, newest first."""
+        r = await self._with_retries(m.FindByKeyRequest(topic, key, max_hits), to_leader=False)
+        return decode_fetched(r.records)
+
     # -- admin -------------------------------------------------------------------------------
     async def status(self, address=None) -> m.AdminResponse:
         """The status of `address` (default: the member we are connected to)."""
@@ -620,11 +664,11 @@ class Client:
     """AsyncClient for plain threads: its own event loop in a background thread."""
 
     def __init__(self, addresses, **kw):
+        self._ac = AsyncClient(addresses, **kw)       # (bad arguments: no thread started)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client",
                                         daemon=True)
         self._thread.start()
-        self._ac = AsyncClient(addresses, **kw)
         self._closed = False
 
     @property
@@ -655,6 +699,18 @@ class Client:
 
     def offset_for_timestamp(self, topic, queue_id, timestamp_ms):
         return self._run(self._ac.offset_for_timestamp(topic, queue_id, timestamp_ms))
+
+    def get(self, topic, queue_id, offset, max_messages=32, **kw) -> list:
+        return self._run(self._ac.get(topic, queue_id, offset, max_messages, **kw))
+
+    def commit_offset(self, group, topic, queue_id, offset) -> None:
+        return self._run(self._ac.commit_offset(group, topic, queue_id, offset))
+
+    def committed_offset(self, group, topic, queue_id):
+        return self._run(self._ac.committed_offset(group, topic, queue_id))
+
+    def find_by_key(self, topic, key, max_hits=32) -> list:
+        return self._run(self._ac.find_by_key(topic, key, max_hits))
 
     def status(self, address=None):
         return self._run(self._ac.status(address))

@@ -28,6 +28,8 @@ MAX_CONFIGS_PER_APPEND = 1024
 MAX_PRODUCER_IN_FLIGHT = 8
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
+MAX_KEY_BYTES = 65535           # a message key, UTF-8 (as format.md)
+MAX_KEY_HITS = 4096            # messages in one FindByKeyResponse (the store's max_key_hits)
 MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
 MAX_INSTALL_CONFIGS = 1 << 16       # configurations carried by an install's first chunk
 MAX_INSTALL_PRODUCERS = 1 << 16     # producer snapshot entries of an install image
@@ -71,6 +73,7 @@ class RejectReason(IntEnum):
     MODE_MISMATCH = 4
     ROLE_REFUSED = 5
     DUPLICATE = 6     # a connection to this peer already exists and wins
+    GEOMETRY = 7      # the peer's log has another segment size: it cannot hold our bytes
 
 
 @dataclass(slots=True)
@@ -82,6 +85,7 @@ class AuthHello:
     sender_id: str
     target_id: str | None      # None: a client that dialled an address, not a node id
     nonce: bytes
+    segment_size_bytes: int = 0   # a replica's log geometry (0: a client, or not said)
 
 
 @dataclass(slots=True)
@@ -90,6 +94,7 @@ class AuthChallenge:
     cluster_id: str
     responder_id: str
     nonce: bytes
+    segment_size_bytes: int = 0   # as AuthHello's
 
 
 @dataclass(slots=True)
@@ -173,6 +178,34 @@ class OffsetsResponse:
     min_offset: int
     max_offset: int
     offset_for_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetRequest:
+    """Commit (offset >= 0, to the leader: replicated through the log) or read (offset -1)
+    the offset consumer group `group` has consumed (topic, queue_id) up to."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetResponse:
+    offset: int = -1           # the group's committed offset; -1: it never committed one
+
+
+@dataclass(slots=True)
+class FindByKeyRequest:
+    """Committed messages of `topic` whose keys include `key`, newest first."""
+    topic: str
+    key: str
+    max_hits: int = 32
+
+
+@dataclass(slots=True)
+class FindByKeyResponse:
+    records: list = field(default_factory=list)    # whole on-disk records, as FetchResponse
 
 
 class AdminOp(IntEnum):

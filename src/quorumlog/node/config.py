@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from typing import Any, Mapping
 
-from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config
+from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config, read_toml
 from ..errors import ConfigError
 from ..net.messages import MAX_PRODUCER_IN_FLIGHT
 from ..raft.core import RaftConfig
 
-__all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers"]
+__all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers", "split_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,13 +141,7 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
     env = os.environ if environ is None else environ
     tables: dict[str, dict] = {"node": {}, "raft": {}, "store": {}}
     if config_file is not None:
-        try:
-            with open(config_file, "rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+        data = read_toml(config_file)
         for key, val in data.items():
             if key not in tables or not isinstance(val, dict):
                 raise ConfigError(f"config file {config_file}: unknown table or setting {key!r} "
@@ -184,15 +177,38 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
             raise ConfigError(f"unknown raft setting {name!r}")
         rvalues[name] = val
     svalues = dict(tables["store"])
+    # a profile from the file ranks below $QUORUMLOG_PROFILE, as any file setting
+    file_profile = svalues.pop("profile", None)
     svalues.update(store or {})
+    if "profile" not in svalues and file_profile is not None \
+            and env.get(ENV_PREFIX + "PROFILE") is None:
+        svalues["profile"] = file_profile
     for name in svalues:
-        if name not in STORE_FIELDS:
+        if name not in STORE_FIELDS and name != "profile":
             raise ConfigError(f"unknown store setting {name!r}")
     cfg = NodeConfig(**values)
     rcfg = RaftConfig(**rvalues).validate()
     scfg = load_config(None, env, **svalues)
     _validate(cfg)
     return cfg, rcfg, scfg
+
+
+def split_settings(settings: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+    """Flat keyword settings (as quorumlog.open takes them) -> (node, raft, store) by name:
+    NodeConfig, RaftConfig, StoreConfig fields (and the store's `profile`); ConfigError
+    naming an unknown one."""
+    node, raft, store = {}, {}, {}
+    for name, val in settings.items():
+        if name in NODE_FIELDS:
+            node[name] = val
+        elif name in STORE_FIELDS or name == "profile":
+            store[name] = val
+        elif name in RAFT_FIELDS:
+            raft[name] = val
+        else:
+            raise ConfigError(f"unknown setting {name!r} (not a node, store or raft setting; "
+                              "see docs/node.md)")
+    return node, raft, store
 
 
 def _validate(cfg: NodeConfig) -> None:

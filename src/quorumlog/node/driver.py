@@ -215,6 +215,7 @@ class Node:
         self._applied = 0
         self._applied_changed: asyncio.Event | None = None
         self._stopped = False
+        self._added_peers: set = set()     # members added after start (add_member, CONFIG)
         self._failed: BaseException | None = None
         self.ready_to_serve = False
         self.pending_puts = 0        # messages proposed here and not completed yet
@@ -264,7 +265,7 @@ class Node:
             secret = read_secret(cfg)
             auth = AuthConfig(cfg.cluster_id, self.id, secret,
                               peers=[p for p in cfg.peers if p != self.id],
-                              insecure=cfg.insecure)
+                              insecure=cfg.insecure, segment_size_bytes=cl.segment_size_bytes)
             host, port = parse_address(cfg.peers[self.id], f"peers[{self.id!r}]")
             tcfg = self.transport_config or TransportConfig(
                 max_frame_bytes=cfg.max_frame_bytes,
@@ -474,6 +475,7 @@ class Node:
             elif isinstance(ev, ConfigChanged):
                 log.info("node %s: voters are now %s (CONFIG entry %d)", self.id, ev.voters,
                          ev.index)
+                self._accept_new_members((*ev.voters, *ev.learners))
             elif isinstance(ev, TransferAborted):
                 log.warning("node %s: leadership transfer to %s aborted: %s", self.id,
                             ev.transferee, ev.reason)
@@ -943,6 +945,17 @@ class Node:
         except TimeoutError:
             pass
 
+    # ------------------------------------------------------------------- consumer offsets
+    async def commit_offsets(self, group: str, offsets) -> int:
+        """Commit consumer offsets of `group` (as MessageStore.commit_offsets) as one META
+        record through the Raft core; returns its index once it is committed and applied
+        here (committed_offset shows it on every replica that applied it)."""
+        self._check_writable()
+        reqs = []
+        self.store.commit_offsets(group, offsets,
+                                  propose=lambda p: reqs.append(self.seam.prepare_meta(p)))
+        return await self._submit(reqs[0])
+
     # ---------------------------------------------------------------------------- admin
     def end_recovery(self, reason: str) -> None:
         """The operator's override (raft/recovery.py R5): stop waiting for a peer that holds
@@ -955,9 +968,19 @@ class Node:
         self.core.transfer_leadership(to)
         self._schedule_drain()
 
+    def _accept_new_members(self, members) -> None:
+        """Members a CONFIG entry names that this node has no address for (added on another
+        node, the leader): accept their connections -- they dial us, they have our address --
+        instead of refusing each as an unknown node until they are started again."""
+        for peer in members:
+            if peer != self.id and peer not in self.cfg.peers and peer not in self._added_peers:
+                self._added_peers.add(peer)
+                self.transport.add_peer(peer, None)
+
     def add_member(self, peer: str, address: str) -> None:
         self._check_writable()
         host, port = parse_address(address, f"address of {peer!r}")
+        self._added_peers.add(peer)
         self.transport.add_peer(peer, (host, port))
         self.core.add_member(peer)
         self._schedule_drain()

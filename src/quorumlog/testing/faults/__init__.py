@@ -1,4 +1,4 @@
-"""Jepsen-style fault testing of a replica group: real `python -m quorumlog.server` processes
+"""Jepsen-style fault testing of a replica group: real `python -m quorumlog serve` processes
 on loopback, their peer links through the fault proxy, idempotent producers recording every
 operation, nemeses injecting faults, then a heal, final reads from every replica, a byte
 comparison of the logs and the history checker (quorumlog.testing.history).
