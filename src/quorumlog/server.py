@@ -30,7 +30,9 @@ from .net.auth import AuthConfig
 from .net.errors import NetError
 from .net.transport import PeerTransport, TransportConfig
 from .node.config import NodeConfig, load_node_config, parse_address, read_secret
+from .node.clock import MonotonicClock
 from .node.driver import Node
+from .node.wiring import tcp_transport
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +279,8 @@ async def run_server(path, cfg: NodeConfig, raft_cfg, store_cfg, *, stop_event=N
             loop.add_signal_handler(sig, stop_event.set)
         except (NotImplementedError, RuntimeError):
             pass
-    node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
+    node = Node(path, cfg, raft_cfg, store_cfg=store_cfg, transport=tcp_transport(cfg),
+                clock=MonotonicClock())
     await node.start()
     service = None
     try:

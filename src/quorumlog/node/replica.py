@@ -29,7 +29,9 @@ from typing import Callable, NamedTuple
 from ..errors import LogClosedError
 from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config
+from .clock import MonotonicClock
 from .driver import Node
+from .wiring import tcp_transport
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +70,11 @@ class Replica:
         self._thread = threading.Thread(target=self._run_loop, name=f"quorumlog-{cfg.node_id}",
                                         daemon=True)
         self._thread.start()
-        self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
+        self.node = None
         self.service = None
         try:
+            self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg,
+                             transport=tcp_transport(cfg), clock=MonotonicClock())
             self._call(self._start(), start_timeout)
         except BaseException:
             self._stop_loop()
