@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from quorumlog.commitlog import CommitLog
 from quorumlog.raft.errors import DuplicateBatchError, ProducerSequenceError
-from quorumlog.raft.nativelog import NativeRaftLog, producer_properties, producer_tag
+from quorumlog.store.nativelog import NativeRaftLog, producer_properties, producer_tag
 from quorumlog.raft.producers import KnownBatchError, ProducerTable
 
 

@@ -114,7 +114,7 @@ def test_native_log_stores_producer_ids_and_the_core_uses_them(tmp_path):
     # (the native log used to raise NotSupportedByLogError here: it now carries the producer
     # in record properties, and the core's table works over it)
     from quorumlog.commitlog import CommitLog
-    from quorumlog.raft.nativelog import NativeRaftLog
+    from quorumlog.store.nativelog import NativeRaftLog
     cl = CommitLog(str(tmp_path / "log"), segment_size_bytes=1 << 16)
     try:
         lg = NativeRaftLog(cl)

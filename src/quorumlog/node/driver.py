@@ -69,9 +69,9 @@ from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, LogInstal
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
-from ..raft.nativeinstall import read_head
-from ..raft.nativelog import RESERVED_PROPERTIES, producer_properties
 from ..raft.producers import BatchMismatchError, KnownBatchError, UncompletableBatchError
+from ..store.nativeinstall import read_head
+from ..store.nativelog import RESERVED_PROPERTIES, producer_properties
 from ..store.topics import check_user_topic
 from . import meta
 from .clock import Clock, MonotonicClock

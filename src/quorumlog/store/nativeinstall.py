@@ -30,8 +30,8 @@ import time
 
 from ..errors import (CorruptLogError, IndexOutOfRangeError, InstallError, ReplicationError,
                       StorageError)
-from .errors import InstallRefusedError, NotSupportedByLogError
-from .log import InstallImage
+from ..raft.errors import InstallRefusedError, NotSupportedByLogError
+from ..raft.log import InstallImage
 
 log = logging.getLogger(__name__)
 
