@@ -71,10 +71,21 @@ class SeedResult:
     acknowledged: int = 0          # messages
     nemeses: int = 0
     stats: dict = field(default_factory=dict)
+    trace: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def known_async_loss(self) -> bool:
+        """Violations in async mode after a power loss: the known defect of async mode
+        (docs/node.md "Durability modes": an acknowledged entry held only in page caches is
+        lost when its holders lose power or are away while a replica that lost its tail
+        wins an election -- protocol-aware recovery, being built in the Raft core, is its
+        fix). Still counted as violations; reported apart so that a new class shows."""
+        return bool(self.violations) and self.mode == "async" \
+            and self.stats.get("power_losses", 0) > 0
 
 
 class _Batch:
@@ -131,6 +142,7 @@ class NodeSim:
         self.stop_new = False
         self.deadline = float("inf")
         self.batches: list[_Batch] = []
+        self.trace: list = []       # what the nemeses did, for a failing seed's report
         self.checker = HistoryChecker(self)
         self.loop: VirtualTimeLoop | None = None
 
@@ -157,6 +169,7 @@ class NodeSim:
                 await transport.close()
             return
         m.node = node
+        self.note(f"{m.id} up: log {node.store.commitlog.last_index}")
         if self.mode == "async":
             m.flush_task = loop.create_task(m.disk.flush_loop(node))
 
@@ -170,9 +183,13 @@ class NodeSim:
             m.flush_task.cancel()
             m.flush_task = None
         if power:
-            SimDisk.power_loss(m.path)
+            lost = SimDisk.power_loss(m.path)
+            self.note(f"{m.id} lost power: log cut to {lost['flushed_index']}")
         self.stats["power_losses" if power else "kills"] = \
             self.stats.get("power_losses" if power else "kills", 0) + 1
+
+    def note(self, text: str) -> None:
+        self.trace.append(f"t={int(self.loop.time() * 1000)}ms {text}")
 
     def down(self) -> list:
         return [m for m in self.members.values() if m.node is None]
@@ -203,6 +220,7 @@ class NodeSim:
             await self.restart_due(self.loop.time())
             kind = rng.choice(self.kinds)
             if await self.inject(kind):
+                self.note(f"{kind} ({self.checker.states()})")
                 self.res.nemeses += 1
                 self.stats[kind] = self.stats.get(kind, 0) + 1
 
@@ -349,6 +367,9 @@ class NodeSim:
                 t.cancel()
             for m in self.live():
                 await m.node.stop()
+            for m in self.members.values():
+                if m.flush_task is not None:
+                    m.flush_task.cancel()
 
     def _check_tasks(self, tasks) -> None:
         """A client or nemesis that raised is a broken run, not a passing one."""
@@ -373,6 +394,7 @@ class NodeSim:
             loop.close()
             shutil.rmtree(self.root, ignore_errors=True)
         self.res.acknowledged = self.checker.acked_messages
+        self.res.trace = self.trace
         self.stats["sim_ms"] = int(loop.time() * 1000)
         return self.res
 
@@ -391,10 +413,13 @@ def _run_one(seed: int) -> SeedResult:
 
 def _report(r: SeedResult, verbose: bool) -> None:
     if r.violations:
-        print(f"seed {r.seed} ({r.mode}, window {r.window}): {len(r.violations)} violation(s)",
-              flush=True)
+        known = " [known: async mode after a power loss]" if r.known_async_loss else ""
+        print(f"seed {r.seed} ({r.mode}, window {r.window}): {len(r.violations)} "
+              f"violation(s){known}", flush=True)
         for v in r.violations[:10]:
             print(f"  {v}")
+        if verbose:
+            print("  nemeses:\n    " + "\n    ".join(r.trace))
         print(f"  replay: {replay_command(r.seed)}", flush=True)
     elif verbose:
         print(f"seed {r.seed} ({r.mode}, window {r.window}): ok, acknowledged "
@@ -419,6 +444,7 @@ def main(argv=None) -> int:
     seeds = range(a.start, a.start + a.seeds)
     t0 = time.monotonic()
     viol = acked = nem = 0
+    bad_seeds, known_seeds = [], []
     if a.jobs == 1:
         results = map(_run_one, seeds)
     else:
@@ -427,10 +453,14 @@ def main(argv=None) -> int:
     for r in results:
         _report(r, a.verbose)
         viol += len(r.violations)
+        if r.violations:
+            (known_seeds if r.known_async_loss else bad_seeds).append(r.seed)
         acked += r.acknowledged
         nem += r.nemeses
     dt = time.monotonic() - t0
     print(f"nodesim: {a.seeds / dt:.1f} seeds/s over {dt:.0f} s with -j {a.jobs}")
+    print(f"nodesim: seeds with violations: {len(bad_seeds)} unexplained {bad_seeds[:20]}, "
+          f"{len(known_seeds)} async mode after a power loss {known_seeds[:20]}")
     print(f"nodesim: seeds {a.seeds}, violations {viol}, acknowledged {acked}, nemeses {nem}")
     return 1 if viol else 0
 
