@@ -59,7 +59,7 @@ import logging
 import os
 import random
 
-from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
+from ..errors import InvalidArgumentError, LogClosedError, LogFailedError, QuorumlogError
 from ..metrics import ReplicaMetrics
 from ..net.messages import LeaderRedirectError
 from ..net.seam import Transport
@@ -379,7 +379,9 @@ class Node:
             # the core refused the message (e.g. a RaftInvariantError: a peer claims
             # something that contradicts our committed log): nothing was changed by it
             log.error("node %s: message %s from %s refused: %s", self.id, msg.describe(), peer, e)
-            if self.store.closed:        # (an install that failed while replacing the log)
+            # an install that failed while replacing the log, or a log whose flush failed
+            # (async mode: found at the next write): not the peer's fault -- stop
+            if self.store.closed or isinstance(e, LogFailedError):
                 self._fail(e)
             return
         self._schedule_drain()
@@ -564,7 +566,14 @@ class Node:
             raise BackpressureError(
                 f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
-        core.propose(req, req.count, req.nbytes)
+        try:
+            core.propose(req, req.count, req.nbytes)
+        except LogFailedError as e:
+            # async mode: the log's background flush failed and it refuses every write; a
+            # failed flush is never retried into success, so this node stops (and another
+            # leads) instead of staying a leader that can append nothing
+            self._fail(e)
+            raise
         if req.on_done is not None:     # (counted until _completion's callback runs)
             self.pending_puts += req.count
             self.pending_bytes += req.nbytes

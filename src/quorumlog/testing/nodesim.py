@@ -252,8 +252,8 @@ class NodeSim:
                 lead[0].node.transfer_leadership(to)
             except QuorumlogError:
                 return False
-        elif kind == "flushfail":
-            if not live or self.mode != "sync":
+        elif kind == "flushfail":       # (sync: the group commit's; async: the background one)
+            if not live:
                 return False
             self._pick_target(live).disk.fail_next = True
         return True
