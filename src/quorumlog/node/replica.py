@@ -31,6 +31,7 @@ from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config
 from .clock import MonotonicClock
 from .driver import Node
+from .service import ClientService
 from .wiring import tcp_transport
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,6 @@ class Replica:
         self.node.add_listener(self._on_event)
         await self.node.start()
         if self.cfg.client_addr:
-            from ..server import ClientService
             self.service = ClientService(self.node, self.cfg)
             try:
                 await self.service.start()
