@@ -317,3 +317,19 @@ def test_no_function_over_80_lines_in_the_node_or_the_core():
             if n > MAX_NODE_CORE_FUNCTION_LINES and key not in NODE_CORE_LONG_EXCEPTIONS:
                 long.append(f"{p.relative_to(ROOT)}:{line} {name} ({n} lines)")
     assert not long, "functions over 80 lines: " + ", ".join(long)
+
+
+def _ready_calls(path):
+    """Lines of `path` that take a Ready from a core: a call of a method named `ready`."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "ready" and not node.args:
+            yield node.lineno
+
+
+def test_one_ready_loop_in_the_code_base():
+    """The driver's duties are run in one place (raft/ready.py): the node, the core simulator
+    and the hand-driven cluster all call run_readies rather than keep a copy of the loop."""
+    where = [f"{p.relative_to(SRC)}:{n}" for p in _py_files() for n in _ready_calls(p)]
+    assert where and all(w.startswith("raft/ready.py:") for w in where), where

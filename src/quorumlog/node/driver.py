@@ -69,6 +69,7 @@ from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, LogInstal
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
+from ..raft.ready import Duties, run_readies
 from ..raft.producers import BatchMismatchError, KnownBatchError, UncompletableBatchError
 from ..store.nativeinstall import read_head
 from ..store.nativelog import RESERVED_PROPERTIES, producer_properties
@@ -214,6 +215,7 @@ class Node:
         self._backlog_task: asyncio.Task | None = None
         self._listeners: list = []
         self._drain_pending = False
+        self._duties: Duties | None = None
         self._queued: list = []
         self._queued_pending = False
         self._ticker: asyncio.Task | None = None
@@ -266,6 +268,8 @@ class Node:
             if self.flusher is not None:
                 self.flusher.start(cl, self.loop, self._on_flushed, self._on_flush_error)
             self.seam.on_log_replaced = self._on_log_replaced
+            self._duties = Duties(self._save_hard_state, self._send, self._flush_to,
+                                  self._commit, self._on_events)
             self.transport = self._given_transport or tcp_transport(
                 cfg, transport_config=self.transport_config, rng=self.rng)
             self.transport.on_message = self._on_message
@@ -411,25 +415,23 @@ class Node:
 
     # ---------------------------------------------------------------------------- duties
     def _drain(self) -> None:
-        core = self.core
-        send = self.transport.send
-        while core.has_ready():
-            r = core.ready()
-            self.stats["readies"] += 1
-            if r.hard_state is not None:                       # duty 1
-                self.hsfile.save(r.hard_state)
-                self.stats["hard_state_saves"] += 1
-                self.metrics.set_term(r.hard_state.term)
-            for m in r.messages:                               # duty 2
-                send(m.dst, m)
-            if r.flush_to is not None:                         # duty 3
-                self._flush(r.flush_gen)
-            if r.commit_index is not None:                     # duty 4
-                self._commit_target = r.commit_index
-                self.metrics.set_commit_index(r.commit_index)
-                self._apply()
-            if r.events:                                       # duty 5
-                self._on_events(r.events)
+        self.stats["readies"] += run_readies(self.core, self._duties)
+
+    def _save_hard_state(self, hs) -> None:                    # duty 1
+        self.hsfile.save(hs)
+        self.stats["hard_state_saves"] += 1
+        self.metrics.set_term(hs.term)
+
+    def _send(self, m) -> None:                                # duty 2
+        self.transport.send(m.dst, m)
+
+    def _flush_to(self, flush_to: int, gen: int) -> None:      # duty 3
+        self._flush(gen)
+
+    def _commit(self, commit_index: int) -> None:              # duty 4
+        self._commit_target = commit_index
+        self.metrics.set_commit_index(commit_index)
+        self._apply()
 
     def _flush(self, gen: int) -> None:
         last = self.core.log.last_index()
