@@ -148,7 +148,8 @@ class NodeSim:
 
     @staticmethod
     def _pick_kinds(rng) -> list:
-        every = ["kill", "power", "partition", "oneway", "stall", "transfer", "flushfail"]
+        every = ["kill", "power", "partition", "oneway", "stall", "transfer", "flushfail",
+                 "member"]
         kinds = [k for k in every if rng.random() < 0.6]
         return kinds or [rng.choice(every)]
 
@@ -252,10 +253,35 @@ class NodeSim:
                 lead[0].node.transfer_leadership(to)
             except QuorumlogError:
                 return False
+        elif kind == "member":
+            return self.change_members()
         elif kind == "flushfail":       # (sync: the group commit's; async: the background one)
             if not live:
                 return False
             self._pick_target(live).disk.fail_next = True
+        return True
+
+    def _ready_leader(self):
+        lead = [m for m in self.live() if m.node.role == Role.LEADER and m.node.ready_to_serve]
+        return lead[0] if lead else None
+
+    def change_members(self) -> bool:
+        """Remove a follower from the voters, or add back one that is not a voter (it comes
+        back as a learner and is promoted once caught up)."""
+        lead = self._ready_leader()
+        if lead is None:
+            return False
+        core = lead.node.core
+        out = [i for i in IDS if i not in core.voters and i != core.learner]
+        try:
+            if out:
+                lead.node.add_member(out[0], self.peers[out[0]])
+            elif core.learner is None and len(core.voters) == len(IDS):
+                lead.node.remove_member(self.rng.choice([i for i in IDS if i != lead.id]))
+            else:
+                return False
+        except QuorumlogError:
+            return False
         return True
 
     def _pick_target(self, live) -> _Member:

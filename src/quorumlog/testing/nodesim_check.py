@@ -133,12 +133,16 @@ class HistoryChecker:
         leaders = [m for m in live if m.node.role == Role.LEADER and m.node.ready_to_serve]
         if len(leaders) != 1:
             return False
+        core = leaders[0].node.core
+        if set(core.voters) != set(sim.members):
+            sim.change_members()       # (a member removed by the nemesis comes back)
+            return False
         ends = {(m.node.applied_index, m.node.store.commitlog.last_index,
                  m.node.store.commitlog.last_term) for m in live}
         if len(ends) != 1:
             return False
         applied, last, _ = ends.pop()
-        return applied == last == leaders[0].node.core.commit_index
+        return applied == last == core.commit_index
 
     async def converge(self, deadline: float) -> bool:
         sim = self.sim
