@@ -471,6 +471,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     viol = acked = nem = 0
     bad_seeds, known_seeds = [], []
+    totals: dict = {}            # (mode, stat) -> sum over the seeds
     if a.jobs == 1:
         results = map(_run_one, seeds)
     else:
@@ -483,8 +484,14 @@ def main(argv=None) -> int:
             (known_seeds if r.known_async_loss else bad_seeds).append(r.seed)
         acked += r.acknowledged
         nem += r.nemeses
+        for k, v in (("seeds", 1), *r.stats.items()):
+            if k != "sim_ms":
+                totals[(r.mode, k)] = totals.get((r.mode, k), 0) + v
     dt = time.monotonic() - t0
     print(f"nodesim: {a.seeds / dt:.1f} seeds/s over {dt:.0f} s with -j {a.jobs}")
+    for mode in ("sync", "async"):
+        part = {k: v for (m, k), v in sorted(totals.items()) if m == mode}
+        print(f"nodesim: {mode}: {part}")
     print(f"nodesim: seeds with violations: {len(bad_seeds)} unexplained {bad_seeds[:20]}, "
           f"{len(known_seeds)} async mode after a power loss {known_seeds[:20]}")
     print(f"nodesim: seeds {a.seeds}, violations {viol}, acknowledged {acked}, nemeses {nem}")
