@@ -335,22 +335,27 @@ class NodeSim:
         try:
             fut = node.put_batch_future(TOPIC, list(b.bodies), producer_id=b.pid,
                                         sequence=b.seq)
-        except InvalidArgumentError:
-            return "refused"          # (a sequence the table refuses: outcome unknown)
+        except InvalidArgumentError as e:
+            return self._refused(e)   # (a sequence the table refuses: outcome unknown)
         except QuorumlogError as e:
             self._redirect(e)
             return False
         b.reached = True
         try:
             res = await asyncio.wait_for(asyncio.shield(fut), PUT_TIMEOUT_S)
-        except InvalidArgumentError:
-            return "refused"
+        except InvalidArgumentError as e:
+            return self._refused(e)
         except (QuorumlogError, TimeoutError) as e:
             self._redirect(e)
             return False
         b.state = "acked"
         self.checker.acknowledged(b, node, res)
         return True
+
+    def _refused(self, e) -> str:
+        key = f"refused_{type(e).__name__}"
+        self.stats[key] = self.stats.get(key, 0) + 1
+        return "refused"
 
     def _redirect(self, e) -> None:
         lid = getattr(e, "leader_id", None)
