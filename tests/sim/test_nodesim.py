@@ -185,3 +185,16 @@ def test_known_async_mode_loss_after_a_power_loss():
     r = nodesim.run_seed(73)
     assert r.mode == "async" and r.stats.get("power_losses", 0) > 0
     assert r.ok, r.violations[:5]
+
+
+@pytest.mark.xfail(strict=True, reason="open finding (Raft core): a follower restarted while "
+                   "the group is idle keeps its commit index behind the leader's until the next "
+                   "write -- it commits min(leader commit, what matches this leader), nothing "
+                   "re-verifies the match after its restart, and the leader, which holds its "
+                   "old match, sends heartbeats only")
+def test_a_follower_restarted_while_idle_catches_up_its_commit():
+    """Seed 3054 (sync): n3 is killed at commit 238 with entries to 243 and restarted at the
+    heal; no put follows; n3 stays at commit 238 for the 20 s the run waits."""
+    r = nodesim.run_seed(3054)
+    assert r.mode == "sync"
+    assert r.ok, r.violations[:3]
