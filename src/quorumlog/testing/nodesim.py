@@ -89,10 +89,11 @@ class SeedResult:
 
 
 class _Batch:
-    __slots__ = ("pid", "seq", "bodies", "reached", "state")
+    __slots__ = ("pid", "seq", "bodies", "reached", "state", "unresolved")
 
-    def __init__(self, pid, seq, bodies):
+    def __init__(self, pid, seq, bodies, unresolved):
         self.pid, self.seq, self.bodies = pid, seq, bodies
+        self.unresolved = unresolved   # the producer's sequences not acknowledged or given up
         self.reached = False       # an attempt got past the node's checks: maybe written
         self.state = "open"        # open | acked | refused | abandoned
 
@@ -296,6 +297,7 @@ class NodeSim:
         pid = rng.getrandbits(62) | 1
         seq = 0
         inflight: set = set()
+        unresolved: set = set()
         while not self.stop_new:
             if len(inflight) >= self.window:
                 await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
@@ -303,7 +305,8 @@ class NodeSim:
                 continue
             n = rng.choice((1, 1, 2, 3, 5))
             b = _Batch(pid, seq, [f"p{k}-{pid:x}-s{seq}-m{i}-".encode() + b"x" * rng.randrange(64)
-                                  for i in range(n)])
+                                  for i in range(n)], unresolved)
+            unresolved.add(seq)
             seq += 1
             self.batches.append(b)
             inflight.add(self.loop.create_task(self.send_batch(b, rng)))
@@ -312,6 +315,12 @@ class NodeSim:
             await asyncio.wait(inflight)
 
     async def send_batch(self, b: _Batch, rng) -> None:
+        try:
+            await self._send_batch(b, rng)
+        finally:
+            b.unresolved.discard(b.seq)
+
+    async def _send_batch(self, b: _Batch, rng) -> None:
         for _ in range(MAX_ATTEMPTS):
             if self.loop.time() > self.deadline:
                 break
@@ -333,8 +342,9 @@ class NodeSim:
 
     async def _attempt(self, b: _Batch, node: Node):
         try:
+            # base_sequence: the producer's lowest unresolved sequence, as the client sends
             fut = node.put_batch_future(TOPIC, list(b.bodies), producer_id=b.pid,
-                                        sequence=b.seq)
+                                        sequence=b.seq, base_sequence=min(b.unresolved))
         except InvalidArgumentError as e:
             return self._refused(e)   # (a sequence the table refuses: outcome unknown)
         except QuorumlogError as e:
