@@ -84,14 +84,7 @@ class _MetaRaftLog:
     def flush(self) -> int:
         return self._inner.flush()
 
-    # -- producers (the table the core builds for a leader) -------------------------------
-    @property
-    def producer_table(self):
-        return self._inner.producer_table
-
-    def attach_producer_table(self, table) -> None:
-        self._inner.attach_producer_table(table)
-
+    # -- producers (what the node's producer table reads and appends) ---------------------
     def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
         return self._inner.append_producer_batch(term, batch, pid, seq)
 
