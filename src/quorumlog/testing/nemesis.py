@@ -22,13 +22,16 @@ import numpy as np
 from ..errors import InvalidArgumentError, QuorumlogError
 from ..format import (CHECKPOINT_SIZE, HEADER_SIZE, INDEX_ENTRY_SIZE, TYPE_MESSAGE,
                       decode_checkpoint, decode_index_entry)
+from .clockskew import ClockSkew
+from .syscall_faults import DiskError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["read_checkpoint", "lose_unflushed_tail", "dirty_pages", "flip_committed_bit",
            "undo_flip", "wipe_log", "fill_disk",
            "Nemesis", "Kill", "Pause", "Partition", "SlowNetwork", "ResetConnections",
-           "PowerCut", "BitFlip", "DiskFull", "LaggingPowerLoss", "NEMESES"]
+           "PowerCut", "BitFlip", "DiskFull", "DiskError", "ClockSkew", "LaggingPowerLoss",
+           "NEMESES"]
 
 CQ_ENTRY = np.dtype([("position", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
 assert CQ_ENTRY.itemsize == 20
@@ -726,4 +729,6 @@ NEMESES = {
     "bit-flip": BitFlip,
     "disk-full": DiskFull,
     "lagging-power-loss": LaggingPowerLoss,
+    "disk-error": DiskError,
+    "clock-skew": ClockSkew,
 }
