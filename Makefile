@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench microbench install clean soak cluster-soak soak-cluster
+.PHONY: test bench microbench install clean soak soak-node cluster-soak soak-cluster
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,11 @@ microbench: $(STAMP)
 
 soak: $(STAMP)
 	$(VPY) -m quorumlog.testing.soak --seeds 100000 -j 2
+
+# the real Node under deterministic simulation (docs/reliability.md); START=n moves the seeds
+START ?= 0
+soak-node: $(STAMP)
+	PYTHONHASHSEED=0 $(VPY) -m quorumlog.testing.nodesim --seeds 20000 --start $(START) -j 2
 
 # the leader kill -9 test with 20 kills instead of 3 (a few minutes)
 cluster-soak: $(STAMP)

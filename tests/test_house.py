@@ -230,3 +230,101 @@ def test_code_speaks_of_the_code_not_of_issues():
             if pat.search(line):
                 hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+# -- the layers' lines (DESIGN.md "Consensus knows no bytes", "one small interface per seam")
+RAFT = SRC / "raft"
+# What consensus must not see: the store, the commit log (Python or native), the record
+# format, the consume queues, the client frame codec.
+NOT_FOR_RAFT = ("quorumlog.store", "quorumlog.commitlog", "quorumlog._commitlog",
+                "quorumlog.format", "quorumlog._consumequeue", "quorumlog._clientframe")
+
+
+def _raft_imports_of_the_store(files):
+    bad = []
+    for p in files:
+        for dep in sorted(_imports(p, ast.parse(p.read_text()))):
+            if dep.startswith(NOT_FOR_RAFT):
+                bad.append(f"{p.relative_to(ROOT)}: imports {dep}")
+    return bad
+
+
+def test_raft_is_consensus_only():
+    files = sorted(RAFT.glob("*.py"))
+    assert len(files) > 5, "the raft/ scan found too little: the check is broken"
+    bad = _raft_imports_of_the_store(files)
+    assert not bad, "raft/ reaches past consensus:\n" + "\n".join(bad)
+
+
+def test_the_raft_check_sees_a_store_import():
+    """The checker itself: a raft module importing the store, inside a function, is found."""
+    p = RAFT / "_house_probe.py"           # (parsed from text; never written)
+    tree = ast.parse("def f():\n    from ..store import nativelog\n")
+    assert any(d.startswith(NOT_FOR_RAFT) for d in _imports(p, tree))
+
+
+# Classes that may define __getattr__, each with its reason (keep this short).
+GETATTR_EXCEPTIONS = {
+    "testing/faultproxy.py": "FaultProxy runs a test tool's calls on its own "
+                             "loop's thread; it is no seam between layers of the product",
+}
+
+
+def _getattr_forwarders(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__getattr__":
+                    yield f"{node.name}:{item.lineno}"
+
+
+def test_no_getattr_forwarding_on_a_seam():
+    """A seam is what its class says: a __getattr__ that forwards every other name hides
+    what crosses it (node/storebridge.py's _MetaRaftLog did)."""
+    bad = []
+    for p in _py_files():
+        rel = str(p.relative_to(SRC))
+        if rel in GETATTR_EXCEPTIONS:
+            continue
+        bad += [f"{rel}: {w}" for w in _getattr_forwarders(p)]
+    assert not bad, "classes forwarding by __getattr__: " + ", ".join(bad)
+
+
+def test_the_getattr_check_sees_a_forwarder(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text("class A:\n    def __getattr__(self, name):\n        return 1\n")
+    assert list(_getattr_forwarders(p)) == ["A:2"]
+
+
+MAX_NODE_CORE_FUNCTION_LINES = 80
+# Functions of node/ and raft/core* over 80 lines, each with its reason (keep this empty).
+NODE_CORE_LONG_EXCEPTIONS: dict[str, str] = {}
+
+
+def test_no_function_over_80_lines_in_the_node_or_the_core():
+    files = sorted((SRC / "node").glob("*.py")) + sorted(RAFT.glob("core*.py"))
+    assert files, "the scan found nothing: the check is broken"
+    long = []
+    for p in files:
+        for name, line, n in _python_function_lengths(p):
+            key = f"{p.relative_to(SRC)} {name}"
+            if n > MAX_NODE_CORE_FUNCTION_LINES and key not in NODE_CORE_LONG_EXCEPTIONS:
+                long.append(f"{p.relative_to(ROOT)}:{line} {name} ({n} lines)")
+    assert not long, "functions over 80 lines: " + ", ".join(long)
+
+
+def _ready_calls(path):
+    """Lines of `path` that take a Ready from a core: a call of a method named `ready`."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "ready" and not node.args:
+            yield node.lineno
+
+
+def test_one_ready_loop_in_the_code_base():
+    """The driver's duties are run in one place (raft/ready.py): the node, the core simulator
+    and the hand-driven cluster all call run_readies rather than keep a copy of the loop."""
+    where = [f"{p.relative_to(SRC)}:{n}" for p in _py_files() for n in _ready_calls(p)]
+    assert where and all(w.startswith("raft/ready.py:") for w in where), where

@@ -151,6 +151,52 @@ def test_partition_and_heal():
     run(None, body)
 
 
+def test_one_way_cut_and_heal():
+    async def body():
+        net = SimNetwork(seed=8, delay_ms=(1, 1))
+        a, b = (SimNode(i, net) for i in "ab")
+        await start_mesh([a, b])
+        net.cut("a", "b")                                 # a -> b lost, b -> a arrives
+        assert not a.t.send("b", hb("a", "b", 0))
+        assert b.t.send("a", hb("b", "a", 1))
+        await wait_until(lambda: a.from_peer("b"), 5, "b->a during the cut")
+        assert b.inbox == []
+        net.heal()
+        assert a.t.send("b", hb("a", "b", 2))
+        await wait_until(lambda: b.from_peer("a"), 5, "a->b after heal")
+        assert [x.seq for x in b.from_peer("a")] == [2]
+    run(None, body)
+
+
+def test_a_stalled_link_holds_everything_then_delivers_in_order():
+    async def body():
+        net = SimNetwork(seed=9, delay_ms=(1, 1))
+        a, b = (SimNode(i, net) for i in "ab")
+        await start_mesh([a, b])
+        loop = asyncio.get_running_loop()
+        a.t.send("b", hb("a", "b", 0))                    # in flight when the stall begins
+        t0 = loop.time()
+        net.stall("a", "b", 300)
+        for s in range(1, 4):
+            a.t.send("b", hb("a", "b", s))
+        b.t.send("a", hb("b", "a", 9))                     # the other direction flows
+        await wait_until(lambda: a.from_peer("b"), 5, "b->a during the stall")
+        assert b.inbox == []
+        await wait_until(lambda: len(b.inbox) == 4, 5, "a->b after the stall")
+        assert loop.time() - t0 >= 0.29
+        assert [x.seq for x in b.from_peer("a")] == [0, 1, 2, 3]
+    run(None, body)
+
+
+def test_both_transports_are_the_seams_transport():
+    from quorumlog.net.auth import AuthConfig
+    from quorumlog.net.seam import Transport
+    from quorumlog.net.transport import PeerTransport
+    assert isinstance(SimTransport("s1", SimNetwork(), None), Transport)
+    tcp = PeerTransport("t1", AuthConfig("c", "t1", None, insecure=True), None)
+    assert isinstance(tcp, Transport)
+
+
 def test_per_link_settings_and_validation():
     async def body():
         net = SimNetwork(seed=7)

@@ -16,7 +16,7 @@ from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError
 from quorumlog.node import Node, load_node_config
 from quorumlog.raft.messages import Role
-from quorumlog.server import ClientService
+from quorumlog.node.service import ClientService
 
 
 async def _group(tmp_path, flush="async"):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from quorumlog.commitlog import CommitLog
 from quorumlog.errors import DuplicateBatchError, ProducerSequenceError
 from quorumlog.node.producers import KnownBatchError, ProducerTable
-from quorumlog.raft.nativelog import NativeRaftLog, producer_properties, producer_tag
+from quorumlog.store.nativelog import NativeRaftLog, producer_properties, producer_tag
 
 
 class _RunsLog:

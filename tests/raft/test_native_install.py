@@ -12,7 +12,7 @@ from quorumlog.net.framing import HEADER_SIZE
 from quorumlog.raft import RaftConfig, RaftCore, Role
 from quorumlog.raft.core import BehindRetention, LogInstalled
 from quorumlog.raft.messages import InstallSegment
-from quorumlog.raft.nativelog import NativeRaftLog
+from quorumlog.store.nativelog import NativeRaftLog
 
 SEGMENT = 1 << 16
 VOTERS = ("n1", "n2", "n3")

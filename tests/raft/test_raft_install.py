@@ -195,7 +195,7 @@ def test_native_log_refuses_install_calls_it_cannot_serve(tmp_path):
     from quorumlog.commitlog import CommitLog
     from quorumlog.errors import InstallError
     from quorumlog.raft.errors import InstallRefusedError
-    from quorumlog.raft.nativelog import NativeRaftLog
+    from quorumlog.store.nativelog import NativeRaftLog
     cl = CommitLog(str(tmp_path / "log"), segment_size_bytes=1 << 16)
     try:
         lg = NativeRaftLog(cl)

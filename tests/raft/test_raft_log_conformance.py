@@ -1,7 +1,7 @@
 """Conformance suite for the RaftLog interface (quorumlog/raft/log.py).
 
 Every implementation must pass it: the in-memory MemLog and the native CommitLog through
-quorumlog.raft.nativelog.NativeRaftLog (a missing native build fails the native params; it is
+quorumlog.store.nativelog.NativeRaftLog (a missing native build fails the native params; it is
 never skipped). To plug in
 another, add an entry to IMPLEMENTATIONS: a factory `make(dir) -> (log, close)` for a fresh,
 empty, open log, and `items(n, size)` returning a batch its append_as_leader accepts.
@@ -27,7 +27,7 @@ def _mem_items(n, size=10):
 
 def _native_make(d):
     from quorumlog.commitlog import CommitLog
-    from quorumlog.raft.nativelog import NativeRaftLog
+    from quorumlog.store.nativelog import NativeRaftLog
     cl = CommitLog(f"{d}/log-{next(_seq)}", segment_size_bytes=1 << 16)
     return NativeRaftLog(cl), cl.close
 

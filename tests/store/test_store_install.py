@@ -1,5 +1,5 @@
 """Installing a replicated store from a leader's retained log (StoreRaftLog's install side,
-quorumlog.raft.nativeinstall): the image, chunk validation (every bad chunk refused with a
+quorumlog.store.nativeinstall): the image, chunk validation (every bad chunk refused with a
 specific error, nothing changed), the store reopened on the installed log with its derived
 state rebuilt, and crash safety -- a process killed at every step of the replacement leaves
 the old log or the new one, and the next open finishes the job."""
@@ -17,7 +17,7 @@ import quorumlog.store as qs
 from quorumlog.errors import InstallError, ReplicationError
 from quorumlog.raft.errors import InstallRefusedError, NotSupportedByLogError
 from quorumlog.raft.log import InstallImage
-from quorumlog.raft.nativeinstall import HEAD_FILE, INSTALL_DIR, READY_FILE
+from quorumlog.store.nativeinstall import HEAD_FILE, INSTALL_DIR, READY_FILE
 
 SEGMENT = 1 << 16
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
@@ -292,7 +292,7 @@ def test_a_leader_whose_store_state_is_too_large_to_ship_offers_no_image(tmp_pat
                                                                          monkeypatch):
     # the description travels with every chunk: over the limit the leader reports the
     # follower behind retention instead of sending what the follower would refuse
-    from quorumlog.raft.nativeinstall import MAX_INSTALL_META_BYTES
+    from quorumlog.store.nativeinstall import MAX_INSTALL_META_BYTES
     a, la = leader_store(tmp_path / "a")
     import quorumlog.store.message_store as ms
     monkeypatch.setattr(ms, "install_meta",

@@ -79,6 +79,7 @@ class SimNetwork:
         self.nodes: dict[str, SimTransport] = {}
         self._links: dict[tuple, _Link] = {}
         self._groups: list[set] | None = None
+        self._cut: set = set()        # (src, dst) pairs cut one way
         self.delivered = 0
         self.dropped = 0
         self.duplicated = 0
@@ -117,10 +118,31 @@ class SimNetwork:
 
     def heal(self) -> None:
         self._groups = None
+        self._cut.clear()
         for t in self.nodes.values():
             t._notify()
 
+    def cut(self, src: str, dst: str) -> None:
+        """One-way partition: messages from src to dst are lost (dst to src still arrive)
+        until heal()."""
+        self._cut.add((src, dst))
+        for t in self.nodes.values():
+            t._notify()
+
+    def stall(self, src: str, dst: str, ms: float) -> None:
+        """Hold the link src -> dst for `ms` (a TCP retransmission timeout): what is in
+        flight and what is sent meanwhile arrives after it, in order."""
+        ln = self.link(src, dst)
+        loop = asyncio.get_running_loop()
+        ln.last_due = max(ln.last_due, loop.time() + ms / 1000)
+        if ln.fifo:                                   # the head waits too
+            due, item = ln.fifo[0]
+            ln.fifo[0] = (max(due, ln.last_due), item)
+
     def can_talk(self, a: str, b: str) -> bool:
+        """a -> b gets through (both ways for a partition, one way for a cut)."""
+        if (a, b) in self._cut:
+            return False
         if self._groups is None:
             return True
         return any(a in g and b in g for g in self._groups)
@@ -168,6 +190,11 @@ class SimNetwork:
 
     def _pump(self, ln: _Link, loop) -> None:
         fifo = ln.fifo
+        if not fifo:
+            return
+        if fifo[0][0] > loop.time() + 1e-3:          # stalled after this timer was set
+            loop.call_at(fifo[0][0], self._pump, ln, loop)
+            return
         self._deliver(ln, fifo.popleft()[1])             # the head this timer was set for
         horizon = loop.time() + 1e-3
         while fifo and fifo[0][0] <= horizon:

@@ -39,7 +39,8 @@ Inputs, each followed by draining the core (at most once per loop iteration: the
 one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
 request and one cumulative acknowledgement):
   * transport on_message(peer, msg) -> core.step(msg)
-  * a tick every tick_ms from time.monotonic() -> core.tick(now_ms)
+  * a tick every tick_ms of the node's clock (node/clock.py; time.monotonic in production)
+    -> core.tick(now_ms)
   * propose (put) -> core.propose(request, count, nbytes) (leader only: NotLeaderError naming
     the leader and its client address, LeaderTransferringError, BackpressureError over
     max_pending_puts / max_pending_bytes)
@@ -57,32 +58,36 @@ import asyncio
 import logging
 import os
 import random
-import time
 
-from ..errors import InvalidArgumentError, LogClosedError, QuorumlogError
+from ..errors import InvalidArgumentError, LogClosedError, LogFailedError, QuorumlogError
 from ..metrics import ReplicaMetrics
-from ..net.auth import AuthConfig
 from ..net.messages import LeaderRedirectError
-from ..net.transport import PeerTransport, TransportConfig
+from ..net.seam import Transport
+from ..net.transport import TransportConfig
 from ..raft.core import (BehindRetention, ConfigChanged, LeaseExpired, LogInstalled,
                          RaftConfig, RaftCore, ReadyToServe, RoleChanged, TransferAborted)
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.log import decode_config
 from ..raft.messages import Role
-from ..raft.nativeinstall import read_head
-from ..raft.nativelog import RESERVED_PROPERTIES, producer_properties
+from ..raft.ready import Duties, run_readies
+from ..store.nativeinstall import read_head
+from ..store.nativelog import RESERVED_PROPERTIES, producer_properties
 from ..store.topics import check_user_topic
 from . import meta
-from .config import NodeConfig, parse_address, read_secret
-from .flusher import Flusher
+from .clock import Clock, MonotonicClock
+from .config import NodeConfig, parse_address
+from .flusher import FlushService
 from .hardstate import HardStateFile
 from .producers import (BatchMismatchError, KnownBatchError, ProducerTable,
                         UncompletableBatchError, table_for_term)
 from .storebridge import MetaSeam
+from .wiring import tcp_transport, thread_flusher
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Node", "config_history"]
+__all__ = ["Node", "config_history", "PRODUCTION_FLUSHER"]
+
+PRODUCTION_FLUSHER = "production"   # Node(flusher=...) default: see Node.__init__
 
 _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
@@ -141,10 +146,6 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 _METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
 
 
@@ -183,22 +184,30 @@ class Node:
 
     def __init__(self, path, cfg: NodeConfig, raft_cfg: RaftConfig | None = None, *,
                  store_cfg=None, transport_config: TransportConfig | None = None,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, transport: Transport | None = None,
+                 clock: Clock | None = None, flusher=PRODUCTION_FLUSHER):
+        """transport, clock, flusher: the seams (net/seam.py, node/clock.py,
+        node/flusher.py). transport and clock None: the production ones (node/wiring.py:
+        TCP, time.monotonic). flusher: PRODUCTION_FLUSHER (the default) is the flush thread
+        in sync mode and none in async mode; None is none (every flush reported at once, as
+        async mode does); anything else is the FlushService to use."""
         self.path = os.fspath(path)
         self.cfg = cfg
         self.raft_cfg = raft_cfg or RaftConfig()
         self.store_cfg = store_cfg
         self.transport_config = transport_config
         self.rng = rng or random.Random()
+        self.clock = clock or MonotonicClock()
+        self._given_transport = transport
+        self._given_flusher = flusher
         self.id = cfg.node_id
         self.store = None          # MessageStore
         self.seam = None           # the store's seam (bridge_for)
         self.core: RaftCore | None = None
-        self.transport: PeerTransport | None = None
-        self.client_transport: PeerTransport | None = None
+        self.transport: Transport | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hsfile = HardStateFile(self.path)
-        self.flusher: Flusher | None = None
+        self.flusher: FlushService | None = None
         self.metrics = ReplicaMetrics()     # role, term, commit, links: what /metrics shows
         self.metrics_address: tuple | None = None
         self._metrics_server = None
@@ -208,6 +217,7 @@ class Node:
         self._backlog_task: asyncio.Task | None = None
         self._listeners: list = []
         self._drain_pending = False
+        self._duties: Duties | None = None
         self._queued: list = []
         self._queued_pending = False
         self._ticker: asyncio.Task | None = None
@@ -249,7 +259,8 @@ class Node:
             # core must recover them from its peers before it votes or leads (raft/recovery.py)
             recovering = self.store_cfg.flush == "async" and cl.lost_writes_possible
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
-                                 config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
+                                 config_history=hist, peers=tuple(cfg.peers),
+                                 now_ms=self.clock.now_ms(),
                                  commit_index=cl.committed_index, restarted=restarted,
                                  recovering=recovering)
             self._applied = self._commit_target = cl.committed_index
@@ -259,23 +270,18 @@ class Node:
                      "term %d vote %s, voters %s", self.id, self.path, cl.first_index,
                      cl.last_index, cl.last_term if cl.last_index else 0, cl.committed_index,
                      hs.term, hs.voted_for, hist[-1][1])
-            if self.store_cfg.flush == "sync":
-                self.flusher = Flusher(cl, self.loop, self._on_flushed, self._on_flush_error)
+            self.flusher = self._given_flusher
+            if self.flusher is PRODUCTION_FLUSHER:
+                self.flusher = thread_flusher(self.store_cfg.flush)
+            if self.flusher is not None:
+                self.flusher.start(cl, self.loop, self._on_flushed, self._on_flush_error)
             self.seam.on_log_replaced = self._on_log_replaced
-            secret = read_secret(cfg)
-            auth = AuthConfig(cfg.cluster_id, self.id, secret,
-                              peers=[p for p in cfg.peers if p != self.id],
-                              insecure=cfg.insecure, segment_size_bytes=cl.segment_size_bytes)
-            host, port = parse_address(cfg.peers[self.id], f"peers[{self.id!r}]")
-            tcfg = self.transport_config or TransportConfig(
-                max_frame_bytes=cfg.max_frame_bytes,
-                handshake_timeout_ms=cfg.handshake_timeout_ms,
-                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes),
-                control_lane=cfg.control_lane)
-            peers = {p: parse_address(a, f"peers[{p!r}]") for p, a in cfg.peers.items()
-                     if p != self.id}
-            self.transport = PeerTransport(self.id, auth, self._on_message, listen=(host, port),
-                                           peers=peers, config=tcfg, rng=self.rng)
+            self._duties = Duties(self._save_hard_state, self._send, self._flush_to,
+                                  self._commit, self._on_events)
+            self.transport = self._given_transport or tcp_transport(
+                cfg, transport_config=self.transport_config, rng=self.rng,
+                segment_size_bytes=cl.segment_size_bytes)
+            self.transport.on_message = self._on_message
             await self.transport.start()
             if cfg.metrics_addr is not None:
                 from ..metrics import serve
@@ -318,23 +324,49 @@ class Node:
         if self.transport is not None:
             await self.transport.close()
         if self.flusher is not None:
-            await self.loop.run_in_executor(None, self.flusher.stop)
+            await self.flusher.close()
         if self.store is not None:
             self.store.close()
         if self._applied_changed is not None:
             self._applied_changed.set()
         log.info("node %s stopped", self.id)
 
+    async def crash_for_testing(self) -> None:
+        """Test hook (the simulator's kill -9): stop ticking and receiving, drop the store
+        with no flush and no checkpoint (the page cache keeps what was written), fail
+        waiting requests. The directory then opens as after a process crash."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self.transport is not None:
+            await self.transport.close()
+        if self.store is not None:
+            self.store.crash_for_testing()
+        crashed = LogClosedError(f"node {self.id} crashed")
+        for it in self._queued:
+            if not it.fut.done():
+                it.fut.set_exception(crashed)
+        self._queued = []
+        if self.seam is not None:
+            self.seam.abandon_pending(crashed)
+        if self.flusher is not None:
+            await self.flusher.close()
+        if self._applied_changed is not None:
+            self._applied_changed.set()
+
     # ---------------------------------------------------------------------------- inputs
     async def _tick_loop(self) -> None:
-        interval = self.cfg.tick_ms / 1000
-        last = _now_ms()
+        clock = self.clock
+        interval = self.cfg.tick_ms
+        last = clock.now_ms()
         next_metrics = last
         while True:
-            await asyncio.sleep(interval)
+            await clock.sleep_ms(interval)
             if self._failed is not None:
                 return
-            now = _now_ms()
+            now = clock.now_ms()
             if now - last > 250:
                 # the loop did not run for that long (a blocked call, or an overloaded
                 # machine): heartbeats stopped too, followers may have started an election
@@ -360,7 +392,9 @@ class Node:
             # the core refused the message (e.g. a RaftInvariantError: a peer claims
             # something that contradicts our committed log): nothing was changed by it
             log.error("node %s: message %s from %s refused: %s", self.id, msg.describe(), peer, e)
-            if self.store.closed:        # (an install that failed while replacing the log)
+            # an install that failed while replacing the log, or a log whose flush failed
+            # (async mode: found at the next write): not the peer's fault -- stop
+            if self.store.closed or isinstance(e, LogFailedError):
                 self._fail(e)
             return
         self._schedule_drain()
@@ -390,25 +424,23 @@ class Node:
 
     # ---------------------------------------------------------------------------- duties
     def _drain(self) -> None:
-        core = self.core
-        send = self.transport.send
-        while core.has_ready():
-            r = core.ready()
-            self.stats["readies"] += 1
-            if r.hard_state is not None:                       # duty 1
-                self.hsfile.save(r.hard_state)
-                self.stats["hard_state_saves"] += 1
-                self.metrics.set_term(r.hard_state.term)
-            for m in r.messages:                               # duty 2
-                send(m.dst, m)
-            if r.flush_to is not None:                         # duty 3
-                self._flush(r.flush_gen)
-            if r.commit_index is not None:                     # duty 4
-                self._commit_target = r.commit_index
-                self.metrics.set_commit_index(r.commit_index)
-                self._apply()
-            if r.events:                                       # duty 5
-                self._on_events(r.events)
+        self.stats["readies"] += run_readies(self.core, self._duties)
+
+    def _save_hard_state(self, hs) -> None:                    # duty 1
+        self.hsfile.save(hs)
+        self.stats["hard_state_saves"] += 1
+        self.metrics.set_term(hs.term)
+
+    def _send(self, m) -> None:                                # duty 2
+        self.transport.send(m.dst, m)
+
+    def _flush_to(self, flush_to: int, gen: int) -> None:      # duty 3
+        self._flush(gen)
+
+    def _commit(self, commit_index: int) -> None:              # duty 4
+        self._commit_target = commit_index
+        self.metrics.set_commit_index(commit_index)
+        self._apply()
 
     def _flush(self, gen: int) -> None:
         last = self.core.log.last_index()
@@ -503,8 +535,10 @@ class Node:
         m = self.metrics
         m.set_loop_stalls(self.stats["loop_stalls"])
         for peer, st in self.transport.stats()["peers"].items():
-            for lane, s in (("data", st), ("control", st["control"])):
-                m.set_link(peer, lane, s["connected"], s["connects"], s["disconnects"])
+            for lane, s in (("data", st), ("control", st.get("control"))):
+                if s is not None:       # (a simulated transport has one lane, no counters)
+                    m.set_link(peer, lane, s["connected"], s.get("connects", 0),
+                               s.get("disconnects", 0))
         core = self.core
         if core.role == Role.LEADER:
             last = core.log.last_index()
@@ -544,7 +578,14 @@ class Node:
             raise BackpressureError(
                 f"node {self.id}: {self.pending_bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
-        core.propose(req, req.count, req.nbytes)
+        try:
+            core.propose(req, req.count, req.nbytes)
+        except LogFailedError as e:
+            # async mode: the log's background flush failed and it refuses every write; a
+            # failed flush is never retried into success, so this node stops (and another
+            # leads) instead of staying a leader that can append nothing
+            self._fail(e)
+            raise
         if req.on_done is not None:     # (counted until _completion's callback runs)
             self.pending_puts += req.count
             self.pending_bytes += req.nbytes

@@ -9,30 +9,54 @@ entry appended after the flush began), and gen is the Ready's flush_gen (the cor
 report that raced a truncation). An install that replaces the log closes the old one; the
 driver then `retarget`s the flusher, and a flush that met the closed log is dropped (the core
 ignores reports from before the install: their gen is older).
+
+The driver takes its flusher passed in (`FlushService`): this thread in production, the
+simulated disk's flusher (quorumlog.testing.simdisk) under deterministic simulation. It calls
+`start(commitlog, loop, on_flushed, on_error)` once the store is open, `request` for every
+flush_to, `retarget` after an install and `await close()` at the end.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+from typing import Protocol
 
 from ..errors import LogClosedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Flusher"]
+__all__ = ["FlushService", "Flusher"]
+
+
+class FlushService(Protocol):
+    """What the driver needs of a flusher (see the module docstring)."""
+
+    def start(self, commitlog, loop, on_flushed, on_error) -> None: ...
+
+    def request(self, index: int, gen: int) -> None: ...
+
+    def retarget(self, commitlog) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class Flusher:
-    def __init__(self, commitlog, loop, on_flushed, on_error, name="quorumlog-flusher"):
-        self.cl = commitlog
-        self.loop = loop
-        self.on_flushed = on_flushed
-        self.on_error = on_error
+    def __init__(self, name="quorumlog-flusher"):
+        self.name = name
+        self.cl = self.loop = self.on_flushed = self.on_error = None
         self._cv = threading.Condition()
         self._want: tuple | None = None     # (index, gen) of the newest request
         self._stop = False
         self.flushes = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread: threading.Thread | None = None
+
+    def start(self, commitlog, loop, on_flushed, on_error) -> None:
+        self.cl = commitlog
+        self.loop = loop
+        self.on_flushed = on_flushed
+        self.on_error = on_error
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def request(self, index: int, gen: int) -> None:
@@ -86,9 +110,14 @@ class Flusher:
         except RuntimeError:   # the loop is closed: the node is stopping
             pass
 
+    async def close(self) -> None:
+        """stop() off the loop (it joins the thread)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
     def stop(self) -> None:
         with self._cv:
             self._stop = True
             self._cv.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=30)

@@ -32,7 +32,10 @@ from typing import Callable, NamedTuple
 from ..errors import LogClosedError, NotAStoreError
 from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config, split_settings
+from .clock import MonotonicClock
 from .driver import Node
+from .service import ClientService
+from .wiring import tcp_transport
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +74,11 @@ class Replica:
         self._thread = threading.Thread(target=self._run_loop, name=f"quorumlog-{cfg.node_id}",
                                         daemon=True)
         self._thread.start()
-        self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
+        self.node = None
         self.service = None
         try:
+            self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg,
+                             transport=tcp_transport(cfg), clock=MonotonicClock())
             self._call(self._start(), start_timeout)
         except BaseException:
             self._stop_loop()
@@ -87,7 +92,6 @@ class Replica:
         self.node.add_listener(self._on_event)
         await self.node.start()
         if self.cfg.client_addr:
-            from ..server import ClientService
             self.service = ClientService(self.node, self.cfg)
             try:
                 await self.service.start()

@@ -51,15 +51,66 @@ class MetaRequest:
 
 
 class _MetaRaftLog:
-    """The store's RaftLog, with META requests appended as control records."""
+    """The store's RaftLog, with META requests appended as control records. Every RaftLog
+    method (raft/log.py) is written out -- no forwarding by __getattr__ -- so the seam is
+    what this class says; the ones that are not about META pass to the store's log."""
 
     def __init__(self, seam: "MetaSeam", inner):
         self._seam = seam
         self._inner = inner
 
-    def __getattr__(self, name):          # every RaftLog method but append_as_leader
-        return getattr(self._inner, name)
+    # -- reads and the plain writes: the store's log --------------------------------------
+    def first_index(self) -> int:
+        return self._inner.first_index()
 
+    def last_index(self) -> int:
+        return self._inner.last_index()
+
+    def last_term(self) -> int:
+        return self._inner.last_term()
+
+    def term_at(self, index: int) -> int:
+        return self._inner.term_at(index)
+
+    def read(self, lo: int, hi: int, max_bytes: int):
+        return self._inner.read(lo, hi, max_bytes)
+
+    def append_control(self, term: int, kind, data: bytes) -> int:
+        return self._inner.append_control(term, kind, data)
+
+    def truncate_after(self, index: int) -> None:
+        self._inner.truncate_after(index)
+
+    def flush(self) -> int:
+        return self._inner.flush()
+
+    # -- producers (what the node's producer table reads and appends) ---------------------
+    def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
+        return self._inner.append_producer_batch(term, batch, pid, seq)
+
+    def producers(self, lo: int, hi: int) -> list:
+        return self._inner.producers(lo, hi)
+
+    def producer_snapshot(self) -> list:
+        return self._inner.producer_snapshot()
+
+    # -- installs ---------------------------------------------------------------------------
+    def install_image(self):
+        return self._inner.install_image()
+
+    def read_image(self, image, offset: int, max_bytes: int):
+        return self._inner.read_image(image, offset, max_bytes)
+
+    def begin_install(self, image, head_config) -> None:
+        self._inner.begin_install(image, head_config)
+
+    def write_chunk(self, offset: int, chunk) -> int:
+        return self._inner.write_chunk(offset, chunk)
+
+    def abort_install(self) -> None:
+        self._inner.abort_install()
+
+    # -- what the seam adds: META records ---------------------------------------------------
     def append_as_leader(self, term: int, req) -> int:
         if type(req) is MetaRequest:
             return self._seam._append_meta(term, req)
@@ -147,7 +198,7 @@ class MetaSeam:
     # -- META --------------------------------------------------------------------------------
     def _append_meta(self, term: int, req: MetaRequest) -> int:
         self._apply_payload(req.payload, local=True)
-        idx = self._rlog._inner.append_control(term, EntryKind.META, req.payload)
+        idx = self._rlog.append_control(term, EntryKind.META, req.payload)
         req.term = term
         req.first_index = req.last_index = idx
         self._metas.append(req)

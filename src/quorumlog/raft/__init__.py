@@ -1,5 +1,6 @@
 """Raft for quorumlog: DLedger's election and replication as a pure state machine (core.py),
-the log-storage seam (log.py, memlog.py, nativelog.py); the simulator is quorumlog.testing."""
+the log-storage seam (log.py, memlog.py; the native log's adapter is
+quorumlog.store.nativelog); the simulator is quorumlog.testing."""
 from .core import (BehindRetention, ConfigChanged, HardState, LeaseExpired, LogInstalled,
                    RaftConfig, RaftCore, ReadAborted, Ready, ReadReady, ReadyToServe,
                    RoleChanged, TransferAborted)

@@ -1,7 +1,7 @@
 """The log-storage seam of the Raft core: what RaftCore needs from a replicated log.
 
 Implementations: `memlog.MemLog` (in memory, for simulation and unit tests),
-`nativelog.NativeRaftLog` (the native mmap'd CommitLog through a thin adapter), and its
+`quorumlog.store.nativelog.NativeRaftLog` (the native mmap'd CommitLog through a thin adapter), and its
 subclass `quorumlog.store.StoreRaftLog`, the log of a replicated MessageStore
 (MessageStore.raft_log()). One conformance suite (tests/raft/test_raft_log_conformance.py) runs
 against every implementation (the store's through tests/store/test_store_raft_seam.py).

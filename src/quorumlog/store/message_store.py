@@ -30,7 +30,7 @@ from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
                       OffsetOutOfRangeError, QuorumlogError, ReadOnlyError,
                       TooManyWaitersError)
 from ..raft.errors import NotLeaderError
-from ..raft.nativeinstall import complete_install
+from .nativeinstall import complete_install
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from ..format import TYPE_META as META
 from ..format import check_topic_name
@@ -122,7 +122,7 @@ class MessageStore:
         self._disk_usage = disk_usage
         if not self._read_only:
             # an install of a leader's log that a crash cut short: finish it (or drop an
-            # unfinished one) before the log opens (quorumlog.raft.nativeinstall)
+            # unfinished one) before the log opens (quorumlog.store.nativeinstall)
             complete_install(self._path, INSTALL_DERIVED, write_install_meta)
         self._log = self._open_log()
         self._build(self._log)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import InvalidArgumentError
-from ..raft.nativelog import (PROP_COUNT, PROP_ORDINAL, PROP_PID, PROP_SEQ, NativeRaftLog,
+from .nativelog import (PROP_COUNT, PROP_ORDINAL, PROP_PID, PROP_SEQ, NativeRaftLog,
                               producer_properties)
 
 __all__ = ["StoreRaftLog", "producer_properties"]

@@ -17,25 +17,33 @@ import random
 from ..raft.core import HardState, RaftConfig, RaftCore
 from ..raft.memlog import MemLog
 from ..raft.messages import Message
+from ..raft.ready import Duties, run_readies
 
 
 def pump(cores: dict, logs: dict, *, dispatch: bool = False) -> None:
-    """Synchronous driver for cores the caller built itself: persist each Ready's flush at
-    once, deliver every message (in order, nothing lost), until no core has output.
-    dispatch=True also reports each commit index as dispatched (ready-to-serve)."""
+    """Synchronous driver for cores the caller built itself: the Ready loop (raft/ready.py)
+    with each Ready's flush done and reported at once and every message delivered (in order,
+    nothing lost), until no core has output. dispatch=True also reports each commit index as
+    dispatched (ready-to-serve)."""
+    duties = {v: _pump_duties(cores, logs[v], c, dispatch) for v, c in cores.items()}
     busy = True
     while busy:
         busy = False
         for v, c in cores.items():
             if c.has_ready():
                 busy = True
-                r = c.ready()
-                if r.flush_to is not None:
-                    c.on_persisted(logs[v].flush(), r.flush_gen)
-                if dispatch and r.commit_index is not None:
-                    c.on_dispatched(r.commit_index)
-                for m in r.messages:
-                    cores[m.dst].step(m)
+                run_readies(c, duties[v])
+
+
+def _pump_duties(cores: dict, lg, core, dispatch: bool) -> Duties:
+    def flush(_flush_to, gen):
+        core.on_persisted(lg.flush(), gen)
+
+    def apply(commit_index):
+        if dispatch:
+            core.on_dispatched(commit_index)
+    return Duties(lambda hs: None, lambda m: cores[m.dst].step(m), flush, apply,
+                  lambda evs: None)
 
 
 class ManualCluster:
@@ -75,27 +83,37 @@ class ManualCluster:
         return self.cores[i]
 
     def drain(self, i):
+        """The Ready loop (raft/ready.py, the one every driver runs) with this cluster's
+        duties for node i."""
+        run_readies(self.cores[i], self._duties(i))
+
+    def _duties(self, i) -> Duties:
         c = self.cores[i]
-        while c.has_ready():
-            r = c.ready()
-            if r.hard_state is not None:
-                self.hard[i] = r.hard_state
-            for m in r.messages:
-                if (m.src, m.dst) not in self.blocked:
-                    self.queue.append(m)
-            if r.flush_to is not None:
-                if i in self._async:
-                    c.on_persisted(self.logs[i].last_index(), r.flush_gen)
-                elif i in self._manual:
-                    self._unflushed[i] = r.flush_to
-                else:
-                    c.on_persisted(self.logs[i].flush(), r.flush_gen)
-            if r.commit_index is not None:
-                self.committed[i] = r.commit_index
-                self.out.append(f"{i} commit={r.commit_index}")
-                c.on_dispatched(r.commit_index)
-            for ev in r.events:
+
+        def save_hard_state(hs):
+            self.hard[i] = hs
+
+        def send(m):
+            if (m.src, m.dst) not in self.blocked:
+                self.queue.append(m)
+
+        def flush(flush_to, gen):
+            if i in self._async:
+                c.on_persisted(self.logs[i].last_index(), gen)
+            elif i in self._manual:
+                self._unflushed[i] = flush_to
+            else:
+                c.on_persisted(self.logs[i].flush(), gen)
+
+        def apply(commit_index):
+            self.committed[i] = commit_index
+            self.out.append(f"{i} commit={commit_index}")
+            c.on_dispatched(commit_index)
+
+        def events(evs):
+            for ev in evs:
                 self.out.append(f"{i} {_event(ev)}")
+        return Duties(save_hard_state, send, flush, apply, events)
 
     def tick(self, to_ms: int, nodes=None):
         """Advance the clock to to_ms and tick `nodes` (default: every live node)."""

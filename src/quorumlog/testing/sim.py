@@ -49,6 +49,7 @@ from ..raft.errors import MembershipChangeError, RaftError, TransferError
 from ..raft.log import EntryKind
 from ..raft.memlog import MemLog, ProducerItems
 from ..raft.messages import Role
+from ..raft.ready import Duties, run_readies
 
 
 class InvariantViolation(AssertionError):
@@ -349,27 +350,34 @@ class Simulator:
 
     # -- the driver loop (what a real driver does with Ready) ---------------------------
     def _drain(self, n: _Node):
+        run_readies(n.core, self._duties(n))
+
+    def _duties(self, n: _Node) -> Duties:
+        """This simulator's side of the driver's duties for n (the loop: raft/ready.py)."""
         core = n.core
-        while core.has_ready():
-            r = core.ready()
-            if r.hard_state is not None:
-                if n.hard.recovering_term and not r.hard_state.recovering_term:
-                    self.stats["recovered"] = self.stats.get("recovered", 0) + 1
-                    self._t(f"{n.id} recovered (floor t{n.hard.recovering_term})")
-                n.hard = r.hard_state          # 1. persist hard state before sending
-            for m in r.messages:               # 2. send
-                self._send(m)
-            if r.flush_to is not None and self.faults.flush == "async":
-                core.on_persisted(n.log.last_index(), r.flush_gen)  # 3. page cache: at once
-            elif r.flush_to is not None and not n.flush_pending:   # 3. flush (group commit)
+
+        def save_hard_state(hs):
+            if n.hard.recovering_term and not hs.recovering_term:
+                self.stats["recovered"] = self.stats.get("recovered", 0) + 1
+                self._t(f"{n.id} recovered (floor t{n.hard.recovering_term})")
+            n.hard = hs                         # 1. persist hard state before sending
+
+        def flush(_flush_to, gen):              # 3. flush
+            if self.faults.flush == "async":
+                core.on_persisted(n.log.last_index(), gen)  # page cache: at once
+            elif not n.flush_pending:           # group commit
                 n.flush_pending = True
                 self._push(self.now + self.rng.randint(0, self.faults.disk_max_ms), FLUSH,
                            n.id, n.incarnation)
-            if r.commit_index is not None:     # 4. apply/dispatch
-                self._on_commit(n, r.commit_index)
-                core.on_dispatched(r.commit_index)
-            for ev in r.events:                # 5. events
+
+        def apply(commit_index):                # 4. apply/dispatch
+            self._on_commit(n, commit_index)
+            core.on_dispatched(commit_index)
+
+        def events(evs):                        # 5. events
+            for ev in evs:
                 self._on_event(n, ev)
+        return Duties(save_hard_state, self._send, flush, apply, events)
 
     def _send(self, m):
         f = self.faults

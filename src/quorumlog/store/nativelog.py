@@ -40,8 +40,8 @@ import struct
 import numpy as np
 
 from ..errors import IndexOutOfRangeError, InstallError, InvalidArgumentError
-from .errors import NotSupportedByLogError
-from .log import EntryKind
+from ..raft.errors import NotSupportedByLogError
+from ..raft.log import EntryKind
 from .nativeinstall import (DEFAULT_MAX_INSTALL_BYTES, Stager, check_image, complete_install,
                             describe_image, read_image_chunk)
 

@@ -30,8 +30,11 @@ import time
 
 from ..errors import (CorruptLogError, IndexOutOfRangeError, InstallError, ReplicationError,
                       StorageError)
-from .errors import InstallRefusedError, NotSupportedByLogError
-from .log import InstallImage
+from ..commitlog import CommitLog, crc32c
+from ..format import Checkpoint, encode_checkpoint
+from ..raft.errors import InstallRefusedError, NotSupportedByLogError
+from ..raft.log import InstallImage
+from .files import fsync_dir, read_checked_json, write_checked_json
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,6 @@ def segment_bytes_crc(segdir: str, segment_size: int, start: int, end: int, crc:
                       ) -> int:
     """CRC32C of the log's bytes [start, end) read from its segment files (continuing `crc`,
     the CRC32C of the bytes before `start`)."""
-    from ..commitlog import crc32c
     pos = start
     while pos < end:
         seg = pos - pos % segment_size
@@ -189,17 +191,14 @@ def _read_chunk(cl, image: InstallImage, start: int, offset: int, max_bytes: int
 
 # -- the follower's staging -------------------------------------------------------------------
 def _fsync_dir(d: str) -> None:
-    from ..store.files import fsync_dir
     fsync_dir(d)
 
 
 def _write_json(path: str, obj: dict) -> None:
-    from ..store.files import write_checked_json
     write_checked_json(path, obj)
 
 
 def _read_json(path: str) -> dict | None:
-    from ..store.files import read_checked_json
     return read_checked_json(path)
 
 
@@ -231,8 +230,6 @@ class Stager:
     def __init__(self, path: str, image: InstallImage, head_config, *, segment_size_bytes: int,
                  index_file_entries: int, max_message_bytes: int,
                  max_install_bytes: int = DEFAULT_MAX_INSTALL_BYTES):
-        from ..commitlog import CommitLog
-        from ..format import Checkpoint, encode_checkpoint
         d = check_image(image, segment_size_bytes, max_install_bytes)
         self.image = image
         self.desc = d

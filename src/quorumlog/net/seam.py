@@ -1,0 +1,36 @@
+"""The transport seam: what a Raft driver needs of the network between replicas.
+
+Two implementations: `PeerTransport` (TCP, net/transport.py) and `SimTransport` (the simulated
+network, net/simnet.py). The node (quorumlog.node.driver) is written against this protocol
+only, so `quorumlog serve` and the deterministic simulator (quorumlog.testing.nodesim) run the
+same driver code. hashicorp/raft's `Transport` / `InmemTransport` pair is the model.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, runtime_checkable
+
+__all__ = ["Transport"]
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Messages between the replicas of one group. `send` never blocks: False (or a message
+    lost later) is a lost message, which Raft tolerates. Incoming messages go to
+    `on_message(peer_id, message)`, an attribute the driver sets before `start()`."""
+
+    on_message: Callable
+    address: object
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def send(self, peer_id: str, message) -> bool: ...
+
+    def add_peer(self, peer_id: str, address) -> None: ...
+
+    def remove_peer(self, peer_id: str) -> None: ...
+
+    def is_connected(self, peer_id: str) -> bool: ...
+
+    def stats(self) -> dict: ...

@@ -1,0 +1,273 @@
+"""The client listener of a replica: `ClientService` serves the client protocol
+(quorumlog.net.messages: produce, fetch with long-poll, offsets, admin) for one Node on its
+own listener (client_addr). `quorumlog serve` (quorumlog.server) and `open_replica` run it
+next to the node.
+
+Requests on a follower: reads (fetch, offsets, status) are served from its own committed,
+dispatched data; writes and leadership/membership changes answer NOT_LEADER with the leader's
+id and client address, which clients follow.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from ..errors import InvalidArgumentError, QuorumlogError
+from ..net import codec
+from ..net import messages as m
+from ..net.auth import AuthConfig
+from ..net.errors import NetError
+from ..net.transport import PeerTransport, TransportConfig
+from .config import NodeConfig, parse_address, read_secret
+from .driver import Node
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClientService", "records_next"]
+
+
+# replies queued for one connection are written at this many buffers even mid-turn
+_MAX_PARTS_PER_WRITE = 256
+
+
+class ClientService:
+    """Serves client connections for one Node on its own listener (client_addr)."""
+
+    def __init__(self, node: Node, cfg: NodeConfig):
+        self.node = node
+        self.cfg = cfg
+        self.transport: PeerTransport | None = None
+        self._rr: dict[str, int] = {}
+        self._tasks: set = set()
+        self._replies: dict = {}      # connection -> frames of replies not written yet
+        self.stats = {"requests": 0, "errors": 0, "reply_writes": 0}
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        secret = read_secret(cfg)
+        auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
+                          client_secret=cfg.client_secret or secret, peers=(),
+                          accept_clients=True, insecure=cfg.insecure)
+        host, port = parse_address(cfg.client_addr, "client_addr")
+        tcfg = TransportConfig(max_frame_bytes=cfg.max_frame_bytes,
+                               handshake_timeout_ms=cfg.handshake_timeout_ms,
+                               max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+        self.transport = PeerTransport(cfg.node_id, auth, self._on_peer_message,
+                                       listen=(host, port), peers={}, config=tcfg,
+                                       on_client_request=self._on_request)
+        await self.transport.start()
+
+    @property
+    def address(self):
+        return self.transport.address if self.transport is not None else None
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.transport is not None:
+            await self.transport.close()
+
+    @staticmethod
+    def _on_peer_message(peer, msg) -> None:   # (no peers on the client listener)
+        log.warning("client listener: unexpected peer message from %r dropped", peer)
+
+    def _on_request(self, conn, request_id: int, msg) -> None:
+        self.stats["requests"] += 1
+        if type(msg) is m.ProduceRequest:
+            self._produce_now(conn, request_id, msg)
+            return
+        t = asyncio.get_running_loop().create_task(self._serve(conn, request_id, msg))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # -- produce: no task per request, acknowledgements written once per loop turn ----------
+    def _produce_now(self, conn, request_id: int, req: m.ProduceRequest) -> None:
+        """Start a produce at once (Node.put_batch_future) and answer from the future's
+        callback: per request no task, no coroutine frames."""
+        try:
+            fut = self.node.put_batch_future(req.topic, req.bodies, **self._produce_args(req))
+        except Exception as e:
+            self._reply_later(conn, request_id, self._error_response(conn, req, e))
+            return
+        fut.add_done_callback(lambda f: self._produce_done(conn, request_id, req, f))
+
+    def _produce_done(self, conn, request_id: int, req, fut) -> None:
+        if fut.cancelled():
+            resp = self._error_response(conn, req, asyncio.CancelledError())
+        elif fut.exception() is not None:
+            resp = self._error_response(conn, req, fut.exception())
+        else:
+            resp = self._produce_response(fut.result())
+        self._reply_later(conn, request_id, resp)
+
+    def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
+        """The ErrorResponse for a failed request (what _serve answers)."""
+        if isinstance(e, TimeoutError):
+            return m.ErrorResponse(m.ErrorCode.TIMEOUT, str(e) or "timed out")
+        self.stats["errors"] += 1
+        if not isinstance(e, QuorumlogError):
+            log.error("client %r: request %s failed", conn.client_id, type(req).__name__,
+                      exc_info=e)
+        return m.ErrorResponse.from_exception(e)
+
+    def _reply_later(self, conn, request_id: int, resp) -> None:
+        """Queue a reply: every reply of one loop turn to one connection goes out as one
+        write (a round of 64 coalesced puts would otherwise cost 64 send() calls)."""
+        try:
+            parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
+        except NetError:
+            log.exception("cannot encode a reply to client %r", conn.client_id)
+            return
+        q = self._replies.get(conn)
+        if q is None:
+            q = self._replies[conn] = []
+            if len(self._replies) == 1:
+                asyncio.get_running_loop().call_soon(self._flush_replies)
+        q.extend(parts)
+        if len(q) >= _MAX_PARTS_PER_WRITE:
+            del self._replies[conn]
+            self._write_replies(conn, q)
+
+    def _flush_replies(self) -> None:
+        replies, self._replies = self._replies, {}
+        for conn, parts in replies.items():
+            self._write_replies(conn, parts)
+
+    def _write_replies(self, conn, parts: list) -> None:
+        self.stats["reply_writes"] += 1
+        if not conn.send_parts(parts, control=False):
+            log.debug("client %r: %d reply buffers dropped (connection closed or its send "
+                        "budget full)", conn.client_id, len(parts))
+
+    async def _serve(self, conn, request_id: int, msg) -> None:
+        try:
+            if isinstance(msg, m.ProduceRequest):
+                resp = await self._produce(msg)
+            elif isinstance(msg, m.FetchRequest):
+                resp = await self._fetch(msg)
+            elif isinstance(msg, m.OffsetsRequest):
+                resp = self._offsets(msg)
+            elif isinstance(msg, m.AdminRequest):
+                resp = await self._admin(msg)
+            elif isinstance(msg, m.ConsumerOffsetRequest):
+                resp = await self._consumer_offset(msg)
+            elif isinstance(msg, m.FindByKeyRequest):
+                resp = self._find_by_key(msg)
+            else:
+                raise m.UnsupportedRequestError(f"{type(msg).__name__} is not a request")
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError as e:
+            resp = m.ErrorResponse(m.ErrorCode.TIMEOUT, str(e) or "timed out")
+        except Exception as e:
+            self.stats["errors"] += 1
+            if not isinstance(e, QuorumlogError):
+                log.exception("client %r: request %s failed", conn.client_id, type(msg).__name__)
+            resp = m.ErrorResponse.from_exception(e)
+        conn.reply(request_id, resp)
+
+    async def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
+        r = await self.node.put_batch(req.topic, req.bodies, **self._produce_args(req))
+        return self._produce_response(r)
+
+    def _produce_args(self, req: m.ProduceRequest) -> dict:
+        node = self.node
+        if req.delay_level:
+            raise InvalidArgumentError("delay levels are not served by the replicated "
+                                       "client protocol yet")
+        qid = req.queue_id
+        if qid < 0:
+            # the whole batch goes to one queue (round-robin per batch), so the response's
+            # (queue_id, first_queue_offset) names every message of it
+            nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
+            k = self._rr.get(req.topic, 0)
+            self._rr[req.topic] = k + 1
+            # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
+            # into one proposal (Node._queue_put); over time every queue gets its share
+            qid = (k >> 5) % nq
+        return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
+                "sequence": req.sequence, "base_sequence": req.base_sequence}
+
+    @staticmethod
+    def _produce_response(r) -> m.ProduceResponse:
+        if hasattr(r, "positions"):
+            return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
+                                     int(r.queue_offsets[0]), r.store_timestamp_ms,
+                                     tuple(r.positions.tolist()))
+        return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp_ms,
+                                 (r.position,))
+
+    async def _fetch(self, req: m.FetchRequest) -> m.FetchResponse:
+        node = self.node
+        st = node.store
+        wait = min(req.wait_ms, self.cfg.max_fetch_wait_ms) / 1000
+        deadline = time.monotonic() + wait
+        while True:
+            msgs = st.get(req.topic, req.queue_id, req.offset, req.max_messages)
+            if msgs or time.monotonic() >= deadline:
+                break
+            await node.wait_for_data(max(0.0, deadline - time.monotonic()))
+        records, total = [], 0
+        for msg in msgs:
+            raw = msg.raw()
+            if records and total + raw.nbytes > req.max_bytes:
+                break
+            records.append(raw)
+            total += raw.nbytes
+        nxt = records_next(msgs, len(records)) if records else req.offset
+        return m.FetchResponse(nxt, st.min_offset(req.topic, req.queue_id),
+                               st.max_offset(req.topic, req.queue_id), records)
+
+    def _offsets(self, req: m.OffsetsRequest) -> m.OffsetsResponse:
+        st = self.node.store
+        ts = -1
+        if req.timestamp_ms >= 0:
+            ts = st.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)
+        return m.OffsetsResponse(st.min_offset(req.topic, req.queue_id),
+                                 st.max_offset(req.topic, req.queue_id), ts)
+
+    async def _consumer_offset(self, req: m.ConsumerOffsetRequest) -> m.ConsumerOffsetResponse:
+        """A commit goes through the Raft core (leader only, else NOT_LEADER); a read is
+        served from this member's applied offsets."""
+        if req.offset >= 0:
+            await self.node.commit_offsets(req.group, [(req.topic, req.queue_id, req.offset)])
+        got = self.node.store.committed_offset(req.group, req.topic, req.queue_id)
+        return m.ConsumerOffsetResponse(-1 if got is None else got)
+
+    def _find_by_key(self, req: m.FindByKeyRequest) -> m.FindByKeyResponse:
+        msgs = self.node.store.find_by_key(req.topic, req.key, req.max_hits)
+        return m.FindByKeyResponse([msg.raw() for msg in msgs])
+
+    async def _admin(self, req: m.AdminRequest) -> m.AdminResponse:
+        node = self.node
+        op = req.op
+        if op == m.AdminOp.TRANSFER_LEADERSHIP:
+            if not req.node_id:
+                raise InvalidArgumentError("transfer_leadership needs a node id")
+            node.transfer_leadership(req.node_id)
+        elif op == m.AdminOp.ADD_MEMBER:
+            if not req.node_id or not req.address:
+                raise InvalidArgumentError("add_member needs a node id and its peer address")
+            node.add_member(req.node_id, req.address)
+        elif op == m.AdminOp.REMOVE_MEMBER:
+            if not req.node_id:
+                raise InvalidArgumentError("remove_member needs a node id")
+            node.remove_member(req.node_id)
+        return self.status_response()
+
+    def status_response(self) -> m.AdminResponse:
+        node = self.node
+        core = node.core
+        lid = core.leader_id
+        return m.AdminResponse(node.id, int(core.role), core.term, lid,
+                               self.cfg.client_addrs.get(lid) if lid else None,
+                               core.commit_index, node.store.commitlog.last_index,
+                               tuple(core.voters))
+
+
+def records_next(msgs, n: int) -> int:
+    """The queue offset after the n-th message returned."""
+    return msgs[n - 1].queue_offset + 1

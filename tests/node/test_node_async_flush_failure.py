@@ -1,0 +1,60 @@
+"""A failed flush in async mode stops the node (docs/node.md: a failed flush stops the node's
+Raft participation), so the group moves on. In async mode the log's background flush fails
+where the driver does not see it; the log then refuses every write, and the first append the
+core makes (a put on the leader, the NOOP of a new leader, a follower's APPEND) raises
+LogFailedError. Before the fix the driver took that for a refused message (or a failed put)
+and went on: a leader with a failed log kept heartbeating and the group stayed without a
+writable leader. Real Node drivers and stores over the simulated network, on virtual time
+(quorumlog.testing.nodesim)."""
+import asyncio
+import shutil
+
+import pytest
+
+from quorumlog.errors import QuorumlogError
+from quorumlog.raft.messages import Role
+from quorumlog.testing.nodesim import NodeSim
+from quorumlog.testing.simloop import VirtualTimeLoop
+
+
+async def _leader(sim, exclude=(), timeout_s=10.0):
+    deadline = sim.loop.time() + timeout_s
+    while sim.loop.time() < deadline:
+        for m in sim.live():
+            if m.id not in exclude and m.node.role == Role.LEADER and m.node.ready_to_serve:
+                return m
+        await asyncio.sleep(0.01)
+    raise AssertionError("no leader: " + sim.checker.states())
+
+
+async def _scenario(sim):
+    sim.loop = asyncio.get_running_loop()
+    for m in sim.members.values():
+        await sim.start_member(m)
+    try:
+        lead = await _leader(sim)
+        await lead.node.put("t", b"before")
+        lead.disk.fail_next = True                 # the next background flush: EIO
+        await asyncio.sleep(0.2)                   # (it runs every 50 ms)
+        with pytest.raises(QuorumlogError):
+            await lead.node.put("t", b"refused")
+        assert lead.node.status()["failed"], "the node goes on with a failed log"
+        new = await _leader(sim, exclude=(lead.id,))
+        r = await asyncio.wait_for(new.node.put("t", b"after"), 5)
+        assert r.queue_offset >= 0
+    finally:
+        for m in sim.live():
+            await m.node.stop()
+        for m in sim.members.values():
+            if m.flush_task is not None:
+                m.flush_task.cancel()
+
+
+def test_a_failed_async_flush_on_the_leader_stops_it_and_another_leads():
+    sim = NodeSim(5, mode="async")
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(_scenario(sim))
+    finally:
+        loop.close()
+        shutil.rmtree(sim.root, ignore_errors=True)
