@@ -23,20 +23,31 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         C_TERM = 4, C_POSITION = 5, C_BORN = 6, C_STORE = 7, C_TAGS = 8, C_KEYS = 9, C_PROPS = 10,
         C_BODY = 11;
 
-    private final QuorumlogRecordReader reader = new QuorumlogRecordReader();
+    private final RecordSource reader;
     private final int[] codes;
     private final OnHeapColumnVector[] vectors;
     private final ColumnarBatch batch;
     private boolean exhausted;
 
     ColumnarReader(QuorumlogSplit split, Configuration conf, StructType required) throws IOException {
+        this(segmentWalk(split, conf), required);
+    }
+
+    private static RecordSource segmentWalk(QuorumlogSplit split, Configuration conf)
+            throws IOException {
+        QuorumlogRecordReader r = new QuorumlogRecordReader();
+        r.initialize(split, conf);
+        return RecordSource.of(r);
+    }
+
+    ColumnarReader(RecordSource source, StructType required) {
+        reader = source;
         codes = new int[required.fields().length];
         for (int i = 0; i < codes.length; i++) {
             codes[i] = QuorumlogSource.SCHEMA.fieldIndex(required.fields()[i].name());
         }
         vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, required);
         batch = new ColumnarBatch(vectors);
-        reader.initialize(split, conf);
     }
 
     @Override
@@ -46,11 +57,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         int rows = 0;
         long bytes = 0;
         while (rows < MAX_ROWS && bytes < MAX_BATCH_BYTES) {
-            if (!reader.nextKeyValue()) {
+            if (!reader.next()) {
                 exhausted = true;
                 break;
             }
-            QuorumlogRecord r = reader.getCurrentValue();
+            QuorumlogRecord r = reader.current();
             put(rows, r);
             bytes += r.totalSize();
             rows++;
@@ -107,7 +118,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public CustomTaskMetric[] currentMetricsValues() {
-        long skipped = reader.skippedCorruptRecords();
+        long skipped = reader.skipped();
         return new CustomTaskMetric[] { new CustomTaskMetric() {
             @Override public String name() { return "skippedCorruptRecords"; }
             @Override public long value() { return skipped; }

@@ -33,6 +33,8 @@ final class FilterPushdown {
             case "topic": return pushTopic(f, filter, values);
             case "queue_id": return pushQueue(f, filter, values);
             case "store_timestamp": return pushStoreTs(f, filter, values);
+            case "queue_offset": return pushOffset(f, filter, values);
+            case "tags": return pushTags(f, filter, values);
             default: return false;
         }
     }
@@ -68,6 +70,39 @@ final class FilterPushdown {
         else if (filter instanceof LessThan) f.queueMax = Math.min(f.queueMax, v - 1);
         else if (filter instanceof LessThanOrEqual) f.queueMax = Math.min(f.queueMax, v);
         else return false;
+        return true;
+    }
+
+    /** tags = / IN constants (a null tags value never equals anything). */
+    private static boolean pushTags(RecordFilter f, Filter filter, Object[] values) {
+        if (!(filter instanceof EqualTo || filter instanceof In)) return false;
+        Set<String> ts = new HashSet<>();
+        for (Object v : values) {
+            if (v == null) continue;
+            if (!(v instanceof String) || ((String) v).isEmpty()) return false;
+            ts.add((String) v);
+        }
+        f.andTags(ts);
+        return true;
+    }
+
+    private static boolean pushOffset(RecordFilter f, Filter filter, Object[] values) {
+        long lo = Long.MAX_VALUE, hi = Long.MIN_VALUE;
+        for (Object v : values) {
+            if (!(v instanceof Long) && !(v instanceof Integer)) return false;
+            long x = ((Number) v).longValue();
+            lo = Math.min(lo, x);
+            hi = Math.max(hi, x);
+        }
+        if (isEquality(filter)) {   // IN: the range its values span (Spark checks each)
+            if (values.length == 0) { lo = 0; hi = -1; }
+        } else if (filter instanceof GreaterThan) { lo = hi == Long.MAX_VALUE ? hi : hi + 1; hi = Long.MAX_VALUE; }
+        else if (filter instanceof GreaterThanOrEqual) { lo = hi; hi = Long.MAX_VALUE; }
+        else if (filter instanceof LessThan) { hi = lo == Long.MIN_VALUE ? lo : lo - 1; lo = Long.MIN_VALUE; }
+        else if (filter instanceof LessThanOrEqual) { hi = lo; lo = Long.MIN_VALUE; }
+        else return false;
+        f.offsetMin = Math.max(f.offsetMin, lo);
+        f.offsetMax = Math.min(f.offsetMax, hi);
         return true;
     }
 

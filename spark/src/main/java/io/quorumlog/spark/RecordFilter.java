@@ -1,7 +1,9 @@
 /*
  * Which MESSAGE records a read returns, decided on the record's header fields and topic
- * bytes before any row is built: topics, queue ids (a set and/or a range) and a store
- * timestamp range in milliseconds (the header's unit). Travels to the tasks in the Hadoop
+ * bytes before any row is built: topics, queue ids (a set and/or a range), a queue-offset
+ * range, tag hashes (FNV-1a 64, the header's tag_hash; a collision passes and Spark's own
+ * evaluation of the filter drops it) and a store timestamp range in milliseconds (the
+ * header's unit). Keys are not a header field: they only steer the read to the key index. Travels to the tasks in the Hadoop
  * Configuration; FilterPushdown builds it from the filters Spark pushes down.
  */
 package io.quorumlog.spark;
@@ -21,6 +23,9 @@ public final class RecordFilter {
     public static final String CONF_QUEUE_MAX = "quorumlog.filter.queue.max";
     public static final String CONF_STORE_TS_MIN = "quorumlog.filter.store.ts.min.ms";
     public static final String CONF_STORE_TS_MAX = "quorumlog.filter.store.ts.max.ms";
+    public static final String CONF_OFFSET_MIN = "quorumlog.filter.offset.min";
+    public static final String CONF_OFFSET_MAX = "quorumlog.filter.offset.max";
+    public static final String CONF_TAG_HASHES = "quorumlog.filter.tag.hashes";  // ','-separated
 
     /** null: every topic. */
     Set<String> topics;
@@ -29,6 +34,15 @@ public final class RecordFilter {
     long queueMin = Long.MIN_VALUE, queueMax = Long.MAX_VALUE;
     /** Inclusive bounds of store_timestamp_ms. */
     long storeTsMin = Long.MIN_VALUE, storeTsMax = Long.MAX_VALUE;
+    /** Inclusive bounds of queue_offset. */
+    long offsetMin = Long.MIN_VALUE, offsetMax = Long.MAX_VALUE;
+    /** null: any tags; else the tag hashes (sorted) a record may carry. */
+    long[] tagHashes;
+    /** Tags the hashes were made of (for explain()). */
+    Set<String> tags;
+    /** null: no key filter; else every record returned holds one of these keys (planning
+     *  uses the key index; the reader does not check keys, Spark does). */
+    Set<String> keys;
 
     private byte[][] topicBytes;
     private long[] queueIdArray;
@@ -45,6 +59,13 @@ public final class RecordFilter {
         f.queueMax = conf.getLong(CONF_QUEUE_MAX, Long.MAX_VALUE);
         f.storeTsMin = conf.getLong(CONF_STORE_TS_MIN, Long.MIN_VALUE);
         f.storeTsMax = conf.getLong(CONF_STORE_TS_MAX, Long.MAX_VALUE);
+        f.offsetMin = conf.getLong(CONF_OFFSET_MIN, Long.MIN_VALUE);
+        f.offsetMax = conf.getLong(CONF_OFFSET_MAX, Long.MAX_VALUE);
+        String th = conf.get(CONF_TAG_HASHES);
+        if (th != null) {
+            f.tagHashes = th.isEmpty() ? new long[0]
+                : Arrays.stream(th.split(",")).mapToLong(Long::parseLong).sorted().toArray();
+        }
         return f;
     }
 
@@ -65,6 +86,45 @@ public final class RecordFilter {
         conf.setLong(CONF_QUEUE_MAX, queueMax);
         conf.setLong(CONF_STORE_TS_MIN, storeTsMin);
         conf.setLong(CONF_STORE_TS_MAX, storeTsMax);
+        conf.setLong(CONF_OFFSET_MIN, offsetMin);
+        conf.setLong(CONF_OFFSET_MAX, offsetMax);
+        if (tagHashes != null) {
+            StringBuilder sb = new StringBuilder();
+            for (long h : tagHashes) sb.append(sb.length() == 0 ? "" : ",").append(h);
+            conf.set(CONF_TAG_HASHES, sb.toString());
+        }
+    }
+
+    /** This filter AND tags in ts. */
+    void andTags(Set<String> ts) {
+        if (tags == null) tags = new TreeSet<>(ts);
+        else tags.retainAll(ts);
+        tagHashes = tags.stream().mapToLong(StoreIndexes::tagHash).sorted().toArray();
+    }
+
+    /** This filter AND (keys holds one of ks). Two key filters: keep the first (either
+     *  narrows the read correctly; Spark checks both). */
+    void andKeys(Set<String> ks) {
+        if (keys == null) keys = new TreeSet<>(ks);
+    }
+
+    /** Does anything beyond topics and queue ids narrow this filter? */
+    boolean onlyTopicsAndQueues() {
+        return !hasStoreTs() && offsetMin == Long.MIN_VALUE && offsetMax == Long.MAX_VALUE
+            && tagHashes == null && keys == null;
+    }
+
+    /** Does the filter name queues the consume queues can list (topic, queue, offsets, tags)? */
+    boolean narrowsQueues() {
+        return topics != null || queueIds != null || queueMin != Long.MIN_VALUE
+            || queueMax != Long.MAX_VALUE || offsetMin != Long.MIN_VALUE
+            || offsetMax != Long.MAX_VALUE || tagHashes != null;
+    }
+
+    boolean acceptsTopic(String t) { return topics == null || topics.contains(t); }
+
+    boolean acceptsQueue(long q) {
+        return q >= queueMin && q <= queueMax && (queueIds == null || queueIds.contains(q));
     }
 
     /** This filter AND topic in ts. */
@@ -99,6 +159,12 @@ public final class RecordFilter {
         if (queueIdArray != null && Arrays.binarySearch(queueIdArray, q) < 0) return false;
         long ts = Format.i64(b, off + Format.OFF_STORE_TS);
         if (ts < storeTsMin || ts > storeTsMax) return false;
+        long qo = Format.i64(b, off + Format.OFF_QUEUE_OFFSET);
+        if (qo < offsetMin || qo > offsetMax) return false;
+        if (tagHashes != null
+                && Arrays.binarySearch(tagHashes, Format.i64(b, off + Format.OFF_TAG_HASH)) < 0) {
+            return false;
+        }
         if (topics == null) return true;
         if (topicBytes == null) {
             topicBytes = topics.stream().map(t -> t.getBytes(StandardCharsets.UTF_8))
@@ -121,6 +187,10 @@ public final class RecordFilter {
         if (queueMax != Long.MAX_VALUE) sb.append("queue_id <= ").append(queueMax).append(", ");
         if (storeTsMin != Long.MIN_VALUE) sb.append("store_timestamp_ms >= ").append(storeTsMin).append(", ");
         if (storeTsMax != Long.MAX_VALUE) sb.append("store_timestamp_ms <= ").append(storeTsMax).append(", ");
+        if (offsetMin != Long.MIN_VALUE) sb.append("queue_offset >= ").append(offsetMin).append(", ");
+        if (offsetMax != Long.MAX_VALUE) sb.append("queue_offset <= ").append(offsetMax).append(", ");
+        if (tags != null) sb.append("tag_hash IN hashes of ").append(tags).append(", ");
+        if (keys != null) sb.append("keys CONTAIN ANY OF ").append(keys).append(", ");
         return sb.length() == 0 ? "" : sb.substring(0, sb.length() - 2);
     }
 }
