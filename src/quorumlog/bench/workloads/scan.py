@@ -15,7 +15,7 @@ the ratio of the medians:
   d  one queue's offset range (the middle half of t1/2): the same aggregate
   e  metadata only: groupBy(topic, queue_id).agg(count, min/max(queue_offset),
      min/max(store_timestamp)), every row collected
-  f  one key's messages (keys[0] = k: Spark 4.3 offers array_contains to no data source, an
+  f  one key's messages (get(keys, 0) = k: Spark 4.3 offers array_contains to no data source, an
      element of the array it does): the same aggregate
   g  one tag of TAGS (tags = t): the same aggregate
 
@@ -141,7 +141,7 @@ def queries(F, data: dict) -> dict:
         "d queue offset range": ((F.col("topic") == topic_name(1)) & (F.col("queue_id") == 2)
                                  & (F.col("queue_offset") >= o_lo)
                                  & (F.col("queue_offset") < o_hi)),
-        "f one key": F.col("keys")[0] == key,
+        "f one key": F.get("keys", 0) == key,
         "g one tag": F.col("tags") == f"tag{TAGS // 2}",
     }
     out = {}

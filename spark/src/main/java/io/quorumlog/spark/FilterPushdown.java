@@ -1,8 +1,12 @@
 /*
  * The filters Spark pushes into a quorumlog scan, as a RecordFilter: topic = / IN, queue_id
  * = / IN / ranges, store_timestamp = / ranges, each compared with a constant. Any other
- * filter stays with Spark. Every filter is also left for Spark to evaluate again, so a
- * pushed filter only has to be exact in one direction: never drop a record that matches.
+ * filter stays with Spark. exact() says whether the reader then returns exactly the rows the
+ * filter keeps (header fields, topic and tag bytes compared; timestamp bounds converted
+ * exactly from microseconds to the header's milliseconds): those Spark need not evaluate
+ * again, which is also what lets it push an aggregate on top. A pushed filter that is not
+ * exact (queue_offset IN several values, which narrows to their range) only has to be exact
+ * in one direction: never drop a record that matches.
  */
 package io.quorumlog.spark;
 
@@ -17,15 +21,35 @@ import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
 import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
 
 final class FilterPushdown {
     private FilterPushdown() {}
 
+    /** Is filter answered exactly by the RecordFilter push() narrowed with it? */
+    static boolean exact(Filter filter) {
+        if (filter instanceof IsNotNull) return true;
+        String col = attribute(filter);
+        if (col == null) return false;
+        if (col.equals("queue_offset")) return !(filter instanceof In) || values(filter).length <= 1;
+        return col.equals("topic") || col.equals("queue_id") || col.equals("store_timestamp")
+            || col.equals("tags");
+    }
+
     /** Narrows f by filter and returns true, or returns false (f unchanged) when the filter
      *  is not one a record's header can answer. */
     static boolean push(RecordFilter f, Filter filter) {
+        if (filter instanceof IsNotNull) {
+            // only tags can be null; Spark adds isnotnull(c) next to every c = v
+            if (((IsNotNull) filter).attribute().equals("tags")) f.tagsNotNull = true;
+            else if (!QuorumlogSource.SCHEMA.getFieldIndex(((IsNotNull) filter).attribute())
+                    .isDefined()) {
+                return false;
+            }
+            return true;
+        }
         String col = attribute(filter);
         Object[] values = values(filter);
         if (col == null || values == null) return false;

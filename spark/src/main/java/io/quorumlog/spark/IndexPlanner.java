@@ -38,16 +38,13 @@ final class IndexPlanner {
     }
 
     static Plan plan(Configuration conf, Path[] roots, StoreMeta[] metas, RecordFilter filter,
-            long splitBytes, int parallelism, boolean useIndexes, AggregatePushdown agg)
-            throws IOException {
+            long splitBytes, int parallelism, boolean useIndexes) throws IOException {
         Plan plan = new Plan();
         for (int i = 0; i < roots.length; i++) {
             StoreMeta m = metas[i];
             boolean indexed = useIndexes && m.hasCheckpoint
                 && StoreMeta.listIndexFiles(roots[i], conf).length > 0;
-            if (agg != null) {
-                planAggregate(plan, conf, roots[i], m, filter, parallelism, agg);
-            } else if (indexed && filter.keys != null && planKeys(plan, conf, roots[i], m, filter,
+            if (indexed && filter.keys != null && planKeys(plan, conf, roots[i], m, filter,
                     splitBytes, parallelism)) {
                 continue;
             } else if (indexed && filter.narrowsQueues() && m.dispatchedPosition > m.minPosition
@@ -119,18 +116,12 @@ final class IndexPlanner {
         return true;
     }
 
-    private static void planAggregate(Plan plan, Configuration conf, Path root, StoreMeta m,
-            RecordFilter filter, int parallelism, AggregatePushdown agg) throws IOException {
-        FileSystem fs = root.getFileSystem(conf);
+    /** The consume-queue ranges (every entry) of the queues the filter allows, for the
+     *  aggregates answered from the queues. */
+    static List<StoreIndexes.CqRange> aggregateRanges(Configuration conf, Path root,
+            StoreMeta m, RecordFilter filter) throws IOException {
         long limit = Math.min(m.dispatchedPosition, m.committedPosition);
-        List<StoreIndexes.CqRange> rs = ranges(fs, root, m, filter, limit, false);
-        List<StoreIndexes.CqRange[]> groups = spread(rs, parallelism);
-        if (groups.isEmpty()) groups.add(new StoreIndexes.CqRange[0]);  // one (empty) row
-        for (StoreIndexes.CqRange[] g : groups) {
-            plan.parts.add(new AggregatePushdown.Part(new PositionsReader.Part(root.toString(),
-                m.segmentSizeBytes, m.minPosition, m.committedPosition, g, null, "aggregate"), agg));
-        }
-        plan.how.add(root + ": aggregate from consume queues of " + rs.size() + " queue(s)");
+        return ranges(root.getFileSystem(conf), root, m, filter, limit, false);
     }
 
     /** rs dealt round-robin into at most n groups (queues of similar size share tasks). */

@@ -178,6 +178,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private Predicate[] pushedPredicates = new Predicate[0];
         private String pushedKeys = "";
         private AggregatePushdown agg;
+        private boolean aggFromQueues;
         private String planned = "";
         private StructType required = SCHEMA;
         private transient Configuration conf;
@@ -194,19 +195,22 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         /**
          * Takes the predicates a record's header or an index answers (FilterPushdown, and
-         * keys[0] = 'k' for the key index) into the reader's RecordFilter and returns every
-         * predicate: Spark evaluates them again on what is left. Spark 4.3 offers
-         * array_contains to no source, so keys[0] = 'k' is the key lookup it can push.
+         * get(keys, 0) = 'k' for the key index) into the reader's RecordFilter and returns
+         * those Spark must still evaluate: the ones the reader does not answer exactly
+         * (FilterPushdown.exact). Spark 4.3 offers array_contains to no source, so the first
+         * key is the key lookup it can push (get(): no error for a message without keys).
          */
         @Override public Predicate[] pushPredicates(Predicate[] predicates) {
             List<Filter> used = new ArrayList<>();
             List<Predicate> usedV2 = new ArrayList<>();
+            List<Predicate> left = new ArrayList<>();
             // option pushdown=false: the reader sees no filter (to measure what pushdown saves)
             for (Predicate p : pushdown() ? predicates : new Predicate[0]) {
                 String key = firstKeyEquality(p);
                 if (key != null) {
                     filter.andKeys(Collections.singleton(key));
                     usedV2.add(p);
+                    left.add(p);      // the reader does not compare keys
                     pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
                     continue;
                 }
@@ -214,11 +218,15 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                 if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
                     used.add(v1.get());
                     usedV2.add(p);
+                    if (!FilterPushdown.exact(v1.get())) left.add(p);
+                } else {
+                    left.add(p);
                 }
             }
+            if (!pushdown()) left.addAll(Arrays.asList(predicates));
             pushed = used.toArray(new Filter[0]);
             pushedPredicates = usedV2.toArray(new Predicate[0]);
-            return predicates;
+            return left.toArray(new Predicate[0]);
         }
 
         @Override public Predicate[] pushedPredicates() { return pushedPredicates; }
@@ -237,7 +245,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                         new String[] { "keys" })
                     || !(g.ordinal() instanceof LiteralValue)
                     || !Integer.valueOf(0).equals(((LiteralValue<?>) g.ordinal()).value())
-                    || v == null) {
+                    || g.failOnError() || v == null) {
                 return null;
             }
             return v.toString();
@@ -248,18 +256,22 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private boolean committedOnly() { return options.getBoolean("committedOnly", true); }
 
         /**
-         * Count / min / max grouped by topic and/or queue_id, from the consume queues, when
-         * they hold every committed record of every store and no filter narrows the read
-         * beyond topics (Spark pushes aggregates only when every filter was fully pushed,
-         * which this source never claims, so in practice: no filter).
+         * Count / sum(length(body)) / min / max grouped by nothing, topic and/or queue_id
+         * (AggregatePushdown): from the consume queues when they can answer it, else from
+         * the record headers of the planned read. Spark asks only when every filter was
+         * answered exactly (pushPredicates returned none).
          */
         @Override public boolean pushAggregation(Aggregation aggregation) {
-            if (!pushdown() || !committedOnly() || !filter.onlyTopicsAndQueues()) return false;
-            for (StoreMeta m : metas) {
-                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) return false;
-            }
+            if (!pushdown()) return false;
             agg = AggregatePushdown.of(aggregation);
-            return agg != null;
+            if (agg == null) return false;
+            aggFromQueues = committedOnly() && filter.onlyTopicsAndQueues() && agg.fromQueues();
+            for (StoreMeta m : metas) {
+                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) {
+                    aggFromQueues = false;
+                }
+            }
+            return true;
         }
 
         public Filter[] pushedFilters() { return pushed; }
@@ -269,7 +281,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
         @Override public String description() {
             String read;
-            if (agg != null) read = agg.describe;
+            if (agg != null) read = agg.describe(aggFromQueues);
             else if (!pushdown() || !committedOnly()) read = "ReadVia: log walk";
             else if (filter.keys != null) read = "ReadVia: key index (" + pushedKeys + ")";
             else if (filter.narrowsQueues()) read = "ReadVia: consume queues";
@@ -306,11 +318,33 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         public InputPartition[] planInputPartitions() {
             try {
                 int parallelism = SparkSession.active().sparkContext().defaultParallelism();
+                if (agg != null && aggFromQueues) {
+                    List<InputPartition> parts = new ArrayList<>();
+                    for (int i = 0; i < roots.length; i++) {
+                        parts.addAll(AggregatePushdown.QueuePart.plan(agg, roots[i].toString(),
+                            metas[i], IndexPlanner.aggregateRanges(conf(), roots[i], metas[i],
+                                filter), parallelism));
+                    }
+                    planned = "aggregate from consume queues";
+                    return parts.toArray(new InputPartition[0]);
+                }
                 IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
                     options.getLong("splitBytes", -1), parallelism,
-                    pushdown() && committedOnly(), agg);
+                    pushdown() && committedOnly());
                 planned = String.join("; ", plan.how);
-                return plan.parts.toArray(new InputPartition[0]);
+                InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                if (agg != null) {   // aggregated from the record headers, one row set per task
+                    for (int i = 0; i < parts.length; i++) {
+                        parts[i] = new AggregatePushdown.WalkPart(parts[i], agg);
+                    }
+                    if (parts.length == 0 && agg.groupBy.length == 0) {
+                        // no record to read: still one (empty) row, so count is 0, not null
+                        parts = new InputPartition[] { new AggregatePushdown.WalkPart(
+                            new PositionsReader.Part("/", 1, 0, 0, null, new long[0], "none"),
+                            agg) };
+                    }
+                }
+                return parts;
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -366,17 +400,24 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
 
         @Override public boolean supportColumnarReads(InputPartition p) {
-            return !(p instanceof AggregatePushdown.Part);
+            return !(p instanceof AggregatePushdown.WalkPart
+                || p instanceof AggregatePushdown.QueuePart);
+        }
+
+        /** The records of a scan partition. */
+        static RecordSource open(InputPartition p, Configuration conf) throws IOException {
+            if (p instanceof PositionsReader.Part) {
+                return new PositionsReader((PositionsReader.Part) p, conf);
+            }
+            QuorumlogRecordReader r = new QuorumlogRecordReader();
+            r.initialize(((SplitPartition) p).toSplit(), conf);
+            return RecordSource.of(r);
         }
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
             try {
-                if (p instanceof PositionsReader.Part) {
-                    return new ColumnarReader(new PositionsReader((PositionsReader.Part) p,
-                        conf.value().value()), required);
-                }
-                return new ColumnarReader(((SplitPartition) p).toSplit(), conf.value().value(), required);
+                return new ColumnarReader(open(p, conf.value().value()), required);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -384,9 +425,20 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition p) {
-            if (p instanceof AggregatePushdown.Part) {
+            if (p instanceof AggregatePushdown.QueuePart) {
+                AggregatePushdown.QueuePart q = (AggregatePushdown.QueuePart) p;
                 try {
-                    return AggregatePushdown.reader((AggregatePushdown.Part) p, conf.value().value());
+                    return AggregatePushdown.rowsReader(q.agg.fromQueues(conf.value().value(),
+                        q.root, q.meta, Arrays.asList(q.ranges)));
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            }
+            if (p instanceof AggregatePushdown.WalkPart) {
+                AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
+                try {
+                    return AggregatePushdown.rowsReader(
+                        w.agg.aggregate(open(w.inner, conf.value().value())));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
                 }

@@ -1,15 +1,16 @@
 /*
  * Which MESSAGE records a read returns, decided on the record's header fields and topic
  * bytes before any row is built: topics, queue ids (a set and/or a range), a queue-offset
- * range, tag hashes (FNV-1a 64, the header's tag_hash; a collision passes and Spark's own
- * evaluation of the filter drops it) and a store timestamp range in milliseconds (the
- * header's unit). Keys are not a header field: they only steer the read to the key index. Travels to the tasks in the Hadoop
+ * range, tags (the header's tag_hash first, then the tag bytes: exact) and a store timestamp
+ * range in milliseconds (the header's unit). Keys are not a header field: they only steer the read to the key index. Travels to the tasks in the Hadoop
  * Configuration; FilterPushdown builds it from the filters Spark pushes down.
  */
 package io.quorumlog.spark;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.LinkedHashSet;
 import java.util.Set;
 import java.util.TreeSet;
@@ -25,7 +26,8 @@ public final class RecordFilter {
     public static final String CONF_STORE_TS_MAX = "quorumlog.filter.store.ts.max.ms";
     public static final String CONF_OFFSET_MIN = "quorumlog.filter.offset.min";
     public static final String CONF_OFFSET_MAX = "quorumlog.filter.offset.max";
-    public static final String CONF_TAG_HASHES = "quorumlog.filter.tag.hashes";  // ','-separated
+    public static final String CONF_TAGS_NOT_NULL = "quorumlog.filter.tags.not.null";
+    public static final String CONF_TAGS = "quorumlog.filter.tags";  // '/'-separated, escaped
 
     /** null: every topic. */
     Set<String> topics;
@@ -38,8 +40,11 @@ public final class RecordFilter {
     long offsetMin = Long.MIN_VALUE, offsetMax = Long.MAX_VALUE;
     /** null: any tags; else the tag hashes (sorted) a record may carry. */
     long[] tagHashes;
-    /** Tags the hashes were made of (for explain()). */
+    /** Tags the hashes were made of. */
     Set<String> tags;
+    private byte[][] tagBytes;
+    /** Only records with tags (isnotnull(tags)). */
+    boolean tagsNotNull;
     /** null: no key filter; else every record returned holds one of these keys (planning
      *  uses the key index; the reader does not check keys, Spark does). */
     Set<String> keys;
@@ -61,11 +66,9 @@ public final class RecordFilter {
         f.storeTsMax = conf.getLong(CONF_STORE_TS_MAX, Long.MAX_VALUE);
         f.offsetMin = conf.getLong(CONF_OFFSET_MIN, Long.MIN_VALUE);
         f.offsetMax = conf.getLong(CONF_OFFSET_MAX, Long.MAX_VALUE);
-        String th = conf.get(CONF_TAG_HASHES);
-        if (th != null) {
-            f.tagHashes = th.isEmpty() ? new long[0]
-                : Arrays.stream(th.split(",")).mapToLong(Long::parseLong).sorted().toArray();
-        }
+        f.tagsNotNull = conf.getBoolean(CONF_TAGS_NOT_NULL, false);
+        String tg = conf.get(CONF_TAGS);
+        if (tg != null) f.andTags(tg.isEmpty() ? Set.of() : unescape(tg));
         return f;
     }
 
@@ -88,11 +91,32 @@ public final class RecordFilter {
         conf.setLong(CONF_STORE_TS_MAX, storeTsMax);
         conf.setLong(CONF_OFFSET_MIN, offsetMin);
         conf.setLong(CONF_OFFSET_MAX, offsetMax);
-        if (tagHashes != null) {
-            StringBuilder sb = new StringBuilder();
-            for (long h : tagHashes) sb.append(sb.length() == 0 ? "" : ",").append(h);
-            conf.set(CONF_TAG_HASHES, sb.toString());
+        if (tags != null) conf.set(CONF_TAGS, escape(tags));
+        conf.setBoolean(CONF_TAGS_NOT_NULL, tagsNotNull);
+    }
+
+    /** Tags may hold any character: each is written as its UTF-8 bytes in hex. */
+    private static Set<String> unescape(String s) {
+        Set<String> out = new TreeSet<>();
+        for (String hex : s.split("/", -1)) {
+            byte[] b = new byte[hex.length() / 2];
+            for (int i = 0; i < b.length; i++) {
+                b[i] = (byte) Integer.parseInt(hex.substring(2 * i, 2 * i + 2), 16);
+            }
+            out.add(new String(b, StandardCharsets.UTF_8));
         }
+        return out;
+    }
+
+    /** Never holds an empty tag (FilterPushdown does not push one), so "" is no tag. */
+    private static String escape(Set<String> ts) {
+        List<String> hex = new ArrayList<>();
+        for (String t : ts) {
+            StringBuilder sb = new StringBuilder();
+            for (byte x : t.getBytes(StandardCharsets.UTF_8)) sb.append(String.format("%02x", x));
+            hex.add(sb.toString());
+        }
+        return String.join("/", hex);
     }
 
     /** This filter AND tags in ts. */
@@ -100,6 +124,8 @@ public final class RecordFilter {
         if (tags == null) tags = new TreeSet<>(ts);
         else tags.retainAll(ts);
         tagHashes = tags.stream().mapToLong(StoreIndexes::tagHash).sorted().toArray();
+        tagBytes = tags.stream().map(t -> t.getBytes(StandardCharsets.UTF_8))
+            .toArray(byte[][]::new);
     }
 
     /** This filter AND (keys holds one of ks). Two key filters: keep the first (either
@@ -110,7 +136,7 @@ public final class RecordFilter {
 
     /** Does anything beyond topics and queue ids narrow this filter? */
     boolean onlyTopicsAndQueues() {
-        return !hasStoreTs() && offsetMin == Long.MIN_VALUE && offsetMax == Long.MAX_VALUE
+        return !hasStoreTs() && !tagsNotNull && offsetMin == Long.MIN_VALUE && offsetMax == Long.MAX_VALUE
             && tagHashes == null && keys == null;
     }
 
@@ -161,10 +187,8 @@ public final class RecordFilter {
         if (ts < storeTsMin || ts > storeTsMax) return false;
         long qo = Format.i64(b, off + Format.OFF_QUEUE_OFFSET);
         if (qo < offsetMin || qo > offsetMax) return false;
-        if (tagHashes != null
-                && Arrays.binarySearch(tagHashes, Format.i64(b, off + Format.OFF_TAG_HASH)) < 0) {
-            return false;
-        }
+        if (tagHashes != null && !acceptsTags(b, off)) return false;
+        if (tagsNotNull && Format.u16(b, off + Format.OFF_TAGS_LEN) == 0) return false;
         if (topics == null) return true;
         if (topicBytes == null) {
             topicBytes = topics.stream().map(t -> t.getBytes(StandardCharsets.UTF_8))
@@ -173,6 +197,19 @@ public final class RecordFilter {
         int len = Format.u16(b, off + Format.OFF_TOPIC_LEN);
         int at = off + Format.HEADER_SIZE;
         for (byte[] t : topicBytes) {
+            if (t.length == len && Arrays.equals(b, at, at + len, t, 0, len)) return true;
+        }
+        return false;
+    }
+
+    /** The tag hash first (cheap), then the bytes (a hash collision is not a match). */
+    private boolean acceptsTags(byte[] b, int off) {
+        if (Arrays.binarySearch(tagHashes, Format.i64(b, off + Format.OFF_TAG_HASH)) < 0) {
+            return false;
+        }
+        int len = Format.u16(b, off + Format.OFF_TAGS_LEN);
+        int at = off + Format.HEADER_SIZE + Format.u16(b, off + Format.OFF_TOPIC_LEN);
+        for (byte[] t : tagBytes) {
             if (t.length == len && Arrays.equals(b, at, at + len, t, 0, len)) return true;
         }
         return false;
@@ -189,7 +226,8 @@ public final class RecordFilter {
         if (storeTsMax != Long.MAX_VALUE) sb.append("store_timestamp_ms <= ").append(storeTsMax).append(", ");
         if (offsetMin != Long.MIN_VALUE) sb.append("queue_offset >= ").append(offsetMin).append(", ");
         if (offsetMax != Long.MAX_VALUE) sb.append("queue_offset <= ").append(offsetMax).append(", ");
-        if (tags != null) sb.append("tag_hash IN hashes of ").append(tags).append(", ");
+        if (tags != null) sb.append("tags IN ").append(tags).append(", ");
+        if (tagsNotNull) sb.append("tags IS NOT NULL, ");
         if (keys != null) sb.append("keys CONTAIN ANY OF ").append(keys).append(", ");
         return sb.length() == 0 ? "" : sb.substring(0, sb.length() - 2);
     }
