@@ -138,19 +138,30 @@ final class StoreIndexes {
         files.sort((a, b) -> Long.compare(Long.parseLong(a.getPath().getName()),
             Long.parseLong(b.getPath().getName())));
         byte[] buf = new byte[CQ_CHUNK * CQ_ENTRY];
+        boolean seen = false;
         for (FileStatus st : files) {
             long first = Long.parseLong(st.getPath().getName());
             long count = st.getLen() / CQ_ENTRY;
             long lo = Math.max(first, r.offLo), hi = Math.min(first + count - 1, r.offHi);
             if (lo > hi) continue;
             try (FSDataInputStream in = fs.open(st.getPath())) {
+                int reads = 0;
                 for (long o = lo; o <= hi; ) {
-                    int k = (int) Math.min(CQ_CHUNK, hi - o + 1);
+                    // small reads first: a queue's used entries usually end early in its
+                    // last file, which is preallocated to its full size
+                    int k = (int) Math.min(Math.min(CQ_CHUNK, 1024L << Math.min(6, reads++)),
+                        hi - o + 1);
                     in.readFully((o - first) * CQ_ENTRY, buf, 0, k * CQ_ENTRY);
                     for (int i = 0; i < k; i++, o++) {
                         int at = i * CQ_ENTRY;
                         int size = Format.i32(buf, at + 8);
-                        if (size <= 0) continue;
+                        if (size <= 0) {
+                            // holes only come before a queue's first entry: after one, an
+                            // empty entry is the end of what the queue holds
+                            if (seen) return out;
+                            continue;
+                        }
+                        seen = true;
                         long pos = Format.i64(buf, at);
                         if (pos >= r.limit) return out;
                         if (pos < r.minPos) continue;
