@@ -2,9 +2,9 @@
  * Aggregates a quorumlog scan answers itself (SupportsPushDownAggregates, partial push-down:
  * Spark merges the rows, count -> sum, sum -> sum, min -> min, max -> max):
  *
- *   count(*) / count(col not null), sum(length(body)), min/max of queue_offset, position,
- *   store_timestamp, born_timestamp, raft_index, term, queue_id; grouped by nothing, topic
- *   and/or queue_id.
+ *   count(*) / count(col not null), min/max of queue_offset, position, store_timestamp,
+ *   born_timestamp, raft_index, term, queue_id; grouped by nothing, topic and/or queue_id.
+ *   (Spark 4.3 does not offer sum(length(body)): it translates length() of strings only.)
  *
  * Two ways to answer them:
  *  - from the consume queues alone (fromQueues): count, min/max of queue_offset and position
@@ -33,7 +33,6 @@ import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.expressions.Expression;
-import org.apache.spark.sql.connector.expressions.GeneralScalarExpression;
 import org.apache.spark.sql.connector.expressions.LiteralValue;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
@@ -42,7 +41,6 @@ import org.apache.spark.sql.connector.expressions.aggregate.Count;
 import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.expressions.aggregate.Max;
 import org.apache.spark.sql.connector.expressions.aggregate.Min;
-import org.apache.spark.sql.connector.expressions.aggregate.Sum;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.DataTypes;
@@ -52,7 +50,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 final class AggregatePushdown implements Serializable {
     private static final long serialVersionUID = 1L;
-    static final int COUNT = 0, MIN = 1, MAX = 2, SUM_BODY_LEN = 3;
+    static final int COUNT = 0, MIN = 1, MAX = 2;
     private static final List<String> GROUPABLE = List.of("topic", "queue_id");
     private static final List<String> MIN_MAXABLE = List.of("queue_offset", "position",
         "store_timestamp", "born_timestamp", "raft_index", "term", "queue_id");
@@ -61,7 +59,7 @@ final class AggregatePushdown implements Serializable {
         "store_timestamp", "raft_index", "term", "queue_id");
 
     final String[] groupBy;     // column names
-    final int[] kinds;          // COUNT / MIN / MAX / SUM_BODY_LEN
+    final int[] kinds;          // COUNT / MIN / MAX
     final String[] columns;     // MIN/MAX column (null otherwise)
     final StructType schema;
     final String pushed;        // the aggregate functions, as explain() shows them
@@ -125,17 +123,6 @@ final class AggregatePushdown implements Serializable {
             if (col == null || !MIN_MAXABLE.contains(col)) return -1;
             return f instanceof Min ? MIN : MAX;
         }
-        if (f instanceof Sum && !((Sum) f).isDistinct()) {
-            // sum(length(body)): Spark names the length of a binary CHAR_LENGTH (or LENGTH)
-            Expression e = ((Sum) f).column();
-            if (e instanceof GeneralScalarExpression) {
-                GeneralScalarExpression g = (GeneralScalarExpression) e;
-                if ((g.name().equals("CHAR_LENGTH") || g.name().equals("LENGTH"))
-                        && g.children().length == 1 && "body".equals(column(g.children()[0]))) {
-                    return SUM_BODY_LEN;
-                }
-            }
-        }
         return -1;
     }
 
@@ -148,7 +135,6 @@ final class AggregatePushdown implements Serializable {
     /** Can the consume queues alone answer every aggregate? */
     boolean fromQueues() {
         for (int i = 0; i < kinds.length; i++) {
-            if (kinds[i] == SUM_BODY_LEN) return false;
             if ((kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
                 return false;
             }
@@ -181,7 +167,7 @@ final class AggregatePushdown implements Serializable {
     private Object[] empty() {
         Object[] v = new Object[kinds.length];
         for (int i = 0; i < kinds.length; i++) {
-            v[i] = kinds[i] == COUNT || kinds[i] == SUM_BODY_LEN ? (Object) 0L : null;
+            v[i] = kinds[i] == COUNT ? (Object) 0L : null;
         }
         return v;
     }
@@ -204,7 +190,6 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             switch (kinds[i]) {
                 case COUNT: acc[i]++; break;
-                case SUM_BODY_LEN: acc[i] += r.bodyLength(); break;
                 case MIN: {
                     long v = field(r, columns[i]);
                     if (!seen[0] || v < acc[i]) acc[i] = v;
@@ -388,7 +373,7 @@ final class AggregatePushdown implements Serializable {
     @SuppressWarnings({"unchecked", "rawtypes"})
     private void merge(Object[] total, Object[] row) {
         for (int i = 0; i < kinds.length; i++) {
-            Object a = total[i], b = row[i];
+            Object a = total[i], b = row[groupBy.length + i];
             if (kinds[i] == COUNT) total[i] = (Long) a + (Long) b;
             else if (a == null) total[i] = b;
             else if (kinds[i] == MIN) total[i] = ((Comparable) b).compareTo(a) < 0 ? b : a;
