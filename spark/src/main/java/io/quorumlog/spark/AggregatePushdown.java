@@ -292,14 +292,11 @@ final class AggregatePushdown implements Serializable {
         /** The queues dealt into at most n tasks (one task, and so one row, when none). */
         static List<QueuePart> plan(AggregatePushdown agg, String root, StoreMeta m,
                 List<StoreIndexes.CqRange> ranges, int n) {
-            int k = Math.max(1, Math.min(n, ranges.size()));
-            List<List<StoreIndexes.CqRange>> gs = new ArrayList<>();
-            for (int i = 0; i < k; i++) gs.add(new ArrayList<>());
-            for (int i = 0; i < ranges.size(); i++) gs.get(i % k).add(ranges.get(i));
             List<QueuePart> out = new ArrayList<>();
-            for (List<StoreIndexes.CqRange> g : gs) {
-                out.add(new QueuePart(agg, root, m, g.toArray(new StoreIndexes.CqRange[0])));
+            for (StoreIndexes.CqRange[] g : IndexPlanner.spread(ranges, n)) {
+                out.add(new QueuePart(agg, root, m, g));
             }
+            if (out.isEmpty()) out.add(new QueuePart(agg, root, m, new StoreIndexes.CqRange[0]));
             return out;
         }
     }

@@ -125,7 +125,7 @@ final class IndexPlanner {
     }
 
     /** rs dealt round-robin into at most n groups (queues of similar size share tasks). */
-    private static List<StoreIndexes.CqRange[]> spread(List<StoreIndexes.CqRange> rs, int n) {
+    static List<StoreIndexes.CqRange[]> spread(List<StoreIndexes.CqRange> rs, int n) {
         int k = Math.max(1, Math.min(n, rs.size()));
         List<List<StoreIndexes.CqRange>> gs = new ArrayList<>();
         for (int i = 0; i < k; i++) gs.add(new ArrayList<>());
