@@ -255,6 +255,14 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         private boolean committedOnly() { return options.getBoolean("committedOnly", true); }
 
+        /** Indexes are used for committed reads that fail on a corrupt record: with
+         *  onCorrupt=skip every record is walked, so the ones skipped are the same for a
+         *  count as for the rows (an index knows nothing of a record's damage). */
+        private boolean useIndexes() {
+            return pushdown() && committedOnly()
+                && options.getOrDefault("onCorrupt", "fail").equals("fail");
+        }
+
         /**
          * Count / sum(length(body)) / min / max grouped by nothing, topic and/or queue_id
          * (AggregatePushdown): from the consume queues when they can answer it, else from
@@ -265,7 +273,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (!pushdown()) return false;
             agg = AggregatePushdown.of(aggregation);
             if (agg == null) return false;
-            aggFromQueues = committedOnly() && filter.onlyTopicsAndQueues() && agg.fromQueues();
+            aggFromQueues = useIndexes() && filter.onlyTopicsAndQueues() && agg.fromQueues();
             for (StoreMeta m : metas) {
                 if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) {
                     aggFromQueues = false;
@@ -282,7 +290,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override public String description() {
             String read;
             if (agg != null) read = agg.describe(aggFromQueues);
-            else if (!pushdown() || !committedOnly()) read = "ReadVia: log walk";
+            else if (!useIndexes()) read = "ReadVia: log walk";
             else if (filter.keys != null) read = "ReadVia: key index (" + pushedKeys + ")";
             else if (filter.narrowsQueues()) read = "ReadVia: consume queues";
             else if (filter.hasStoreTs()) read = "ReadVia: log walk cut to the store_timestamp range";
@@ -329,8 +337,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     return parts.toArray(new InputPartition[0]);
                 }
                 IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
-                    options.getLong("splitBytes", -1), parallelism,
-                    pushdown() && committedOnly());
+                    options.getLong("splitBytes", -1), parallelism, useIndexes());
                 planned = String.join("; ", plan.how);
                 InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
                 if (agg != null) {   // aggregated from the record headers, one row set per task
