@@ -290,6 +290,14 @@ cdef class CommitLog:
         return self._closed
 
     @property
+    def lost_writes_possible(self):
+        """This open was unclean and the page cache that held the last opener's unflushed
+        writes did not survive (a new boot, or a copy of the device): what was written but
+        never flushed may be gone. A replica in flush = "async" mode acknowledged such writes,
+        so it must recover them from its peers (docs/raft.md "Recovery after power loss")."""
+        return self._lost_writeback
+
+    @property
     def first_index(self):
         return self._first_index if self._next_index > self._first_index else (
             0 if self._next_index <= 1 else self._first_index)

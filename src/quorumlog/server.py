@@ -194,7 +194,7 @@ class ClientService:
             # into one proposal (Node._queue_put); over time every queue gets its share
             qid = (k >> 5) % nq
         return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
-                "sequence": req.sequence}
+                "sequence": req.sequence, "base_sequence": req.base_sequence}
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:

@@ -123,3 +123,17 @@ def test_store_opens_after_a_power_cut(tmp_path):
         assert got[5:] == [b"tail-%d" % k * 100 for k in range(len(got) - 5)]
         assert len(got) < 17
         assert s.put("t", b"next", queue_id=0).queue_offset == len(got)
+
+
+def test_the_log_says_when_unflushed_writes_may_be_lost(tmp_path):
+    # what the replica's driver asks before it starts its Raft core (raft/recovery.py)
+    crashed_log(tmp_path / "s")
+    same = open_log(tmp_path / "s", **LOG_KW)         # kill -9: the same page cache
+    assert same.unclean_open and not same.lost_writes_possible
+    same.crash_for_testing()
+    after = open_log(power_cut_copy(tmp_path), **LOG_KW)   # another page cache: a power cut
+    assert after.unclean_open and after.lost_writes_possible
+    after.close()
+    clean = open_log(tmp_path / "after-power-cut", **LOG_KW)
+    assert not clean.unclean_open and not clean.lost_writes_possible
+    clean.close()

@@ -622,7 +622,8 @@ BODY = Blob(0xFFFFFFFF)
 ADDRESS = Text(m.MAX_ADDRESS_BYTES, optional=True)
 
 register(0x40, m.ProduceRequest, [("queue_id", OPT_QUEUE_ID), ("delay_level", U8),
-                                  ("producer_id", U64), ("sequence", U64), ("topic", TOPIC),
+                                  ("producer_id", U64), ("sequence", U64),
+                                  ("base_sequence", U64), ("topic", TOPIC),
                                   ("tags", Text(m.MAX_TAGS_BYTES, optional=True)),
                                   ("bodies", List(BODY, m.MAX_BATCH_MESSAGES))], channel=CLIENT)
 register(0x41, m.ProduceResponse, [("first_index", INDEX), ("queue_id", QUEUE_ID),

@@ -22,6 +22,10 @@ MAX_TAGS_BYTES = 255            # as format.md
 MAX_ERROR_TEXT_BYTES = 1024
 MAX_VOTERS = 64                 # per CONFIG entry carried on an APPEND
 MAX_CONFIGS_PER_APPEND = 1024
+# an idempotent producer's batches in flight at most (AsyncClient max_in_flight); a leader
+# remembers at least this many batches per producer (NodeConfig.producer_batches_remembered),
+# so every batch a client may retry is among them (docs/node.md "Idempotent produce")
+MAX_PRODUCER_IN_FLIGHT = 8
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
 MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
@@ -120,6 +124,10 @@ class ProduceRequest:
     delay_level: int = 0
     producer_id: int = 0       # 0: no duplicate detection
     sequence: int = 0
+    # the producer's lowest sequence not yet resolved (acknowledged or given up) at the
+    # client, so the leader can tell a gap from a batch whose predecessors are settled;
+    # 0: not given (any sequence above the last written is taken)
+    base_sequence: int = 0
 
 
 @dataclass(slots=True)
@@ -213,6 +221,8 @@ class ErrorCode(IntEnum):
     TRANSFER = 17
     UNSUPPORTED = 18
     TIMEOUT = 19
+    OUT_OF_ORDER_SEQUENCE = 20     # retriable: resend the producer's in-flight batches in order
+    PRODUCER_SEQUENCE = 21         # not retriable: a sequence too old to tell (node/producers.py)
 
 
 class RequestTimeoutError(ne.NetError):
@@ -256,6 +266,8 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.TRANSFER: raft_errors.TransferError,
     ErrorCode.UNSUPPORTED: UnsupportedRequestError,
     ErrorCode.TIMEOUT: RequestTimeoutError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: qe.OutOfOrderSequenceError,
+    ErrorCode.PRODUCER_SEQUENCE: qe.ProducerSequenceError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}
 _CODE_OF_CLASS[raft_errors.NotLeaderError] = ErrorCode.NOT_LEADER

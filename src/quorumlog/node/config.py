@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config
 from ..errors import ConfigError
+from ..net.messages import MAX_PRODUCER_IN_FLIGHT
 from ..raft.core import RaftConfig
 
 __all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers"]
@@ -47,6 +48,12 @@ class NodeConfig:
     max_client_connections: int = 1024
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
     coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
+    # idempotent producers (node/producers.py): a new leader rebuilds its table from the last
+    # producer_window_entries entries of its log; it remembers producer_batches_remembered
+    # batches (at least a client's largest window) for each of at most max_producers producers
+    producer_window_entries: int = 1 << 16
+    producer_batches_remembered: int = MAX_PRODUCER_IN_FLIGHT
+    max_producers: int = 1 << 16
     # votes and heartbeats on a connection of their own per peer pair (docs/net.md): a
     # backlogged data connection then cannot delay them into a spurious election
     control_lane: bool = True
@@ -59,7 +66,11 @@ RAFT_FIELDS = {f.name: f for f in dataclasses.fields(RaftConfig)}
 _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_pending_bytes": (1 << 10, 1 << 40), "put_timeout_ms": (1, 3_600_000),
                "max_frame_bytes": (1 << 16, 1 << 30), "handshake_timeout_ms": (1, 600_000),
-               "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000)}
+               "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000),
+               "producer_window_entries": (1, 1 << 24),
+               # (fewer than a client's window: a retry within it could be refused as too old)
+               "producer_batches_remembered": (MAX_PRODUCER_IN_FLIGHT, 1024),
+               "max_producers": (1, 1 << 24)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:
