@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 JAR_NAME = "quorumlog-spark.jar"
 PYTHON_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-JVM_READER_VERSION = "1"             # QuorumlogSpark.VERSION: a stale jar is noticed
+JVM_READER_VERSION = "2"             # QuorumlogSpark.VERSION: a stale jar is noticed
 
 
 def jar_path() -> pathlib.Path | None:

@@ -1,30 +1,52 @@
-"""The `scan` workload: Spark reading a store with `quorumlog.spark.read_store` against
-`spark.read.parquet` of the same messages, when pyspark (and a Java runtime) is installed.
+"""The `scan` workload: the Spark queries data engineers run on a message log, each through
+`quorumlog.spark.read_store` and through `spark.read.parquet` of the same messages, when
+pyspark (and a Java runtime) is installed.
 
-The store is written with put_batch (--count messages of --size random bytes), then copied to
-Parquet through read_store (not timed). Each timed query is count(*) + sum(length(body)) over
-the whole data set, alternating read_store and Parquet, REPEATS times each; latency is per
-query. Integrity: both readers must return the acknowledged count and the sum of CRC-32 of
-every body (Spark's crc32 is zlib's CRC-32).
+The store is written with put_batch: --count messages of --size random bytes, batches dealt
+round-robin over TOPICS topics of QUEUES queues each, message s tagged f"tag{s % TAGS}" and
+keyed f"k{s % keys}" (about KEY_MESSAGES messages per key). It is copied to Parquet through
+read_store (untimed, Spark's defaults, in log order). The queries (QUERIES), each timed
+alternately on both readers, REPEATS times each; latency is per query and the comparison is
+the ratio of the medians:
+
+  a  full scan: count(*) + sum(length(body))
+  b  one topic of TOPICS: the same aggregate
+  c  a store_timestamp window holding about 1 % of the messages: the same aggregate
+  d  one queue's offset range (the middle half of t1/2): the same aggregate
+  e  metadata only: groupBy(topic, queue_id).agg(count, min/max(queue_offset),
+     min/max(store_timestamp)), every row collected
+  f  one key's messages (get(keys, 0) = k: Spark 4.3 offers array_contains to no data source, an
+     element of the array it does): the same aggregate
+  g  one tag of TAGS (tags = t): the same aggregate
+
+Integrity: every timed result must equal the other reader's; once per query (untimed) both
+readers' count and sum of CRC-32 of the selected bodies must agree, and for (a) equal the
+acknowledged messages (count and the CRC-32 sum computed here from the payload).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import shutil
+import statistics
 import time
 import zlib
 
 from ..latency import LatencyRecorder
-from ..measure import Result, pid_cpu_seconds, process_cpu_seconds, run_producers
+from ..measure import Result, pid_cpu_seconds, process_cpu_seconds
 from ..options import Resolved
 from ..payload import Payload
 from . import RunContext, Workload, register
-from .store import QUEUES, TOPIC, _StoreSender
 from .log import RECORD_OVERHEAD, SEGMENT_BYTES
 
 REPEATS = 3
 QUICK_REPEATS = 1
+TOPICS = 10
+QUEUES = 8
+TAGS = 20
+KEY_MESSAGES = 100
+QUERIES = ("a full scan", "b one topic", "c 1% time window", "d queue offset range",
+           "e metadata groupBy", "f one key", "g one tag")
 
 
 def _spark_missing() -> str | None:
@@ -63,23 +85,100 @@ class _CpuMeter:
                 self.totals["spark-jvm"] += j1 - self._j0
 
 
-def _expected_crc_sum(payload: Payload, ranges) -> int:
-    total = 0
-    for s0, n in ranges:
-        for s in range(s0, s0 + n):
-            total += zlib.crc32(payload.body(s))
-    return total
+def topic_name(i: int) -> str:
+    return f"t{i}"
+
+
+def write_store(store, payload: Payload, count: int, batch: int, progress=None) -> dict:
+    """Writes the data set; returns what the queries need: the acknowledged count, the sum of
+    CRC-32 of every body, and each batch's store timestamp and size (for the time window)."""
+    keys = max(1, count // KEY_MESSAGES)
+    for t in range(TOPICS):
+        store.create_topic(topic_name(t), QUEUES)
+    buf = payload.buffer()
+    stamps, crc_sum = [], 0
+    for b, s0 in enumerate(range(0, count, batch)):
+        n = min(batch, count - s0)
+        bodies = buf.fill(s0, n)
+        res = store.put_batch(topic_name(b % TOPICS), bodies,
+                              tags=[f"tag{s % TAGS}" for s in range(s0, s0 + n)],
+                              keys=[(f"k{s % keys}",) for s in range(s0, s0 + n)])
+        stamps.append((res.store_timestamp_ms, n))
+        crc_sum += sum(zlib.crc32(x) for x in bodies)
+        if progress is not None:
+            progress.add(n)
+    # The key index is built behind dispatch (the store's timer, or a lookup): bring it up
+    # to date, as a store that has run a while would be.
+    store.find_by_key(topic_name(0), "k0", 1)
+    return {"count": count, "crc_sum": crc_sum, "stamps": stamps, "keys": keys}
+
+
+def time_window(stamps, count: int) -> tuple[int, int]:
+    """[lo, hi) in ms holding about 1 % of the messages, from the middle of the data set."""
+    want_lo, want_hi = count // 2, count // 2 + max(1, count // 100)
+    seen, lo, hi = 0, None, None
+    for ts, n in stamps:
+        if lo is None and seen + n > want_lo:
+            lo = ts
+        seen += n
+        if lo is not None and seen >= want_hi and ts > lo:
+            hi = ts
+            break
+    lo = stamps[0][0] if lo is None else lo
+    return lo, (hi if hi is not None else stamps[-1][0] + 1)
+
+
+def queries(F, data: dict) -> dict:
+    """name -> function(DataFrame) -> collected rows (sorted: comparable across readers)."""
+    lo, hi = time_window(data["stamps"], data["count"])
+    per_queue = data["count"] // (TOPICS * QUEUES)
+    o_lo, o_hi = per_queue // 4, per_queue * 3 // 4
+    ts = F.col("store_timestamp")
+    ms = lambda v: F.timestamp_millis(F.lit(v))  # noqa: E731
+    size = [F.count(F.lit(1)).alias("n"), F.sum(F.length("body")).alias("bytes")]
+    key = f"k{data['keys'] // 2}"
+    sel = {
+        "a full scan": None,
+        "b one topic": F.col("topic") == topic_name(3),
+        "c 1% time window": (ts >= ms(lo)) & (ts < ms(hi)),
+        "d queue offset range": ((F.col("topic") == topic_name(1)) & (F.col("queue_id") == 2)
+                                 & (F.col("queue_offset") >= o_lo)
+                                 & (F.col("queue_offset") < o_hi)),
+        "f one key": F.get("keys", 0) == key,
+        "g one tag": F.col("tags") == f"tag{TAGS // 2}",
+    }
+    out = {}
+    for name in QUERIES:
+        if name.startswith("e "):
+            out[name] = lambda df: sorted(tuple(r) for r in df.groupBy("topic", "queue_id").agg(
+                F.count(F.lit(1)), F.min("queue_offset"), F.max("queue_offset"),
+                F.min("store_timestamp"), F.max("store_timestamp")).collect())
+        else:
+            cond = sel[name]
+            out[name] = (lambda df, c=cond: [tuple(r) for r in
+                                             (df if c is None else df.where(c)).agg(*size)
+                                             .collect()])
+    out["_selections"] = sel
+    return out
+
+
+def checksum(F, df, cond) -> tuple:
+    """(count, sum of CRC-32 of the bodies) of the rows cond selects (None: all)."""
+    d = df if cond is None else df.where(cond)
+    r = d.agg(F.count(F.lit(1)).alias("n"), F.sum(F.crc32("body")).alias("c")).collect()[0]
+    return int(r["n"]), int(r["c"] or 0)
 
 
 @register
 class ScanWorkload(Workload):
-    """Spark: quorumlog.spark.read_store against spark.read.parquet of the same --count
-    messages (written with put_batch, copied to Parquet untimed). Each timed query is
-    count(*) + sum(length(body)); 3 per reader, alternating; latency is per query. Both
-    readers must return every message (count and sum of CRC-32 of the bodies). Needs pyspark
-    (the spark extra) and a Java runtime."""
+    """Spark: the queries in this module's docstring (full scan, one topic, a 1 % time window,
+    a queue's offset range, per-queue metadata, one key, one tag), each through
+    quorumlog.spark.read_store and spark.read.parquet of the same --count messages (copied to
+    Parquet untimed), alternating, REPEATS per reader; the ratio is of the medians. Results
+    are checked across readers (and the full scan against the acknowledged messages). Needs
+    pyspark (the spark extra) and a Java runtime."""
     name = "scan"
-    summary = "Spark read_store vs spark.read.parquet of the same messages (needs pyspark)"
+    summary = "Spark queries: read_store vs spark.read.parquet of the same messages"
     defaults = {"count": 1_000_000, "batch": 1000, "flush": "async"}
     uses = frozenset({"size", "count", "batch"})
 
@@ -90,6 +189,7 @@ class ScanWorkload(Workload):
         return f"scan: writing {r.count:,} msgs of {r.size} B"
 
     def run(self, r: Resolved, ctx: RunContext) -> list:
+        from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
 
         from ... import open as open_store
@@ -101,14 +201,9 @@ class ScanWorkload(Workload):
         try:
             ctx.warm(r.count * (r.size + RECORD_OVERHEAD))
             with open_store(store_dir, flush="async", segment_size_bytes=SEGMENT_BYTES) as st:
-                st.create_topic(TOPIC, QUEUES)
                 with ctx.progress.phase(self.describe(r), r.count) as ph:
-                    driven = run_producers(r, lambda k: _StoreSender(st, payload, r.batch),
-                                           LatencyRecorder("unused"), ph)
-            expected = {"count": driven.messages,
-                        "crc_sum": _expected_crc_sum(payload, driven.acked_ranges)}
+                    data = write_store(st, payload, r.count, r.batch, ph)
             ctx.progress.note("scan: starting Spark and writing the Parquet copy")
-            from pyspark.sql import SparkSession
             # A session this process already runs is used, and left running.
             ours = SparkSession.getActiveSession() is None
             spark = qs.session("quorumlog-bench", master="local[*]",
@@ -119,7 +214,7 @@ class ScanWorkload(Workload):
                 qs.read_store(spark, store_dir).write.parquet(parquet_dir)
                 readers = {"read_store": lambda: qs.read_store(spark, store_dir),
                            "parquet": lambda: spark.read.parquet(parquet_dir)}
-                results = self._measure(r, ctx, spark, readers, F, expected)
+                results = self._measure(r, ctx, spark, readers, F, data)
             finally:
                 if ours:
                     spark.stop()
@@ -129,45 +224,73 @@ class ScanWorkload(Workload):
         results[0].notes.append(f"read_store engine: {engine}")
         return results
 
-    def _measure(self, r, ctx, spark, readers, F, expected) -> list:
+    def _measure(self, r, ctx, spark, readers, F, data) -> list:
         repeats = QUICK_REPEATS if ctx.quick else REPEATS
-        lat = {name: LatencyRecorder("query") for name in readers}
-        took = {name: 0.0 for name in readers}
-        cpu = {name: _CpuMeter(_jvm_pid(spark)) for name in readers}
-        with ctx.progress.phase(f"scan: {repeats} x count + sum(length(body)) per reader",
-                                repeats * len(readers) * expected["count"]) as ph:
-            for _ in range(repeats):
-                for name, df in readers.items():
-                    with cpu[name]:
-                        t0 = time.perf_counter_ns()
-                        row = df().agg(F.count(F.lit(1)).alias("n"),
-                                       F.sum(F.length("body")).alias("b")).collect()[0]
-                        ns = time.perf_counter_ns() - t0
-                    lat[name].record(ns)
-                    took[name] += ns / 1e9
-                    ph.add(int(row["n"]))
-                    if row["n"] != expected["count"] or row["b"] != expected["count"] * r.size:
-                        ctx.progress.note(f"scan: {name} returned {row['n']} messages / "
-                                          f"{row['b']} body bytes, expected "
-                                          f"{expected['count']} / {expected['count'] * r.size}")
+        qs_ = queries(F, data)
         out = []
-        for name, df in readers.items():
-            got = df().agg(F.count(F.lit(1)).alias("n"),
-                           F.sum(F.crc32("body")).alias("c")).collect()[0]
-            n, c = int(got["n"]), int(got["c"] or 0)
-            integrity = {
-                "method": "count and sum of CRC-32 of the bodies, computed by Spark",
-                "acknowledged": expected["count"], "read_back": n,
-                "missing": max(0, expected["count"] - n),
-                "checksum_acknowledged": f"{expected['crc_sum']:016x}",
-                "checksum_read_back": f"{c:016x}",
-                "ok": n == expected["count"] and c == expected["crc_sum"]}
-            msgs = expected["count"] * repeats
-            out.append(Result(workload=self.name, op=name, options=r.as_dict(), messages=msgs,
-                              payload_bytes=msgs * r.size, seconds=took[name],
-                              latency=lat[name].summary(), cpu_seconds=dict(cpu[name].totals),
-                              integrity=integrity, reference="memcpy"))
-        pq = out[1].msgs_per_s
-        if pq > 0:
-            out[0].reference, out[0].reference_ratio = "parquet", out[0].msgs_per_s / pq
+        with ctx.progress.phase(f"scan: {len(QUERIES)} queries x {repeats} per reader",
+                                len(QUERIES) * repeats * len(readers)) as ph:
+            for name in QUERIES:
+                out.extend(self._one_query(r, spark, readers, F, data, name, qs_, repeats, ph))
         return out
+
+    def _one_query(self, r, spark, readers, F, data, name, qs_, repeats, ph) -> list:
+        lat = {k: LatencyRecorder("query") for k in readers}
+        took = {k: [] for k in readers}
+        cpu = {k: _CpuMeter(_jvm_pid(spark)) for k in readers}
+        got = {}
+        for _ in range(repeats):
+            for k, df in readers.items():
+                with cpu[k]:
+                    t0 = time.perf_counter_ns()
+                    rows = qs_[name](df())
+                    ns = time.perf_counter_ns() - t0
+                lat[k].record(ns)
+                took[k].append(ns / 1e9)
+                got.setdefault(k, []).append(rows)
+                ph.add(1)
+        integrity = self._check(F, readers, data, name, qs_, got)
+        out = []
+        for k in readers:
+            msgs = data["count"] * repeats
+            res = Result(workload=self.name, op=f"{name[0]} {k}", options=r.as_dict(),
+                         messages=msgs, payload_bytes=msgs * r.size, seconds=sum(took[k]),
+                         latency=lat[k].summary(), cpu_seconds=dict(cpu[k].totals),
+                         integrity=integrity, reference="memcpy")
+            res.notes.append(f"{name}: median {statistics.median(took[k]) * 1e3:.1f} ms, "
+                             f"result {got[k][0][:1] if not name.startswith('e ') else len(got[k][0])}")
+            out.append(res)
+        pq, ours = statistics.median(took["parquet"]), statistics.median(took["read_store"])
+        if ours > 0:
+            out[0].reference, out[0].reference_ratio = "parquet", pq / ours
+        return out
+
+    def _check(self, F, readers, data, name, qs_, got) -> dict:
+        """Every result equal across readers and repeats; count and CRC-32 sum of the
+        selected bodies equal across readers (and, for the full scan, the acknowledged)."""
+        first = got["parquet"][0]
+        same = all(rows == first for k in readers for rows in got[k])
+        if name.startswith("e "):    # metadata only: the rows are the check
+            n = sum(row[2] for row in first)
+            return {"method": "per-queue rows equal across readers and repeats; their counts "
+                              "add up to the acknowledged messages",
+                    "acknowledged": data["count"], "read_back": n,
+                    "missing": max(0, data["count"] - n), "results_equal": same,
+                    "ok": same and n == data["count"]}
+        cond = qs_["_selections"].get(name)
+        sums = {k: checksum(F, df(), cond) for k, df in readers.items()}
+        n, c = sums["parquet"]
+        ok = same and sums["read_store"] == sums["parquet"]
+        expected = (n, c)
+        if name.startswith("a "):
+            expected = (data["count"], data["crc_sum"])
+            ok = ok and sums["parquet"] == expected
+        return {"method": "results equal across readers and repeats; count and sum of CRC-32 "
+                          "of the selected bodies (Spark's crc32) equal across readers"
+                          + (" and to the acknowledged messages" if name.startswith("a ")
+                             else ""),
+                "acknowledged": expected[0], "read_back": sums["read_store"][0],
+                "missing": max(0, expected[0] - sums["read_store"][0]),
+                "checksum_acknowledged": f"{expected[1]:016x}",
+                "checksum_read_back": f"{sums['read_store'][1]:016x}",
+                "results_equal": same, "ok": ok}

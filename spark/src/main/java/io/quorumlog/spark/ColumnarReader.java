@@ -1,7 +1,8 @@
 /*
  * Fills Spark column vectors from a QuorumlogRecordReader: one ColumnarBatch per at most
  * MAX_ROWS records or MAX_BATCH_BYTES of variable-length data (bodies can be MiBs each),
- * reusing the vectors between batches. Only the required (pruned) columns are written.
+ * reusing the vectors between batches (the body column is a BodyVector: one copy per body).
+ * Only the required (pruned) columns are written.
  */
 package io.quorumlog.spark;
 
@@ -13,6 +14,7 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
@@ -23,34 +25,58 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         C_TERM = 4, C_POSITION = 5, C_BORN = 6, C_STORE = 7, C_TAGS = 8, C_KEYS = 9, C_PROPS = 10,
         C_BODY = 11;
 
-    private final QuorumlogRecordReader reader = new QuorumlogRecordReader();
+    private final RecordSource reader;
     private final int[] codes;
-    private final OnHeapColumnVector[] vectors;
+    private final OnHeapColumnVector[] vectors;   // null where the column is the body
+    private final BodyVector body;
     private final ColumnarBatch batch;
     private boolean exhausted;
 
     ColumnarReader(QuorumlogSplit split, Configuration conf, StructType required) throws IOException {
+        this(segmentWalk(split, conf), required);
+    }
+
+    private static RecordSource segmentWalk(QuorumlogSplit split, Configuration conf)
+            throws IOException {
+        QuorumlogRecordReader r = new QuorumlogRecordReader();
+        r.initialize(split, conf);
+        return RecordSource.of(r);
+    }
+
+    ColumnarReader(RecordSource source, StructType required) {
+        reader = source;
         codes = new int[required.fields().length];
         for (int i = 0; i < codes.length; i++) {
             codes[i] = QuorumlogSource.SCHEMA.fieldIndex(required.fields()[i].name());
         }
         vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, required);
-        batch = new ColumnarBatch(vectors);
-        reader.initialize(split, conf);
+        ColumnVector[] cols = new ColumnVector[codes.length];
+        BodyVector bv = null;
+        for (int i = 0; i < codes.length; i++) {
+            if (codes[i] == C_BODY) {
+                vectors[i].close();
+                vectors[i] = null;
+                cols[i] = bv = new BodyVector(MAX_ROWS);
+            } else {
+                cols[i] = vectors[i];
+            }
+        }
+        body = bv;
+        batch = new ColumnarBatch(cols);
     }
 
     @Override
     public boolean next() throws IOException {
         if (exhausted) return false;
-        for (OnHeapColumnVector v : vectors) v.reset();
+        for (OnHeapColumnVector v : vectors) if (v != null) v.reset();
         int rows = 0;
         long bytes = 0;
         while (rows < MAX_ROWS && bytes < MAX_BATCH_BYTES) {
-            if (!reader.nextKeyValue()) {
+            if (!reader.next()) {
                 exhausted = true;
                 break;
             }
-            QuorumlogRecord r = reader.getCurrentValue();
+            QuorumlogRecord r = reader.current();
             put(rows, r);
             bytes += r.totalSize();
             rows++;
@@ -96,7 +122,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                     v.putArray(row, first, ks.getElementsAppended() - first);
                     break;
                 }
-                case C_BODY: v.putByteArray(row, b, r.bodyOffset(), r.bodyLength()); break;
+                case C_BODY: body.put(row, b, r.bodyOffset(), r.bodyLength()); break;
                 default: throw new IllegalStateException("unknown column " + codes[c]);
             }
         }
@@ -107,7 +133,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public CustomTaskMetric[] currentMetricsValues() {
-        long skipped = reader.skippedCorruptRecords();
+        long skipped = reader.skipped();
         return new CustomTaskMetric[] { new CustomTaskMetric() {
             @Override public String name() { return "skippedCorruptRecords"; }
             @Override public long value() { return skipped; }

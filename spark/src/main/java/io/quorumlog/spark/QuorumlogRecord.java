@@ -44,6 +44,30 @@ public final class QuorumlogRecord {
     public String file() { return file; }
     public long fileOffset() { return fileOffset; }
 
+    /** Points this record at the one whose header starts at b[off] (already checked). */
+    void load(byte[] b, int off, long recPos, int type, int total, String fileName, long fileOff) {
+        buf = b;
+        recOff = off;
+        this.type = type;
+        totalSize = total;
+        flags = Format.u32(b, off + Format.OFF_FLAGS);
+        raftIndex = Format.i64(b, off + Format.OFF_RAFT_INDEX);
+        term = Format.i64(b, off + Format.OFF_RAFT_TERM);
+        position = recPos;
+        queueOffset = Format.i64(b, off + Format.OFF_QUEUE_OFFSET);
+        bornTimestampMs = Format.i64(b, off + Format.OFF_BORN_TS);
+        storeTimestampMs = Format.i64(b, off + Format.OFF_STORE_TS);
+        tagHash = Format.i64(b, off + Format.OFF_TAG_HASH);
+        queueId = Format.u32(b, off + Format.OFF_QUEUE_ID);
+        topicLen = Format.u16(b, off + Format.OFF_TOPIC_LEN);
+        tagsLen = Format.u16(b, off + Format.OFF_TAGS_LEN);
+        keysLen = (int) Format.u32(b, off + Format.OFF_KEYS_LEN);
+        propsLen = (int) Format.u32(b, off + Format.OFF_PROPS_LEN);
+        bodyLen = (int) Format.u32(b, off + Format.OFF_BODY_LEN);
+        file = fileName;
+        fileOffset = fileOff;
+    }
+
     public byte[] array() { return buf; }
     public int topicOffset() { return recOff + Format.HEADER_SIZE; }
     public int topicLength() { return topicLen; }

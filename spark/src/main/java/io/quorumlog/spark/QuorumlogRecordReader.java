@@ -230,7 +230,7 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             if (type != Format.TYPE_MESSAGE && !includeControl) continue;
             // Filtered on the header (and topic bytes) before any field is decoded.
             if (type == Format.TYPE_MESSAGE && !filter.accepts(buf, off)) continue;
-            fill(off, recPos, type, total, Format.u16(buf, off + Format.OFF_TOPIC_LEN));
+            fill(off, recPos, type, total);
             returned++;
             return true;
         }
@@ -238,28 +238,8 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         return false;
     }
 
-    private void fill(int off, long recPos, int type, int total, int topicLen) {
-        QuorumlogRecord r = value;
-        r.buf = buf;
-        r.recOff = off;
-        r.type = type;
-        r.totalSize = total;
-        r.flags = Format.u32(buf, off + Format.OFF_FLAGS);
-        r.raftIndex = Format.i64(buf, off + Format.OFF_RAFT_INDEX);
-        r.term = Format.i64(buf, off + Format.OFF_RAFT_TERM);
-        r.position = recPos;
-        r.queueOffset = Format.i64(buf, off + Format.OFF_QUEUE_OFFSET);
-        r.bornTimestampMs = Format.i64(buf, off + Format.OFF_BORN_TS);
-        r.storeTimestampMs = Format.i64(buf, off + Format.OFF_STORE_TS);
-        r.tagHash = Format.i64(buf, off + Format.OFF_TAG_HASH);
-        r.queueId = Format.u32(buf, off + Format.OFF_QUEUE_ID);
-        r.topicLen = topicLen;
-        r.tagsLen = Format.u16(buf, off + Format.OFF_TAGS_LEN);
-        r.keysLen = (int) Format.u32(buf, off + Format.OFF_KEYS_LEN);
-        r.propsLen = (int) Format.u32(buf, off + Format.OFF_PROPS_LEN);
-        r.bodyLen = (int) Format.u32(buf, off + Format.OFF_BODY_LEN);
-        r.file = fileName;
-        r.fileOffset = recPos - segBase;
+    private void fill(int off, long recPos, int type, int total) {
+        value.load(buf, off, recPos, type, total, fileName, recPos - segBase);
         key.set(recPos);
     }
 

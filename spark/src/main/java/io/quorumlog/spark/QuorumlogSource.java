@@ -44,7 +44,14 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
-import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.expressions.GetArrayItem;
+import org.apache.spark.sql.connector.expressions.LiteralValue;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
+import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
+import org.apache.spark.sql.internal.connector.PredicateUtils;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.Filter;
@@ -162,12 +169,17 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
     }
 
     static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns,
-            SupportsPushDownFilters, Scan, Batch {
+            SupportsPushDownV2Filters, SupportsPushDownAggregates, Scan, Batch {
         private final CaseInsensitiveStringMap options;
         private final Path[] roots;
         private final StoreMeta[] metas;
         private final RecordFilter filter = new RecordFilter();
         private Filter[] pushed = new Filter[0];
+        private Predicate[] pushedPredicates = new Predicate[0];
+        private String pushedKeys = "";
+        private AggregatePushdown agg;
+        private boolean aggFromQueues;
+        private String planned = "";
         private StructType required = SCHEMA;
         private transient Configuration conf;
 
@@ -182,27 +194,109 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override public void pruneColumns(StructType requiredSchema) { required = requiredSchema; }
 
         /**
-         * Takes the filters a record's header answers (FilterPushdown) into the reader's
-         * RecordFilter and returns every filter: Spark evaluates them again on what is left.
+         * Takes the predicates a record's header or an index answers (FilterPushdown, and
+         * get(keys, 0) = 'k' for the key index) into the reader's RecordFilter and returns
+         * those Spark must still evaluate: the ones the reader does not answer exactly
+         * (FilterPushdown.exact). Spark 4.3 offers array_contains to no source, so the first
+         * key is the key lookup it can push (get(): no error for a message without keys).
          */
-        @Override public Filter[] pushFilters(Filter[] filters) {
+        @Override public Predicate[] pushPredicates(Predicate[] predicates) {
             List<Filter> used = new ArrayList<>();
+            List<Predicate> usedV2 = new ArrayList<>();
+            List<Predicate> left = new ArrayList<>();
             // option pushdown=false: the reader sees no filter (to measure what pushdown saves)
-            for (Filter f : options.getBoolean("pushdown", true) ? filters : new Filter[0]) {
-                if (FilterPushdown.push(filter, f)) used.add(f);
+            for (Predicate p : pushdown() ? predicates : new Predicate[0]) {
+                String key = firstKeyEquality(p);
+                if (key != null) {
+                    filter.andKeys(Collections.singleton(key));
+                    usedV2.add(p);
+                    left.add(p);      // the reader does not compare keys
+                    pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
+                    continue;
+                }
+                scala.Option<Filter> v1 = PredicateUtils.toV1(p);
+                if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
+                    used.add(v1.get());
+                    usedV2.add(p);
+                    if (!FilterPushdown.exact(v1.get())) left.add(p);
+                } else {
+                    left.add(p);
+                }
             }
+            if (!pushdown()) left.addAll(Arrays.asList(predicates));
             pushed = used.toArray(new Filter[0]);
-            return filters;
+            pushedPredicates = usedV2.toArray(new Predicate[0]);
+            return left.toArray(new Predicate[0]);
         }
 
-        @Override public Filter[] pushedFilters() { return pushed; }
+        @Override public Predicate[] pushedPredicates() { return pushedPredicates; }
+
+        /** k of the predicate keys[0] = 'k' (string literal), else null. */
+        private static String firstKeyEquality(Predicate p) {
+            if (!p.name().equals("=") || p.children().length != 2) return null;
+            if (!(p.children()[0] instanceof GetArrayItem)
+                    || !(p.children()[1] instanceof LiteralValue)) {
+                return null;
+            }
+            GetArrayItem g = (GetArrayItem) p.children()[0];
+            Object v = ((LiteralValue<?>) p.children()[1]).value();
+            if (!(g.childArray() instanceof NamedReference)
+                    || !Arrays.equals(((NamedReference) g.childArray()).fieldNames(),
+                        new String[] { "keys" })
+                    || !(g.ordinal() instanceof LiteralValue)
+                    || !Integer.valueOf(0).equals(((LiteralValue<?>) g.ordinal()).value())
+                    || g.failOnError() || v == null) {
+                return null;
+            }
+            return v.toString();
+        }
+
+        private boolean pushdown() { return options.getBoolean("pushdown", true); }
+
+        private boolean committedOnly() { return options.getBoolean("committedOnly", true); }
+
+        /** Indexes are used for committed reads that fail on a corrupt record: with
+         *  onCorrupt=skip every record is walked, so the ones skipped are the same for a
+         *  count as for the rows (an index knows nothing of a record's damage). */
+        private boolean useIndexes() {
+            return pushdown() && committedOnly()
+                && options.getOrDefault("onCorrupt", "fail").equals("fail");
+        }
+
+        /**
+         * Count / sum(length(body)) / min / max grouped by nothing, topic and/or queue_id
+         * (AggregatePushdown): from the consume queues when they can answer it, else from
+         * the record headers of the planned read. Spark asks only when every filter was
+         * answered exactly (pushPredicates returned none).
+         */
+        @Override public boolean pushAggregation(Aggregation aggregation) {
+            if (!pushdown()) return false;
+            agg = AggregatePushdown.of(aggregation);
+            if (agg == null) return false;
+            aggFromQueues = useIndexes() && filter.onlyTopicsAndQueues() && agg.fromQueues();
+            for (StoreMeta m : metas) {
+                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) {
+                    aggFromQueues = false;
+                }
+            }
+            return true;
+        }
+
+        public Filter[] pushedFilters() { return pushed; }
         @Override public Scan build() { return this; }
-        @Override public StructType readSchema() { return required; }
+        @Override public StructType readSchema() { return agg != null ? agg.schema : required; }
 
         /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
         @Override public String description() {
+            String read;
+            if (agg != null) read = agg.describe(aggFromQueues);
+            else if (!useIndexes()) read = "ReadVia: log walk";
+            else if (filter.keys != null) read = "ReadVia: key index (" + pushedKeys + ")";
+            else if (filter.narrowsQueues()) read = "ReadVia: consume queues";
+            else if (filter.hasStoreTs()) read = "ReadVia: log walk cut to the store_timestamp range";
+            else read = "ReadVia: log walk";
             return "quorumlog store " + joined(roots) + " PushedFilters: "
-                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "]";
+                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "] " + read;
         }
         @Override public Batch toBatch() { return this; }
 
@@ -231,17 +325,40 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override
         public InputPartition[] planInputPartitions() {
             try {
-                List<InputSplit> splits = QuorumlogInputFormat.planSplits(conf(), roots, metas,
-                    options.getLong("splitBytes", -1));
-                InputPartition[] out = new InputPartition[splits.size()];
-                for (int i = 0; i < out.length; i++) {
-                    out[i] = new SplitPartition((QuorumlogSplit) splits.get(i));
+                int parallelism = SparkSession.active().sparkContext().defaultParallelism();
+                if (agg != null && aggFromQueues) {
+                    List<InputPartition> parts = new ArrayList<>();
+                    for (int i = 0; i < roots.length; i++) {
+                        parts.addAll(AggregatePushdown.QueuePart.plan(agg, roots[i].toString(),
+                            metas[i], IndexPlanner.aggregateRanges(conf(), roots[i], metas[i],
+                                filter), parallelism));
+                    }
+                    planned = "aggregate from consume queues";
+                    return parts.toArray(new InputPartition[0]);
                 }
-                return out;
+                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
+                    options.getLong("splitBytes", -1), parallelism, useIndexes());
+                planned = String.join("; ", plan.how);
+                InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                if (agg != null) {   // aggregated from the record headers, one row set per task
+                    for (int i = 0; i < parts.length; i++) {
+                        parts[i] = new AggregatePushdown.WalkPart(parts[i], agg);
+                    }
+                    if (parts.length == 0 && agg.groupBy.length == 0) {
+                        // no record to read: still one (empty) row, so count is 0, not null
+                        parts = new InputPartition[] { new AggregatePushdown.WalkPart(
+                            new PositionsReader.Part("/", 1, 0, 0, null, new long[0], "none"),
+                            agg) };
+                    }
+                }
+                return parts;
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
         }
+
+        /** How the last planInputPartitions() read each store (for tests). */
+        public String plannedReads() { return planned; }
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
@@ -289,12 +406,25 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             this.required = required;
         }
 
-        @Override public boolean supportColumnarReads(InputPartition p) { return true; }
+        @Override public boolean supportColumnarReads(InputPartition p) {
+            return !(p instanceof AggregatePushdown.WalkPart
+                || p instanceof AggregatePushdown.QueuePart);
+        }
+
+        /** The records of a scan partition. */
+        static RecordSource open(InputPartition p, Configuration conf) throws IOException {
+            if (p instanceof PositionsReader.Part) {
+                return new PositionsReader((PositionsReader.Part) p, conf);
+            }
+            QuorumlogRecordReader r = new QuorumlogRecordReader();
+            r.initialize(((SplitPartition) p).toSplit(), conf);
+            return RecordSource.of(r);
+        }
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
             try {
-                return new ColumnarReader(((SplitPartition) p).toSplit(), conf.value().value(), required);
+                return new ColumnarReader(open(p, conf.value().value()), required);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -302,6 +432,24 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition p) {
+            if (p instanceof AggregatePushdown.QueuePart) {
+                AggregatePushdown.QueuePart q = (AggregatePushdown.QueuePart) p;
+                try {
+                    return AggregatePushdown.rowsReader(q.agg.fromQueues(conf.value().value(),
+                        q.root, q.meta, Arrays.asList(q.ranges)));
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            }
+            if (p instanceof AggregatePushdown.WalkPart) {
+                AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
+                try {
+                    return AggregatePushdown.rowsReader(
+                        w.agg.aggregate(open(w.inner, conf.value().value())));
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            }
             PartitionReader<ColumnarBatch> batches = createColumnarReader(p);
             return new PartitionReader<InternalRow>() {
                 private ColumnarBatch batch;

@@ -59,6 +59,34 @@ public final class RaftIndex implements Closeable {
         return found;
     }
 
+    /** A test of a record position that may read the record (and fail). */
+    interface PositionTest {
+        boolean test(long position) throws IOException;
+    }
+
+    /**
+     * Position of the first indexed record for which t holds, or -1 when none does; t must be
+     * false for a prefix of the log's records and true for the rest (a monotone test, like
+     * "stamped at or after T": store timestamps never decrease along the log).
+     */
+    public long firstPositionWhere(PositionTest t) throws IOException {
+        if (fileFirsts.length == 0) return -1;
+        long lo = fileFirsts[0];
+        long hi = fileFirsts[fileFirsts.length - 1] + entriesPerFile - 1;
+        long found = -1;
+        while (lo <= hi) {
+            long mid = lo + ((hi - lo) >>> 1);
+            long pos = positionOf(mid);
+            if (pos == Long.MAX_VALUE || t.test(pos)) {
+                if (pos != Long.MAX_VALUE) found = pos;
+                hi = mid - 1;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        return found;
+    }
+
     /** Position of raft index i, or Long.MAX_VALUE when its entry is unused or missing. */
     long positionOf(long i) throws IOException {
         long first = ((i - 1) / entriesPerFile) * entriesPerFile + 1;

@@ -35,9 +35,13 @@ public final class StoreMeta implements Serializable {
     public final long minPosition;
     public final long segmentSizeBytes;
     public final long indexFileEntries;
+    /** How far the store layer's consume queues and key index are durable (checkpoint
+     *  offset 40); 0 for a log written without a MessageStore. */
+    public final long dispatchedPosition;
 
     private StoreMeta(String root, boolean has, long flushedPos, long committedIndex,
-                      long committedPos, long minPos, long segSize, long idxEntries) {
+                      long committedPos, long minPos, long segSize, long idxEntries,
+                      long dispatchedPos) {
         this.root = root;
         this.hasCheckpoint = has;
         this.flushedPosition = flushedPos;
@@ -46,6 +50,7 @@ public final class StoreMeta implements Serializable {
         this.minPosition = minPos;
         this.segmentSizeBytes = segSize;
         this.indexFileEntries = idxEntries;
+        this.dispatchedPosition = dispatchedPos;
     }
 
     /** Files a store directory holds from the moment it is opened (an empty directory is a
@@ -114,7 +119,7 @@ public final class StoreMeta implements Serializable {
         try {
             in = fs.open(cp);
         } catch (FileNotFoundException e) {
-            return new StoreMeta(root.toString(), false, 0, 0, 0, 0, 0, 0);
+            return new StoreMeta(root.toString(), false, 0, 0, 0, 0, 0, 0, 0);
         }
         try {
             in.readFully(0, b);
@@ -144,7 +149,7 @@ public final class StoreMeta implements Serializable {
                 + segSize + ", index entries " + entries + ")", cp.toString(), 32);
         }
         return new StoreMeta(root.toString(), true, flushedPos, Format.i64(b, 24), committedPos,
-            Format.i64(b, 48), segSize, entries);
+            Format.i64(b, 48), segSize, entries, Math.max(0, Format.i64(b, 40)));
     }
 
     /** Sorted start positions/paths of the segment files under <root>/commitlog. */

@@ -1,0 +1,380 @@
+/*
+ * Aggregates a quorumlog scan answers itself (SupportsPushDownAggregates, partial push-down:
+ * Spark merges the rows, count -> sum, sum -> sum, min -> min, max -> max):
+ *
+ *   count(*) / count(col not null), min/max of queue_offset, position, store_timestamp,
+ *   born_timestamp, raft_index, term, queue_id; grouped by nothing, topic and/or queue_id.
+ *   (Spark 4.3 does not offer sum(length(body)): it translates length() of strings only.)
+ *
+ * Two ways to answer them:
+ *  - from the consume queues alone (fromQueues): count, min/max of queue_offset and position
+ *    are the entries themselves, min/max of store_timestamp, raft_index, term and queue_id
+ *    come from the first and last entry's record headers (those fields are constant per
+ *    queue or never decrease along the log). No body is read. Taken when the queues cover
+ *    every committed record of every store (the checkpoint's dispatched position at or past
+ *    its committed position), no filter beyond topic/queue_id narrows the read, and only
+ *    those aggregates are asked; one task per group of queues (QueuePart).
+ *  - from the records (walk): each task reads its records as a scan would (the same plan,
+ *    filters, indexes and checks) and adds up header fields instead of building rows, so a
+ *    body is CRC-checked but never copied.
+ */
+package io.quorumlog.spark;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.LiteralValue;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Count;
+import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
+import org.apache.spark.sql.connector.expressions.aggregate.Max;
+import org.apache.spark.sql.connector.expressions.aggregate.Min;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+final class AggregatePushdown implements Serializable {
+    private static final long serialVersionUID = 1L;
+    static final int COUNT = 0, MIN = 1, MAX = 2;
+    private static final List<String> GROUPABLE = List.of("topic", "queue_id");
+    private static final List<String> MIN_MAXABLE = List.of("queue_offset", "position",
+        "store_timestamp", "born_timestamp", "raft_index", "term", "queue_id");
+    /** What the consume queues (and the first/last record of a queue) answer. */
+    private static final List<String> FROM_QUEUES = List.of("queue_offset", "position",
+        "store_timestamp", "raft_index", "term", "queue_id");
+
+    final String[] groupBy;     // column names
+    final int[] kinds;          // COUNT / MIN / MAX
+    final String[] columns;     // MIN/MAX column (null otherwise)
+    final StructType schema;
+    final String pushed;        // the aggregate functions, as explain() shows them
+
+    private AggregatePushdown(String[] groupBy, int[] kinds, String[] columns, StructType schema,
+            String pushed) {
+        this.groupBy = groupBy;
+        this.kinds = kinds;
+        this.columns = columns;
+        this.schema = schema;
+        this.pushed = pushed;
+    }
+
+    /** The push-down of a, or null when this source cannot answer it. */
+    static AggregatePushdown of(Aggregation a) {
+        List<StructField> fields = new ArrayList<>();
+        String[] group = new String[a.groupByExpressions().length];
+        for (int i = 0; i < group.length; i++) {
+            String c = column(a.groupByExpressions()[i]);
+            if (c == null || !GROUPABLE.contains(c)) return null;
+            group[i] = c;
+            fields.add(QuorumlogSource.SCHEMA.apply(c));
+        }
+        AggregateFunc[] fs = a.aggregateExpressions();
+        int[] kinds = new int[fs.length];
+        String[] cols = new String[fs.length];
+        StringBuilder d = new StringBuilder();
+        for (int i = 0; i < fs.length; i++) {
+            int k = kind(fs[i]);
+            if (k < 0) return null;
+            kinds[i] = k;
+            if (k == MIN || k == MAX) {
+                cols[i] = column(fs[i] instanceof Min ? ((Min) fs[i]).column()
+                    : ((Max) fs[i]).column());
+            }
+            d.append(i == 0 ? "" : ", ").append(fs[i].describe());
+            fields.add(DataTypes.createStructField(fs[i].describe(), k == MIN || k == MAX
+                ? QuorumlogSource.SCHEMA.apply(cols[i]).dataType() : DataTypes.LongType, true));
+        }
+        return new AggregatePushdown(group, kinds, cols,
+            new StructType(fields.toArray(new StructField[0])), d.toString());
+    }
+
+    private static int kind(AggregateFunc f) {
+        if (f instanceof CountStar) return COUNT;
+        if (f instanceof Count) {
+            Count c = (Count) f;
+            if (c.isDistinct()) return -1;
+            Expression e = c.column();
+            if (e instanceof LiteralValue && ((LiteralValue<?>) e).value() != null) return COUNT;
+            String col = column(e);
+            // count(col) = count(*) for a column that is never null (all but tags)
+            if (col == null || col.equals("tags")
+                    || !QuorumlogSource.SCHEMA.getFieldIndex(col).isDefined()) {
+                return -1;
+            }
+            return COUNT;
+        }
+        if (f instanceof Min || f instanceof Max) {
+            String col = column(f instanceof Min ? ((Min) f).column() : ((Max) f).column());
+            if (col == null || !MIN_MAXABLE.contains(col)) return -1;
+            return f instanceof Min ? MIN : MAX;
+        }
+        return -1;
+    }
+
+    private static String column(Expression e) {
+        if (!(e instanceof NamedReference)) return null;
+        String[] names = ((NamedReference) e).fieldNames();
+        return names.length == 1 ? names[0] : null;
+    }
+
+    /** Can the consume queues alone answer every aggregate? */
+    boolean fromQueues() {
+        for (int i = 0; i < kinds.length; i++) {
+            if ((kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    String describe(boolean queues) {
+        return "PushedAggregation: [" + pushed + "] PushedGroupBy: [" + String.join(", ", groupBy)
+            + "] " + (queues ? "from consume queues" : "from record headers");
+    }
+
+    // ---- from the records -----------------------------------------------------------
+
+    /** A scan partition whose records are aggregated instead of returned. */
+    static final class WalkPart implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final InputPartition inner;
+        final AggregatePushdown agg;
+
+        WalkPart(InputPartition inner, AggregatePushdown agg) {
+            this.inner = inner;
+            this.agg = agg;
+        }
+
+        @Override public String[] preferredLocations() { return inner.preferredLocations(); }
+    }
+
+    /** Aggregates of one group, as the output row's aggregate values. */
+    private Object[] empty() {
+        Object[] v = new Object[kinds.length];
+        for (int i = 0; i < kinds.length; i++) {
+            v[i] = kinds[i] == COUNT ? (Object) 0L : null;
+        }
+        return v;
+    }
+
+    /** The value of a MIN/MAX column in the record (Spark's units: timestamps in us). */
+    private static long field(QuorumlogRecord r, String col) {
+        switch (col) {
+            case "queue_offset": return r.queueOffset();
+            case "position": return r.position();
+            case "store_timestamp": return r.storeTimestampMs() * 1000L;
+            case "born_timestamp": return r.bornTimestampMs() * 1000L;
+            case "raft_index": return r.raftIndex();
+            case "term": return r.term();
+            case "queue_id": return r.queueId();
+            default: throw new IllegalStateException(col);
+        }
+    }
+
+    private void add(long[] acc, boolean[] seen, QuorumlogRecord r) {
+        for (int i = 0; i < kinds.length; i++) {
+            switch (kinds[i]) {
+                case COUNT: acc[i]++; break;
+                case MIN: {
+                    long v = field(r, columns[i]);
+                    if (!seen[0] || v < acc[i]) acc[i] = v;
+                    break;
+                }
+                default: {
+                    long v = field(r, columns[i]);
+                    if (!seen[0] || v > acc[i]) acc[i] = v;
+                }
+            }
+        }
+        seen[0] = true;
+    }
+
+    private Object value(int i, long v) {
+        return columns[i] != null && columns[i].equals("queue_id") ? (Object) (int) v : (Object) v;
+    }
+
+    /** Reads every record of source and returns one row per group (one row in all when not
+     *  grouped, also for no record: Spark sums the counts). */
+    List<InternalRow> aggregate(RecordSource source) throws IOException {
+        Map<String, long[]> accs = new LinkedHashMap<>();
+        Map<String, boolean[]> seen = new LinkedHashMap<>();
+        Map<String, Object[]> keys = new LinkedHashMap<>();
+        String lastKey = "";
+        long[] acc = null;
+        boolean[] sn = null;
+        if (groupBy.length == 0) {
+            acc = new long[kinds.length];
+            sn = new boolean[1];
+            accs.put("", acc);
+            seen.put("", sn);
+            keys.put("", new Object[0]);
+        }
+        try (RecordSource src = source) {
+            while (src.next()) {
+                QuorumlogRecord r = src.current();
+                if (groupBy.length > 0) {
+                    String k = r.queueId() + "/" + r.topic();
+                    if (acc == null || !k.equals(lastKey)) {
+                        lastKey = k;
+                        acc = accs.computeIfAbsent(k, x -> new long[kinds.length]);
+                        sn = seen.computeIfAbsent(k, x -> new boolean[1]);
+                        keys.computeIfAbsent(k, x -> groupValues(r.topic(), (int) r.queueId()));
+                    }
+                }
+                add(acc, sn, r);
+            }
+        }
+        List<InternalRow> rows = new ArrayList<>();
+        for (Map.Entry<String, long[]> e : accs.entrySet()) {
+            Object[] g = keys.get(e.getKey());
+            Object[] v = new Object[g.length + kinds.length];
+            System.arraycopy(g, 0, v, 0, g.length);
+            boolean any = seen.get(e.getKey())[0];
+            for (int i = 0; i < kinds.length; i++) {
+                boolean minMax = kinds[i] == MIN || kinds[i] == MAX;
+                v[g.length + i] = minMax && !any ? null : value(i, e.getValue()[i]);
+            }
+            rows.add(new GenericInternalRow(v));
+        }
+        return rows;
+    }
+
+    private Object[] groupValues(String topic, int queue) {
+        Object[] g = new Object[groupBy.length];
+        for (int i = 0; i < g.length; i++) {
+            g[i] = groupBy[i].equals("topic") ? (Object) UTF8String.fromString(topic) : queue;
+        }
+        return g;
+    }
+
+    static PartitionReader<InternalRow> rowsReader(List<InternalRow> rows) {
+        return new PartitionReader<InternalRow>() {
+            int i = -1;
+            @Override public boolean next() { return ++i < rows.size(); }
+            @Override public InternalRow get() { return rows.get(i); }
+            @Override public void close() {}
+        };
+    }
+
+    // ---- from the consume queues ------------------------------------------------------
+
+    /** Some queues of one store, aggregated from their consume-queue entries by a task. */
+    static final class QueuePart implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final AggregatePushdown agg;
+        final String root;
+        final StoreMeta meta;
+        final StoreIndexes.CqRange[] ranges;
+
+        QueuePart(AggregatePushdown agg, String root, StoreMeta meta,
+                  StoreIndexes.CqRange[] ranges) {
+            this.agg = agg;
+            this.root = root;
+            this.meta = meta;
+            this.ranges = ranges;
+        }
+
+        /** The queues dealt into at most n tasks (one task, and so one row, when none). */
+        static List<QueuePart> plan(AggregatePushdown agg, String root, StoreMeta m,
+                List<StoreIndexes.CqRange> ranges, int n) {
+            List<QueuePart> out = new ArrayList<>();
+            for (StoreIndexes.CqRange[] g : IndexPlanner.spread(ranges, n)) {
+                out.add(new QueuePart(agg, root, m, g));
+            }
+            if (out.isEmpty()) out.add(new QueuePart(agg, root, m, new StoreIndexes.CqRange[0]));
+            return out;
+        }
+    }
+
+    /** The rows of the queues of one store that the filter allows (one per non-empty queue;
+     *  not grouped: one in all). */
+    List<InternalRow> fromQueues(Configuration conf, String root, StoreMeta m,
+            List<StoreIndexes.CqRange> ranges) throws IOException {
+        List<InternalRow> rows = new ArrayList<>();
+        FileSystem fs = new Path(root).getFileSystem(conf);
+        Object[] total = groupBy.length == 0 ? empty() : null;
+        for (StoreIndexes.CqRange r : ranges) {
+            StoreIndexes.Entries e = StoreIndexes.read(fs, new Path(root), r);
+            if (e.n == 0) continue;
+            QuorumlogRecord[] ends = firstAndLast(conf, root, m, r, e);
+            Object[] row = queueRow(r, e, ends);
+            if (total == null) rows.add(new GenericInternalRow(row));
+            else merge(total, row);
+        }
+        if (total != null) rows.add(new GenericInternalRow(total));
+        return rows;
+    }
+
+    /** The records of a queue's first and last entries, read and checked. */
+    private static QuorumlogRecord[] firstAndLast(Configuration conf, String root, StoreMeta m,
+            StoreIndexes.CqRange r, StoreIndexes.Entries e) throws IOException {
+        QuorumlogRecord[] out = new QuorumlogRecord[2];
+        int[] which = { 0, e.n - 1 };
+        for (int k = 0; k < 2; k++) {
+            StoreIndexes.CqRange one = new StoreIndexes.CqRange(r.topic, r.queue,
+                e.offsets[which[k]], e.offsets[which[k]], r.minPos, r.limit, null);
+            PositionsReader.Part q = new PositionsReader.Part(root, m.segmentSizeBytes,
+                m.minPosition, m.committedPosition, new StoreIndexes.CqRange[] { one }, null,
+                "aggregate");
+            try (PositionsReader rd = new PositionsReader(q, conf, true)) {
+                if (!rd.next()) {
+                    throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
+                        + " entry at offset " + e.offsets[which[k]] + " names no message",
+                        root, e.positions[which[k]]);
+                }
+                out[k] = rd.current();   // each reader has its own buffer
+            }
+        }
+        return out;
+    }
+
+    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Entries e,
+            QuorumlogRecord[] ends) {
+        Object[] g = groupValues(r.topic, r.queue);
+        Object[] v = new Object[groupBy.length + kinds.length];
+        System.arraycopy(g, 0, v, 0, g.length);
+        for (int i = 0; i < kinds.length; i++) {
+            long x;
+            if (kinds[i] == COUNT) {
+                x = e.n;
+            } else {
+                int end = kinds[i] == MIN ? 0 : 1;
+                int at = end == 0 ? 0 : e.n - 1;
+                switch (columns[i]) {
+                    case "queue_offset": x = e.offsets[at]; break;
+                    case "position": x = e.positions[at]; break;
+                    default: x = field(ends[end], columns[i]);
+                }
+            }
+            v[groupBy.length + i] = value(i, x);
+        }
+        return v;
+    }
+
+    /** total (no group-by) combined with one queue's row. */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private void merge(Object[] total, Object[] row) {
+        for (int i = 0; i < kinds.length; i++) {
+            Object a = total[i], b = row[groupBy.length + i];
+            if (kinds[i] == COUNT) total[i] = (Long) a + (Long) b;
+            else if (a == null) total[i] = b;
+            else if (kinds[i] == MIN) total[i] = ((Comparable) b).compareTo(a) < 0 ? b : a;
+            else total[i] = ((Comparable) b).compareTo(a) > 0 ? b : a;
+        }
+    }
+}

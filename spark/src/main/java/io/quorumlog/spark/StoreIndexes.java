@@ -1,0 +1,264 @@
+/*
+ * The store layer's indexes, read (never written) on any Hadoop FileSystem: consume queues
+ * (<root>/consumequeue/<topic>/<queue>/<20-digit first offset>, 20-byte entries: position
+ * i64, size i32, tag hash i64) and the key index (<root>/keyindex/<20-digit begin position>).
+ * Layouts in docs/format.md. Both are derived data: an entry only says where to look, the
+ * record read there is checked (header, CRC, position) before it is returned, and what the
+ * indexes do not cover durably (past the checkpoint's dispatched position, past a key-index
+ * file's end position) is read from the log instead.
+ */
+package io.quorumlog.spark;
+
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+
+final class StoreIndexes {
+    private StoreIndexes() {}
+
+    static final int CQ_ENTRY = 20;
+    /** Entries read per positioned read of a consume-queue file. */
+    private static final int CQ_CHUNK = 1 << 16;
+    static final int KI_HEADER = 64;
+    static final int KI_ENTRY = 24;
+    static final long KI_MAGIC = 0x494B4C51L;
+
+    /** FNV-1a 64 of the UTF-8 bytes of s, as the store computes tag and key hashes. */
+    static long fnv1a64(byte[] b) {
+        long h = 0xcbf29ce484222325L;
+        for (byte x : b) {
+            h ^= (x & 0xFF);
+            h *= 0x100000001b3L;
+        }
+        return h;
+    }
+
+    static long tagHash(String tags) { return fnv1a64(tags.getBytes(StandardCharsets.UTF_8)); }
+
+    static long keyHash(String topic, String key) {
+        return fnv1a64((topic + "\0" + key).getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** Topic directories under consumequeue/ (empty when the store has none). */
+    static List<String> topics(FileSystem fs, Path root) throws IOException {
+        List<String> out = new ArrayList<>();
+        Path dir = new Path(root, "consumequeue");
+        if (!fs.exists(dir)) return out;
+        for (FileStatus st : fs.listStatus(dir)) {
+            if (st.isDirectory()) out.add(st.getPath().getName());
+        }
+        out.sort(null);
+        return out;
+    }
+
+    /** Queue ids of a topic's consume-queue directory, ascending. */
+    static int[] queues(FileSystem fs, Path root, String topic) throws IOException {
+        Path dir = new Path(new Path(root, "consumequeue"), topic);
+        List<Integer> out = new ArrayList<>();
+        FileStatus[] sts;
+        try {
+            sts = fs.listStatus(dir);
+        } catch (FileNotFoundException e) {
+            return new int[0];
+        }
+        for (FileStatus st : sts) {
+            String n = st.getPath().getName();
+            if (st.isDirectory() && n.matches("[0-9]{1,9}")) out.add(Integer.parseInt(n));
+        }
+        return out.stream().mapToInt(Integer::intValue).sorted().toArray();
+    }
+
+    /** Consume-queue entries of one queue, in offset order (so in log order). */
+    static final class Entries {
+        long[] positions = new long[64];
+        int[] sizes = new int[64];
+        long[] offsets = new long[64];
+        int n;
+
+        void add(long pos, int size, long off) {
+            if (n == positions.length) {
+                positions = Arrays.copyOf(positions, n * 2);
+                sizes = Arrays.copyOf(sizes, n * 2);
+                offsets = Arrays.copyOf(offsets, n * 2);
+            }
+            positions[n] = pos;
+            sizes[n] = size;
+            offsets[n++] = off;
+        }
+    }
+
+    /** What to take from a consume queue: offsets in [offLo, offHi], positions in
+     *  [minPos, limit), tag hash in tagHashes (null: any). */
+    static final class CqRange implements java.io.Serializable {
+        private static final long serialVersionUID = 1L;
+        final String topic;
+        final int queue;
+        final long offLo, offHi, minPos, limit;
+        final long[] tagHashes;  // sorted, or null
+
+        CqRange(String topic, int queue, long offLo, long offHi, long minPos, long limit,
+                long[] tagHashes) {
+            this.topic = topic;
+            this.queue = queue;
+            this.offLo = offLo;
+            this.offHi = offHi;
+            this.minPos = minPos;
+            this.limit = limit;
+            this.tagHashes = tagHashes;
+        }
+    }
+
+    /**
+     * The entries r selects. An entry whose size is 0 is a hole (unused, or before a rebuilt
+     * queue's start); positions grow with offsets, so the first entry at or past r.limit ends
+     * the read.
+     */
+    static Entries read(FileSystem fs, Path root, CqRange r) throws IOException {
+        Entries out = new Entries();
+        Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
+            Integer.toString(r.queue));
+        FileStatus[] sts;
+        try {
+            sts = fs.listStatus(dir);
+        } catch (FileNotFoundException e) {
+            return out;
+        }
+        List<FileStatus> files = new ArrayList<>();
+        for (FileStatus st : sts) {
+            if (st.isFile() && Format.isNumberedName(st.getPath().getName())) files.add(st);
+        }
+        files.sort((a, b) -> Long.compare(Long.parseLong(a.getPath().getName()),
+            Long.parseLong(b.getPath().getName())));
+        byte[] buf = new byte[CQ_CHUNK * CQ_ENTRY];
+        boolean seen = false;
+        for (FileStatus st : files) {
+            long first = Long.parseLong(st.getPath().getName());
+            long count = st.getLen() / CQ_ENTRY;
+            long lo = Math.max(first, r.offLo), hi = Math.min(first + count - 1, r.offHi);
+            if (lo > hi) continue;
+            try (FSDataInputStream in = fs.open(st.getPath())) {
+                int reads = 0;
+                for (long o = lo; o <= hi; ) {
+                    // small reads first: a queue's used entries usually end early in its
+                    // last file, which is preallocated to its full size
+                    int k = (int) Math.min(Math.min(CQ_CHUNK, 1024L << Math.min(6, reads++)),
+                        hi - o + 1);
+                    in.readFully((o - first) * CQ_ENTRY, buf, 0, k * CQ_ENTRY);
+                    for (int i = 0; i < k; i++, o++) {
+                        int at = i * CQ_ENTRY;
+                        int size = Format.i32(buf, at + 8);
+                        if (size <= 0) {
+                            // holes only come before a queue's first entry: after one, an
+                            // empty entry is the end of what the queue holds
+                            if (seen) return out;
+                            continue;
+                        }
+                        seen = true;
+                        long pos = Format.i64(buf, at);
+                        if (pos >= r.limit) return out;
+                        if (pos < r.minPos) continue;
+                        if (r.tagHashes != null
+                                && Arrays.binarySearch(r.tagHashes, Format.i64(buf, at + 12)) < 0) {
+                            continue;
+                        }
+                        out.add(pos, size, o);
+                    }
+                }
+            }
+        }
+        return out;
+    }
+
+    /** One key-index file's header fields (null when the header does not check out). */
+    static final class KeyFile {
+        Path path;
+        long slots, capacity, count, begin, end;
+    }
+
+    /** The key-index files whose headers check out, by begin position. */
+    static List<KeyFile> keyFiles(FileSystem fs, Path root) throws IOException {
+        List<KeyFile> out = new ArrayList<>();
+        Path dir = new Path(root, "keyindex");
+        if (!fs.exists(dir)) return out;
+        byte[] h = new byte[KI_HEADER];
+        for (FileStatus st : fs.listStatus(dir)) {
+            if (!st.isFile() || !Format.isNumberedName(st.getPath().getName())) continue;
+            if (st.getLen() < KI_HEADER) continue;
+            try (FSDataInputStream in = fs.open(st.getPath())) {
+                in.readFully(0, h, 0, KI_HEADER);
+            }
+            if (Format.u32(h, 0) != KI_MAGIC || Format.u16(h, 4) != 1
+                    || Format.crc32c(h, 0, 60) != Format.u32(h, 60)) {
+                continue;
+            }
+            KeyFile f = new KeyFile();
+            f.path = st.getPath();
+            f.slots = Format.u32(h, 8);
+            f.capacity = Format.u32(h, 12);
+            f.count = Math.min(Format.u32(h, 16), f.capacity);
+            f.begin = Format.i64(h, 24);
+            f.end = Format.i64(h, 32);
+            long need = KI_HEADER + 4 * f.slots + KI_ENTRY * f.capacity;
+            if (f.slots == 0 || st.getLen() < need || f.end < f.begin) continue;
+            out.add(f);
+        }
+        out.sort((a, b) -> Long.compare(a.begin, b.begin));
+        return out;
+    }
+
+    /**
+     * The contiguous stretch of the log the files cover, as [begin, end): from the first
+     * file's begin while each next file begins where the previous ended. {0, 0} for none.
+     */
+    static long[] keyCoverage(List<KeyFile> files) {
+        if (files.isEmpty()) return new long[] { 0, 0 };
+        long begin = files.get(0).begin, end = files.get(0).end;
+        for (int i = 1; i < files.size(); i++) {
+            if (files.get(i).begin > end) break;
+            end = Math.max(end, files.get(i).end);
+        }
+        return new long[] { begin, end };
+    }
+
+    /**
+     * Log positions in [lo, hi) the key index holds for hash h (candidates: a hash collision
+     * or a record of another topic is possible, the caller's filter decides). Walks each
+     * file's bucket chain; entries past a file's count are not trusted (their number is
+     * larger than count) but their chain links only ever point at older entries.
+     */
+    static void keyPositions(FileSystem fs, List<KeyFile> files, long h, long lo, long hi,
+            List<Long> out) throws IOException {
+        byte[] e = new byte[KI_ENTRY];
+        byte[] s = new byte[4];
+        for (KeyFile f : files) {
+            if (f.end <= lo || f.begin >= hi) continue;
+            try (FSDataInputStream in = fs.open(f.path)) {
+                long slot = Long.remainderUnsigned(h, f.slots);
+                in.readFully(KI_HEADER + 4 * slot, s, 0, 4);
+                long v = Format.u32(s, 0);
+                long guard = f.capacity + 1;
+                while (v != 0 && guard-- > 0) {
+                    long num = v - 1;
+                    if (num >= f.capacity) break;
+                    in.readFully(KI_HEADER + 4 * f.slots + KI_ENTRY * num, e, 0, KI_ENTRY);
+                    long pos = Format.i64(e, 8);
+                    if (num < f.count && Format.i64(e, 0) == h && pos >= lo && pos < hi
+                            && pos < f.end) {
+                        out.add(pos);
+                    }
+                    long prev = Format.u32(e, 16);
+                    if (prev >= v) break;  // links go to older entries only
+                    v = prev;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+"""The JVM reader answering from the store's indexes (issue 22): consume queues for topic /
+queue / offset / tag filters and for count/min/max aggregates, the key index for keys[0] = k,
+the raft index for store_timestamp windows. Every pushed path is checked against the same
+query with option pushdown=false (the plain log walk), its EXPLAIN against what was pushed,
+and -- with a corrupt record it must not touch -- that it really reads only what the index
+names. Stores whose indexes lag the log (dispatched position, key-index end) must still
+return every committed message."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import struct
+import time
+
+import pytest
+
+import _spark_stores as st
+from quorumlog import format as fmt
+
+TOPICS = ("alpha", "beta", "gamma")
+QUEUES = 4
+N_BATCHES = 40
+BATCH = 60
+
+
+def _jar_or_skip(spark):
+    from quorumlog.spark.session import jvm_reader_available
+
+    if not jvm_reader_available(spark):
+        pytest.skip("the JVM reader (javac at install time) is needed")
+
+
+@pytest.fixture(scope="module")
+def index_store(tmp_path_factory):
+    """Written by MessageStore.put_batch: 3 topics x 4 queues, 2400 messages of 50-300 B in
+    64 KiB segments (so many segments), tags tag0..tag5 (every 7th message none), one key per
+    message (k0..k99), each batch stamped at a later millisecond than the one before; the
+    key index brought up to date (a lookup) before the store is closed."""
+    if not st.have_message_store():
+        pytest.skip("the native engine is needed to write consume queues")
+    import quorumlog
+
+    path = str(tmp_path_factory.mktemp("spark-idx") / "store")
+    with quorumlog.open(path, segment_size_bytes=65536, index_file_entries=1024) as ms:
+        for t in TOPICS:
+            ms.create_topic(t, QUEUES)
+        last_ms = 0
+        for b in range(N_BATCHES):
+            deadline = time.monotonic() + 5
+            while time.time_ns() // 1_000_000 <= last_ms:      # the next millisecond
+                assert time.monotonic() < deadline
+            s0 = b * BATCH
+            bodies = [bytes([s % 251]) * (50 + (s * 37) % 250) for s in range(s0, s0 + BATCH)]
+            res = ms.put_batch(TOPICS[b % 3], bodies,
+                               tags=[None if s % 7 == 0 else f"tag{s % 6}"
+                                     for s in range(s0, s0 + BATCH)],
+                               keys=[(f"k{s % 100}",) for s in range(s0, s0 + BATCH)])
+            last_ms = res.store_timestamp_ms
+        # the key index is built behind dispatch, on the store's timer or at a lookup
+        assert ms.find_by_key("alpha", "k0", 1)
+    assert os.listdir(os.path.join(path, "keyindex"))
+    return path
+
+
+def _stamps(path):
+    """Distinct store timestamps (ms) of the committed messages, ascending."""
+    return sorted({r[7] // 1000 for r in st.expected_messages(path)})
+
+
+def _queries(F, path):
+    ts = _stamps(path)
+    lo, hi = ts[len(ts) // 3], ts[len(ts) // 3 + 3]
+    tsc = F.col("store_timestamp")
+    return {
+        "topic": (F.col("topic") == "beta", "ReadVia: consume queues"),
+        "queue": ((F.col("topic") == "alpha") & F.col("queue_id").isin(1, 3),
+                  "ReadVia: consume queues"),
+        "offsets": ((F.col("topic") == "gamma") & (F.col("queue_id") == 2)
+                    & (F.col("queue_offset") >= 10) & (F.col("queue_offset") < 40),
+                    "ReadVia: consume queues"),
+        "offset IN": (F.col("queue_offset").isin(3, 17), "ReadVia: consume queues"),
+        "tag": (F.col("tags") == "tag4", "ReadVia: consume queues"),
+        "tag IN + topic": (F.col("tags").isin("tag1", "tag2") & (F.col("topic") == "alpha"),
+                           "ReadVia: consume queues"),
+        "time window": ((tsc >= F.timestamp_millis(F.lit(lo)))
+                        & (tsc < F.timestamp_millis(F.lit(hi))),
+                        "ReadVia: log walk cut to the store_timestamp range"),
+        "key": (F.get("keys", 0) == "k42", "ReadVia: key index"),
+        "key + topic": ((F.get("keys", 0) == "k7") & (F.col("topic") == "gamma"),
+                        "ReadVia: key index"),
+        "time + topic": ((tsc >= F.timestamp_millis(F.lit(lo))) & (F.col("topic") == "beta"),
+                         "ReadVia: consume queues"),
+    }
+
+
+def _explain(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def _walk(spark, path):
+    return spark.read.format("quorumlog").option("pushdown", "false").load(path)
+
+
+def _pushed(spark, path):
+    return spark.read.format("quorumlog").load(path)
+
+
+def test_index_reads_equal_the_log_walk_and_explain_says_how(spark, index_store):
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    for name, (cond, via) in _queries(F, index_store).items():
+        pushed = _pushed(spark, index_store).where(cond)
+        want = st.canon_rows(_walk(spark, index_store).where(cond))
+        assert want, name                      # every query selects something
+        assert st.canon_rows(pushed) == want, name
+        plan = _explain(pushed)
+        assert via in plan, (name, plan)
+        assert "ReadVia: log walk" in _explain(_walk(spark, index_store).where(cond)), name
+    n = len(st.expected_messages(index_store))
+    key = [r for r in st.expected_messages(index_store) if r[9] == ("k42",)]
+    assert len(key) == n // 100                # the key query found every message of k42
+
+
+def _agg_queries(F):
+    return {
+        "per queue": lambda df: df.groupBy("topic", "queue_id").agg(
+            F.count(F.lit(1)), F.min("queue_offset"), F.max("queue_offset"),
+            F.min("store_timestamp"), F.max("store_timestamp")),
+        "per topic": lambda df: df.groupBy("topic").agg(
+            F.count("body"), F.max("raft_index"), F.min("position"), F.min("term")),
+        "global": lambda df: df.agg(F.count(F.lit(1)), F.min("store_timestamp"),
+                                    F.max("queue_offset")),
+        "count()": lambda df: df.groupBy().count(),
+    }
+
+
+def test_aggregates_from_consume_queues_equal_spark_aggregating_rows(spark, index_store):
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    for name, q in _agg_queries(F).items():
+        pushed = q(_pushed(spark, index_store))
+        want = sorted(map(tuple, q(_walk(spark, index_store)).collect()))
+        assert sorted(map(tuple, pushed.collect())) == want, name
+        plan = _explain(pushed)
+        assert "PushedAggregation: [" in plan and "from consume queues" in plan, (name, plan)
+    plan = _explain(_agg_queries(F)["per queue"](_pushed(spark, index_store)))
+    assert ("PushedAggregation: [COUNT(*), MIN(queue_offset), MAX(queue_offset), "
+            "MIN(store_timestamp), MAX(store_timestamp)] PushedGroupBy: [topic, queue_id]") \
+        in plan, plan
+    assert _pushed(spark, index_store).count() == len(st.expected_messages(index_store))
+    # filters the reader answers exactly: aggregated from the headers of the records read
+    for cond in (F.col("tags") == "tag3", (F.col("topic") == "beta") & (F.col("queue_id") > 1),
+                 F.col("store_timestamp") < F.timestamp_millis(F.lit(_stamps(index_store)[9]))):
+        q = lambda df: df.where(cond).groupBy("topic").agg(  # noqa: E731
+            F.count(F.lit(1)), F.min("queue_offset"), F.max("born_timestamp"))
+        plan = _explain(q(_pushed(spark, index_store)))
+        assert "PushedAggregation: [COUNT(*), MIN(queue_offset), MAX(born_timestamp)] " \
+               "PushedGroupBy: [topic] from record headers" in plan, plan
+        assert sorted(map(tuple, q(_pushed(spark, index_store)).collect())) == \
+            sorted(map(tuple, q(_walk(spark, index_store)).collect()))
+    # a filter it does not (the key is not compared by the reader): Spark aggregates rows
+    keyed = _pushed(spark, index_store).where(F.get("keys", 0) == "k3").groupBy().count()
+    assert "PushedAggregation" not in _explain(keyed)
+    assert keyed.collect()[0][0] == len(st.expected_messages(index_store)) // 100
+
+
+def _copy(src, tmp_path, name):
+    dst = str(tmp_path / name)
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _record_of(path, pick):
+    for r in st.all_records(path):
+        if r.type == fmt.TYPE_MESSAGE and pick(r):
+            return r
+    raise AssertionError("no such record")
+
+
+def _corrupt_body(path, rec):
+    S = 65536
+    pos = rec.position + rec.size - 1          # last body byte: the CRC no longer matches
+    seg = os.path.join(path, "commitlog", fmt.segment_name(pos - pos % S))
+    with open(seg, "r+b") as f:
+        f.seek(pos % S)
+        b = f.read(1)
+        f.seek(pos % S)
+        f.write(bytes([(b[0] + 1) % 256]))
+
+
+def test_index_reads_touch_only_the_records_the_index_names(spark, index_store, tmp_path):
+    """A corrupt record fails any read that reaches it (the log walk shows it): the index
+    reads that do not select it still succeed, so they never read it."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    queries = _queries(F, index_store)
+    before = {name: st.canon_rows(_walk(spark, index_store).where(cond))
+              for name, (cond, _) in queries.items()}
+    agg = _agg_queries(F)["per queue"]
+    agg_before = sorted(map(tuple, agg(_walk(spark, index_store)).collect()))
+    path = _copy(index_store, tmp_path, "corrupt")
+    # a message of alpha/0 (not its first), tag0, no key a query asks for: no query selects
+    # it; written in the first batch, so stamped before the time window
+    victim = _record_of(path, lambda r: r.topic == "alpha" and r.queue_id == 0
+                        and r.queue_offset >= 1 and r.tags == "tag0"
+                        and r.keys[0] not in ("k42", "k7"))
+    assert victim.index <= BATCH
+    _corrupt_body(path, victim)
+    with pytest.raises(Exception, match="CRC32C mismatch"):
+        _walk(spark, path).where(F.col("topic") == "beta").count()
+    for name in ("topic", "offsets", "tag", "time window", "key", "key + topic"):
+        cond = queries[name][0]
+        assert st.canon_rows(_pushed(spark, path).where(cond)) == before[name], name
+    assert sorted(map(tuple, agg(_pushed(spark, path)).collect())) == agg_before
+
+
+def _rewrite_checkpoint(path, **fields):
+    with open(os.path.join(path, "checkpoint"), "rb") as f:
+        cp = fmt.decode_checkpoint(f.read())
+    cp = dataclasses.replace(cp, **fields)
+    with open(os.path.join(path, "checkpoint"), "wb") as f:
+        f.write(fmt.encode_checkpoint(cp))
+
+
+def _cut_key_index(path, end):
+    """Makes every key-index file claim to cover only positions before `end`."""
+    d = os.path.join(path, "keyindex")
+    for name in os.listdir(d):
+        with open(os.path.join(d, name), "r+b") as f:
+            head = bytearray(f.read(64))
+            begin = struct.unpack_from("<q", head, 24)[0]
+            struct.pack_into("<q", head, 32, max(begin, min(end, struct.unpack_from(
+                "<q", head, 32)[0])))
+            struct.pack_into("<I", head, 60, fmt.crc32c(bytes(head[:60])))
+            f.seek(0)
+            f.write(head)
+
+
+def test_indexes_behind_the_log_are_completed_from_the_log(spark, index_store, tmp_path):
+    """Consume queues durable only to a dispatched position in the middle of the log, and a
+    key index ending there too: the records after it come from the log walk, none twice, and
+    aggregates are not answered from the incomplete queues."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    path = _copy(index_store, tmp_path, "lagging")
+    msgs = st.expected_messages(index_store)
+    middle = msgs[len(msgs) // 2][5]
+    _rewrite_checkpoint(path, dispatched_position=middle)
+    _cut_key_index(path, middle)
+    queries = _queries(F, path)
+    for name in ("topic", "offsets", "tag", "time window", "key"):
+        cond, via = queries[name]
+        pushed = _pushed(spark, path).where(cond)
+        assert st.canon_rows(pushed) == st.canon_rows(_walk(spark, index_store).where(cond)), name
+        assert via in _explain(pushed), name
+    agg = _agg_queries(F)["per queue"]
+    pushed = agg(_pushed(spark, path))
+    plan = _explain(pushed)
+    assert "from record headers" in plan and "from consume queues" not in plan, plan
+    assert sorted(map(tuple, pushed.collect())) == sorted(map(tuple, agg(
+        _walk(spark, index_store)).collect()))
