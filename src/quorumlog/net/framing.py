@@ -141,7 +141,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
-                 "one_at_a_time", "_buf", "_mv",
+                 "one_at_a_time", "reserve", "waiting", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
                  "frames", "bytes")
@@ -160,6 +160,11 @@ class FrameDecoder:
         self.limit_name = "max_frame_bytes"
         self.large_payload_bytes = large_payload_bytes
         self.one_at_a_time = False
+        # reserve(n) -> bool, asked before a large payload's buffer is allocated: False
+        # leaves the header unparsed and sets `waiting` (the caller stops reading, and calls
+        # parse_buffered() once it can grant the bytes) -- a budget across connections
+        self.reserve = None
+        self.waiting = False
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
         # move bytes inside it (same-size slice assignment is allowed with exports).
@@ -180,6 +185,26 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         """Bytes received but not yet part of a complete frame."""
         return (self._end - self._start) + self._big_filled
+
+    @property
+    def big_pending_bytes(self) -> int:
+        """The length of the large payload being received (0: none)."""
+        return len(self._big) if self._big is not None else 0
+
+    def resize(self, recv_buffer_bytes: int, large_payload_bytes: int) -> None:
+        """Use a receive buffer of another size (a new one: the old may still be exported)
+        and another large-payload threshold, keeping the bytes not parsed yet. The transport
+        starts a connection with a buffer the size of a handshake frame and sizes it for its
+        role once it has authenticated."""
+        if large_payload_bytes < 1:
+            raise ValueError("large_payload_bytes must be >= 1")
+        pending = bytes(self._mv[self._start:self._end])
+        size = max(recv_buffer_bytes, large_payload_bytes + HEADER_SIZE, len(pending))
+        self._buf = bytearray(size)
+        self._mv = memoryview(self._buf)
+        self._buf[:len(pending)] = pending
+        self._start, self._end = 0, len(pending)
+        self.large_payload_bytes = large_payload_bytes
 
     @property
     def failed(self) -> bool:
@@ -260,7 +285,12 @@ class FrameDecoder:
                     buf, start, max_frame_bytes=self.max_frame_bytes,
                     known_types=self.known_types, limit_name=self.limit_name)
                 body = start + HEADER_SIZE
-                self._after_big = large = length >= self.large_payload_bytes
+                large = length >= self.large_payload_bytes
+                if large and self.reserve is not None and not self.reserve(length):
+                    self.waiting = True        # the header stays: parsed again when granted
+                    break
+                self.waiting = False
+                self._after_big = large
                 if large:
                     # Allocate only now that the length is known to be within the limit.
                     have = min(end - body, length)

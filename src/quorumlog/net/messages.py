@@ -67,6 +67,7 @@ class RejectReason(IntEnum):
     MODE_MISMATCH = 4
     ROLE_REFUSED = 5
     DUPLICATE = 6     # a connection to this peer already exists and wins
+    TOO_MANY_CONNECTIONS = 7   # the responder is at max_clients
 
 
 @dataclass(slots=True)
@@ -213,6 +214,8 @@ class ErrorCode(IntEnum):
     TRANSFER = 17
     UNSUPPORTED = 18
     TIMEOUT = 19
+    MALFORMED_REQUEST = 20
+
 
 
 class RequestTimeoutError(ne.NetError):
@@ -222,6 +225,12 @@ class RequestTimeoutError(ne.NetError):
 
 class UnsupportedRequestError(ne.NetError):
     """The server does not serve this request type."""
+
+
+class MalformedRequestError(qe.InvalidArgumentError):
+    """The server could not decode the request (a field out of range, e.g. a negative
+    offset or max_messages 0, a short or over-long payload): nothing was done, and the
+    connection stays usable. The message names the field."""
 
 
 class LeaderRedirectError(raft_errors.NotLeaderError):
@@ -256,6 +265,7 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.TRANSFER: raft_errors.TransferError,
     ErrorCode.UNSUPPORTED: UnsupportedRequestError,
     ErrorCode.TIMEOUT: RequestTimeoutError,
+    ErrorCode.MALFORMED_REQUEST: MalformedRequestError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}
 _CODE_OF_CLASS[raft_errors.NotLeaderError] = ErrorCode.NOT_LEADER

@@ -44,7 +44,11 @@ class NodeConfig:
     put_timeout_ms: int = 30_000       # a thread-side call gives up after this
     max_frame_bytes: int = (16 << 20) + 24
     handshake_timeout_ms: int = 5000
-    max_client_connections: int = 1024
+    max_client_connections: int = 1024  # clients past their HELLO at once; more are refused
+    # a client connection's large frames not received whole: bytes buffered for all of
+    # them at once (past it reading stops), and how long one may take (docs/net.md "Limits")
+    max_client_buffered_bytes: int = 32 << 20
+    client_frame_timeout_ms: int = 10_000
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
     coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
     # votes and heartbeats on a connection of their own per peer pair (docs/net.md): a
@@ -59,7 +63,9 @@ RAFT_FIELDS = {f.name: f for f in dataclasses.fields(RaftConfig)}
 _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_pending_bytes": (1 << 10, 1 << 40), "put_timeout_ms": (1, 3_600_000),
                "max_frame_bytes": (1 << 16, 1 << 30), "handshake_timeout_ms": (1, 600_000),
-               "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000)}
+               "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000),
+               "max_client_buffered_bytes": (1 << 16, 1 << 40),
+               "client_frame_timeout_ms": (1, 3_600_000)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:
