@@ -48,7 +48,7 @@ soak-cluster: $(STAMP)
 	$(VPY) -m quorumlog.testing.jepsen $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
 		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600
 
-# issue 21's floods (connections, stalled frames, handshakes) against 3 replicas under load;
+# floods (connections, stalled frames, handshakes) against 3 replicas under load;
 # not part of `make test` (3 minutes per flood by default: FLOOD_S=60 for a shorter run)
 flood: $(STAMP)
 	$(VPY) -m quorumlog.testing.flood --duration $(or $(FLOOD_S),180)

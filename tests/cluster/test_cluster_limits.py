@@ -1,4 +1,4 @@
-"""Limits of a real replica process (issue 21 items 1, 2, 5, 6): max_client_connections is
+"""Limits of a real replica process: max_client_connections is
 enforced with an error the client names, a stalled large frame is timed out and logged,
 bad requests get specific errors on a connection that stays usable, and a wrong client
 secret fails at once with AuthenticationError. One single-replica group, its settings

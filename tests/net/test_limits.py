@@ -1,4 +1,4 @@
-"""Limits that hold under abuse (issue 21 items 1-6), on real sockets in one process:
+"""Limits that hold under abuse, on real sockets in one process:
 client connections (max_clients), the buffer budget for unfinished large client frames,
 handshake slots a flood cannot take from peers and clients, rate-limited refusal lines,
 malformed requests answered with an error on a connection that stays usable, and a wrong

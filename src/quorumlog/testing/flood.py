@@ -1,7 +1,8 @@
 """Flood a 3-replica group of real processes under load: `python -m quorumlog.testing.flood`.
 
-The attacks of issue 21 items 1-4, one after the other, each for `--duration` seconds,
-while producers keep writing (`make flood`; docs/reliability.md has the figures):
+Three denial-of-service floods, one after the other, each for `--duration` seconds, while
+producers keep writing (`make flood`; docs/reliability.md has the figures); the log lines
+each one costs are counted too:
 
   clients     1,100 authenticated client connections held open on the leader
   frames      40 authenticated clients announce a 16 MiB produce frame, send 1 MiB, stall
