@@ -22,6 +22,7 @@ Layout (little-endian; docs/net.md has the table and a golden vector):
 """
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from typing import NamedTuple
@@ -141,7 +142,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
-                 "one_at_a_time", "reserve", "waiting", "_buf", "_mv",
+                 "one_at_a_time", "reserve", "waiting", "lazy_big_buffers", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
                  "frames", "bytes")
@@ -165,6 +166,11 @@ class FrameDecoder:
         # parse_buffered() once it can grant the bytes) -- a budget across connections
         self.reserve = None
         self.waiting = False
+        # large payloads in anonymous mmaps: pages are backed only once received, and given
+        # back to the OS when the buffer dies (a bytearray is zero-filled -- every page
+        # resident at once -- and malloc keeps freed 16 MiB chunks); for connections that
+        # may announce big frames and stall
+        self.lazy_big_buffers = False
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
         # move bytes inside it (same-size slice assignment is allowed with exports).
@@ -294,7 +300,7 @@ class FrameDecoder:
                 if large:
                     # Allocate only now that the length is known to be within the limit.
                     have = min(end - body, length)
-                    big = bytearray(length)
+                    big = mmap.mmap(-1, length) if self.lazy_big_buffers else bytearray(length)
                     big[:have] = mv[body:body + have]
                     self._big, self._big_view = big, memoryview(big)
                     self._big_filled, self._big_head = have, (ftype, flags, rid)
@@ -319,6 +325,12 @@ class FrameDecoder:
             start = end = 0
         self._start, self._end = start, end
         return out
+
+    def release(self) -> None:
+        """Drop the partial large payload (the connection is gone): its memory goes back
+        at once, not when the connection object is collected."""
+        self._big = self._big_view = self._big_head = None
+        self._big_filled = 0
 
     def _fail(self, e: FrameError) -> None:
         self._error = e

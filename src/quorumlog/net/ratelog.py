@@ -47,7 +47,7 @@ class RateLimitedLog:
             self.flush(now)
         if self._lines < self.burst:
             self._lines += 1
-            self.logger.log(level, msg, *args)
+            self.logger.log(level, msg, *args, stacklevel=3)
             return
         self._suppressed[reason] += 1
         self._level = max(self._level, level)

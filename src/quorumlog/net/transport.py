@@ -274,6 +274,7 @@ class _Conn(asyncio.BufferedProtocol):
         if self._timer is not None:
             self._timer.cancel()
         self._release_frame()
+        self.decoder.release()
         self._ctrl.clear()
         self._bulk.clear()
         self.queued_bytes = 0
@@ -329,6 +330,7 @@ class _Conn(asyncio.BufferedProtocol):
             self.decoder.resize(self.cfg.client_recv_buffer_bytes,
                                 self.cfg.client_large_payload_bytes)
             self.decoder.reserve = self._reserve_frame
+            self.decoder.lazy_big_buffers = True
         else:
             self.decoder.resize(DEFAULT_RECV_BUFFER_BYTES, self.cfg.large_payload_bytes)
         self.send_budget = self._budget(self.role)

@@ -4,6 +4,7 @@ Three denial-of-service floods, one after the other, each for `--duration` secon
 producers keep writing (`make flood`; docs/reliability.md has the figures); the log lines
 each one costs are counted too:
 
+  none        no flood: the control, the same measurements with the load alone
   clients     1,100 authenticated client connections held open on the leader
   frames      40 authenticated clients announce a 16 MiB produce frame, send 1 MiB, stall
               (and reconnect when dropped)
@@ -22,6 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import multiprocessing as mp
 import os
 import resource
 import sys
@@ -36,13 +39,16 @@ from ..net.auth import AuthConfig, Handshake
 from ..net.framing import encode_header
 from ..net.transport import connect_client
 
-FLOODS = ("clients", "frames", "handshake")
+FLOODS = ("none", "clients", "frames", "handshake")   # none: the control (load alone)
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "RssAnon") -> int:
+    """Resident bytes of the process: RssAnon (default) is its heap and stacks -- what a
+    flood can grow; VmRSS also counts the commit log's mapped file pages, which the load's
+    writes grow whatever the flood does."""
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -88,9 +94,10 @@ class Load:
         per_s = [0] * max(1, int(t1 - t0))
         for t in acks:
             per_s[min(len(per_s) - 1, int(t - t0))] += 1
-        gaps = [b - a for a, b in zip([t0] + acks, acks + [t1])]
-        return {"acks": len(acks), "min_acks_per_s": min(per_s),
-                "max_gap_s": round(max(gaps), 3)}
+        gaps = [(b - a, a - t0) for a, b in zip([t0] + acks, acks + [t1])]
+        gap, at = max(gaps)
+        return {"acks": len(acks), "min_acks_per_s": min(per_s), "max_gap_s": round(gap, 3),
+                "max_gap_at_s": round(at, 1)}
 
 
 # -- the floods ----------------------------------------------------------------------------------
@@ -187,17 +194,39 @@ async def _slow_bytes(addrs, per_port, stop: asyncio.Event, stats: dict) -> None
     await asyncio.gather(*(one(a) for a in addrs for _ in range(per_port)))
 
 
-def _start_flood(kind: str, c: LocalCluster, leader: str, stop, stats) -> asyncio.Task:
-    secret = c.secret()
-    client_addr = _hostport(c.clients[leader])
-    if kind == "clients":
-        coro = _hold_clients(client_addr, secret, 1100, stop, stats)
-    elif kind == "frames":
-        coro = _stalled_frames(client_addr, secret, 40, stop, stats)
-    else:
-        ports = [_hostport(c.peers[n]) for n in c.ids] + [client_addr]
-        coro = _slow_bytes(ports, 100, stop, stats)
-    return asyncio.get_running_loop().create_task(coro)
+def _flood_process(kind: str, client_addr, peer_addrs, secret, stop_evt, out) -> None:
+    """The attacker, in a process of its own (its CPU is not the load generator's)."""
+    logging.getLogger("quorumlog.net").setLevel(logging.ERROR)
+    _raise_fd_limit()
+
+    async def main():
+        stop, stats = asyncio.Event(), {}
+        if kind == "clients":
+            coro = _hold_clients(client_addr, secret, 1100, stop, stats)
+        elif kind == "frames":
+            coro = _stalled_frames(client_addr, secret, 40, stop, stats)
+        elif kind == "none":
+            coro = stop.wait()
+        else:
+            coro = _slow_bytes(list(peer_addrs) + [client_addr], 100, stop, stats)
+        task = asyncio.get_running_loop().create_task(coro)
+        while not stop_evt.is_set():
+            await asyncio.sleep(0.2)
+        stop.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        out.put(stats)
+    asyncio.run(main())
+
+
+def _start_flood(kind: str, c: LocalCluster, leader: str):
+    ctx = mp.get_context("spawn")
+    stop_evt, out = ctx.Event(), ctx.Queue()
+    p = ctx.Process(target=_flood_process, args=(
+        kind, _hostport(c.clients[leader]), [_hostport(c.peers[n]) for n in c.ids],
+        c.secret(), stop_evt, out), daemon=True)
+    p.start()
+    return p, stop_evt, out
 
 
 async def _rejoin_seconds(c: LocalCluster, follower: str, leader: str, timeout=30.0):
@@ -247,27 +276,34 @@ async def run_flood(c: LocalCluster, kind: str, duration: float, load: Load) -> 
     follower = next(n for n in c.ids if n != leader)
     pid = c.pid(leader)
     rss0, lines0 = rss_bytes(pid), log_lines(c.log_file(leader))
-    stop, stats = asyncio.Event(), {}
+    vm0 = vm_max = rss_bytes(pid, "VmRSS")
+    proc, stop_evt, out = _start_flood(kind, c, leader)
     t0 = time.monotonic()
-    task = _start_flood(kind, c, leader, stop, stats)
     rss_max, rejoin, clients = rss0, None, None
     try:
         while time.monotonic() - t0 < duration:
             await asyncio.sleep(0.5)
             rss_max = max(rss_max, rss_bytes(pid))
+            vm_max = max(vm_max, rss_bytes(pid, "VmRSS"))
             elapsed = time.monotonic() - t0
             if clients is None and elapsed >= min(10.0, duration / 3):
                 clients = await _new_clients(c, leader)
             if rejoin is None and elapsed >= min(20.0, duration / 2):
                 rejoin = await _rejoin_seconds(c, follower, leader) or "no rejoin"
     finally:
-        stop.set()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        stop_evt.set()
+        try:
+            stats = await asyncio.to_thread(out.get, True, 30)
+        except Exception:   # noqa: BLE001 -- the attacker died: its stats are lost
+            stats = {}
+        await asyncio.to_thread(proc.join, 10)
+        if proc.is_alive():
+            proc.kill()
     t1 = time.monotonic()
     return {"flood": kind, "duration_s": round(t1 - t0, 1), "leader": leader,
             **load.window(t0, t1), "rejoin_s": rejoin, "new_clients_s": clients,
             "rss_growth_mib": round((rss_max - rss0) / (1 << 20), 1),
+            "vmrss_growth_mib": round((vm_max - vm0) / (1 << 20), 1),
             "log_lines": log_lines(c.log_file(leader)) - lines0, "flood_stats": stats}
 
 
@@ -311,6 +347,8 @@ def main(argv=None) -> int:
     p.add_argument("--dir", help="the cluster's directory (default: a new temporary one)")
     args = p.parse_args(argv)
     _raise_fd_limit()
+    # the flood's own refused connections are expected: the harness reports their counts
+    logging.getLogger("quorumlog.net").setLevel(logging.ERROR)
     results = asyncio.run(_main_async(args))
     ok = True
     print(f"{'flood':10} {'s':>6} {'acks':>7} {'min/s':>6} {'gap s':>6} {'rejoin s':>8} "
