@@ -63,6 +63,7 @@ class ClientService:
                                handshake_timeout_ms=cfg.handshake_timeout_ms,
                                max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes),
                                max_clients=cfg.max_client_connections,
+                               client_idle_evict_ms=cfg.client_idle_evict_ms,
                                max_buffered_frame_bytes=max(cfg.max_client_buffered_bytes,
                                                             cfg.max_frame_bytes),
                                frame_timeout_ms=cfg.client_frame_timeout_ms)

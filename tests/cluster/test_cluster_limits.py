@@ -27,6 +27,7 @@ MAX_CLIENTS = 4
 def single(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("limits"), 1, segment_size_bytes=SEGMENT,
                      env={"QUORUMLOG_MAX_CLIENT_CONNECTIONS": str(MAX_CLIENTS),
+                          "QUORUMLOG_CLIENT_IDLE_EVICT_MS": "600000",
                           "QUORUMLOG_CLIENT_FRAME_TIMEOUT_MS": "500"})
     try:
         c.start()

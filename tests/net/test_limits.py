@@ -101,7 +101,7 @@ class _RawClient:
 @pytest.mark.parametrize("loop_factory", LOOPS)
 def test_client_connections_over_max_clients_are_refused_with_a_specific_error(loop_factory):
     async def main():
-        srv = _server(fast_config(max_clients=3))
+        srv = _server(fast_config(max_clients=3, client_idle_evict_ms=600_000))
         await srv.start()
         chans = []
         try:
@@ -124,6 +124,35 @@ def test_client_connections_over_max_clients_are_refused_with_a_specific_error(l
                 await c.close()
             await srv.close()
     run(loop_factory, main)
+
+
+def test_at_max_clients_a_new_client_takes_the_place_of_the_longest_idle_one():
+    async def main():
+        srv = _server(fast_config(max_clients=2, client_idle_evict_ms=1000))
+        await srv.start()
+        idle = await connect_client(*srv.address, _client_auth("idle"))
+        busy = await connect_client(*srv.address, _client_auth("busy"))
+        try:
+            t0 = asyncio.get_running_loop().time()
+            while asyncio.get_running_loop().time() - t0 < 1.5:   # busy keeps talking
+                await busy.request(m.AdminRequest(m.AdminOp.STATUS), 5)
+                await asyncio.sleep(0.05)
+            new = await connect_client(*srv.address, _client_auth("new"))
+            await wait_until(lambda: idle.closed, 5, "the idle client closed")
+            assert not busy.closed
+            assert isinstance(await new.request(m.AdminRequest(m.AdminOp.STATUS), 5),
+                              m.AdminResponse)
+            assert srv.stats()["rejected"]["idle client evicted (max_clients)"] == 1
+            # both active just now (none idle for 1 s): the next one is refused
+            await busy.request(m.AdminRequest(m.AdminOp.STATUS), 5)
+            with pytest.raises(TooManyConnectionsError):
+                await connect_client(*srv.address, _client_auth("late"))
+            await new.close()
+        finally:
+            await idle.close()
+            await busy.close()
+            await srv.close()
+    run(asyncio.new_event_loop, main)
 
 
 # -- 2. unfinished large frames ----------------------------------------------------------------

@@ -84,6 +84,9 @@ class TransportConfig:
     control_max_send_queue_bytes: int = 256 << 10  # per peer, on its control connection
     # -- limits against floods (docs/net.md "Limits") -------------------------------------
     max_clients: int = 1024               # client connections past their HELLO, at once
+    # at max_clients, a new client takes the place of the one idle longest (nothing received
+    # or sent) if that one has been idle this long; else it is refused
+    client_idle_evict_ms: int = 5000
     hello_timeout_ms: int = 1000          # accept -> the initiator's AUTH_HELLO
     max_handshakes_per_peer: int = 2      # inbound handshakes claiming one peer id and role
     # per listener: bytes reserved for large client frames not received whole yet; past it
@@ -101,7 +104,8 @@ class TransportConfig:
                      "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
                      "large_payload_bytes", "replace_silent_after_ms",
                      "control_max_frame_bytes", "control_max_send_queue_bytes",
-                     "max_clients", "hello_timeout_ms", "max_handshakes_per_peer",
+                     "max_clients", "client_idle_evict_ms", "hello_timeout_ms",
+                     "max_handshakes_per_peer",
                      "max_buffered_frame_bytes", "frame_timeout_ms", "client_recv_buffer_bytes",
                      "client_large_payload_bytes", "log_interval_ms"):
             if getattr(self, name) <= 0:
@@ -182,6 +186,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.max_held_bytes = 0
         self.send_budget = self._budget(role)
         self.last_heard = 0.0          # loop time of the last bytes received (after auth)
+        self.last_sent = 0.0           # loop time of the last frames sent (client sessions)
         self._uv = False
         self.hello_deadline = loop.time() + self.cfg.hello_timeout_ms / 1000
         self.reserved = 0              # bytes of the listener's frame budget this one holds
@@ -457,6 +462,8 @@ class _Conn(asyncio.BufferedProtocol):
         budget, reserve = self.send_budget
         if held + n > budget + (reserve if control else 0):
             return False
+        if self.role == Role.CLIENT:
+            self.last_sent = self.owner.loop.time()
         if not self._paused and not self._ctrl and not self._bulk:
             self._write(parts, n)
         else:
@@ -853,10 +860,30 @@ class PeerTransport:
         """At a client's HELLO: refuse it (AUTH_REJECT TOO_MANY_CONNECTIONS) when max_clients
         client connections are open or past their HELLO already."""
         n = self.config.max_clients
-        if len(self._client_slots) >= n:
+        if len(self._client_slots) >= n and not self._evict_idle_client():
             c.hs.refuse(TooManyConnectionsError(
                 f"too many client connections (max_clients={n}): refused {c.peername}"),
                 RejectReason.TOO_MANY_CONNECTIONS, f"too many client connections ({n})")
+
+    def _evict_idle_client(self) -> bool:
+        """Close the client connection idle longest, if idle for client_idle_evict_ms: a
+        flood of idle authenticated connections then cannot lock new clients out (a client
+        whose connection was closed reconnects on its next request)."""
+        victim, since = None, None
+        for o in self._clients:
+            t = max(o.last_heard, o.last_sent)
+            if since is None or t < since:
+                victim, since = o, t
+        if victim is None or self.loop.time() - since < self.config.client_idle_evict_ms / 1000:
+            return False
+        self._event(logging.WARNING, "idle client evicted (max_clients)",
+                    "closed idle client %r at %s: max_clients=%d reached", victim.peer_id,
+                    victim.peername, self.config.max_clients)
+        self._rejects["idle client evicted (max_clients)"] += 1
+        self._clients.discard(victim)
+        self._client_slots.discard(victim)
+        victim.close()
+        return True
 
     def _hello_received(self, c: _Conn) -> None:
         if c.hs.role == Role.CLIENT:
@@ -1146,7 +1173,9 @@ class _ClientOwner:
 
     @staticmethod
     def _event(level: int, reason: str, msg: str, *args) -> None:
-        log.log(level, msg, *args)
+        # the caller gets the error itself (connect_client raises it): a line at DEBUG only,
+        # so a client that retries does not flood its application's log
+        log.debug(msg, *args)
 
     def _deliver(self, c, frame, msg, nbytes) -> None:
         if self.channel is not None:

@@ -45,6 +45,7 @@ class NodeConfig:
     max_frame_bytes: int = (16 << 20) + 24
     handshake_timeout_ms: int = 5000
     max_client_connections: int = 1024  # clients past their HELLO at once; more are refused
+    client_idle_evict_ms: int = 5000    # ... unless one has been idle this long (it is closed)
     # a client connection's large frames not received whole: bytes buffered for all of
     # them at once (past it reading stops), and how long one may take (docs/net.md "Limits")
     max_client_buffered_bytes: int = 32 << 20
@@ -65,7 +66,8 @@ _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_frame_bytes": (1 << 16, 1 << 30), "handshake_timeout_ms": (1, 600_000),
                "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000),
                "max_client_buffered_bytes": (1 << 16, 1 << 40),
-               "client_frame_timeout_ms": (1, 3_600_000)}
+               "client_frame_timeout_ms": (1, 3_600_000),
+               "client_idle_evict_ms": (1, 86_400_000)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:

@@ -280,6 +280,7 @@ async def run_flood(c: LocalCluster, kind: str, duration: float, load: Load) -> 
     proc, stop_evt, out = _start_flood(kind, c, leader)
     t0 = time.monotonic()
     rss_max, rejoin, clients = rss0, None, None
+    # (the new clients are timed after 10 s: the flood's connections are idle by then)
     try:
         while time.monotonic() - t0 < duration:
             await asyncio.sleep(0.5)
