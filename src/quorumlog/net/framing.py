@@ -43,6 +43,9 @@ DEFAULT_MAX_FRAME_BYTES = (16 << 20) + HEADER_SIZE
 KNOWN_FLAGS = 0                # no flag is defined in version 1: a set bit is refused
 DEFAULT_LARGE_PAYLOAD_BYTES = 64 << 10
 DEFAULT_RECV_BUFFER_BYTES = 256 << 10
+# lazy_big_buffers: payloads from this size are received into an anonymous mmap (smaller
+# ones are not worth an mmap/munmap pair)
+LAZY_BUFFER_FROM_BYTES = 1 << 20
 
 _PREFIX = struct.Struct("<HBBHHQI")      # the 20 bytes the checksum covers
 _CRC = struct.Struct("<I")
@@ -166,10 +169,10 @@ class FrameDecoder:
         # parse_buffered() once it can grant the bytes) -- a budget across connections
         self.reserve = None
         self.waiting = False
-        # large payloads in anonymous mmaps: pages are backed only once received, and given
-        # back to the OS when the buffer dies (a bytearray is zero-filled -- every page
-        # resident at once -- and malloc keeps freed 16 MiB chunks); for connections that
-        # may announce big frames and stall
+        # payloads of 1 MiB or more in anonymous mmaps: pages are backed only once received,
+        # and given back to the OS when the buffer dies (a bytearray is zero-filled -- every
+        # page resident at once -- and malloc keeps freed 16 MiB chunks); for connections
+        # that may announce big frames and stall
         self.lazy_big_buffers = False
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
@@ -300,7 +303,8 @@ class FrameDecoder:
                 if large:
                     # Allocate only now that the length is known to be within the limit.
                     have = min(end - body, length)
-                    big = mmap.mmap(-1, length) if self.lazy_big_buffers else bytearray(length)
+                    big = mmap.mmap(-1, length) if self.lazy_big_buffers and \
+                        length >= LAZY_BUFFER_FROM_BYTES else bytearray(length)
                     big[:have] = mv[body:body + have]
                     self._big, self._big_view = big, memoryview(big)
                     self._big_filled, self._big_head = have, (ftype, flags, rid)

@@ -19,8 +19,11 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
   APPEND payload lands in a buffer of its own and reaches on_message as a memoryview of it.
 * Every connection authenticates first (HMAC handshake, handshake_timeout_ms), with small
   frames only (handshake_max_frame_bytes), and at most max_unauthenticated inbound
-  connections may be in that state at once. Every refused connection is logged as one line
-  naming the peer address and the reason.
+  connections may be in that state at once: a newcomer evicts the oldest that has not sent
+  its HELLO (within hello_timeout_ms), so a flood cannot lock replicas or clients out.
+  At most max_clients client connections (the one idle longest gives way); their large
+  frames share a budget (max_buffered_frame_bytes) and must finish in frame_timeout_ms.
+  Refused connections are logged rate-limited (net/ratelog.py), naming address and reason.
 * Flow control: per peer, the bytes we hold for it (our queue + the transport's write
   buffer) never exceed max_send_queue_bytes (+ control_reserve_bytes for small Raft
   control messages, which also jump the queue of bulk APPENDs); past that `send` drops the
