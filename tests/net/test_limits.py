@@ -22,6 +22,7 @@ from quorumlog.net import messages as m
 from quorumlog.net.auth import AuthConfig, Handshake
 from quorumlog.net.errors import TooManyConnectionsError
 from quorumlog.net.framing import FrameDecoder, encode_frame, encode_header
+from quorumlog.net.ratelog import RateLimitedLog
 from quorumlog.net.transport import PeerTransport, connect_client
 
 LOOPS = [asyncio.new_event_loop]
@@ -401,3 +402,27 @@ def test_a_wrong_client_secret_fails_at_once_with_an_authentication_error():
             await c.close()
             await srv.close()
     run(asyncio.new_event_loop, main)
+
+
+def test_a_sustained_flood_logs_one_summary_per_interval(caplog):
+    now = [0.0]
+    lg = logging.getLogger("quorumlog.test.ratelog")
+    rl = RateLimitedLog(lg, "conns", interval_s=10, burst=3, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="quorumlog.test.ratelog"):
+        for second in range(60):                     # 6 intervals, 100 refusals a second
+            now[0] = float(second)
+            for _ in range(100):
+                rl.log(logging.WARNING, "slots full", "refused %d", second)
+        now[0] = 60.0
+        rl.flush()
+        lines = [r.getMessage() for r in caplog.records]
+        assert len([x for x in lines if x.startswith("refused")]) == 3   # the first burst
+        summaries = [x for x in lines if "not logged one by one" in x]
+        assert len(summaries) == 6
+        assert sum(int(x.split(": ")[1].split(" more")[0]) for x in summaries) == 6000 - 3
+        caplog.clear()
+        now[0] = 75.0                                # a quiet interval passed: a burst again
+        rl.log(logging.WARNING, "slots full", "refused again")
+        now[0] = 86.0
+        rl.log(logging.WARNING, "slots full", "refused later")
+        assert [r.getMessage() for r in caplog.records] == ["refused again", "refused later"]

@@ -2,9 +2,11 @@
 
 A listener under attack refuses, evicts or times out connections by the thousand; one
 WARNING line each (~4,600 lines in a 3-minute attack) buries everything else in the log.
-`RateLimitedLog` lets the first `burst` lines of each interval out one by one and counts the
+`RateLimitedLog` lets the first `burst` lines of an interval out one by one and counts the
 rest by reason; at the end of the interval (a timer on the event loop, so the summary comes
-even when the attack stops) one line sums them up:
+even when the attack stops) one line sums them up. While the flood lasts (the interval
+before had a summary) no line goes out one by one: one summary per interval, until an
+interval passes without anything counted:
 
     refused/closed connections: 4590 more in the last 10 s not logged one by one:
     handshake slots full (oldest evicted): 4100, hello timeout: 490
@@ -35,6 +37,7 @@ class RateLimitedLog:
         self._suppressed: collections.Counter = collections.Counter()
         self._level = logging.DEBUG
         self._timer = None
+        self._flooded = False         # the last interval needed a summary: no burst now
         self.summaries = 0            # summary lines written (stats, tests)
 
     def log(self, level: int, reason: str, msg: str, *args) -> None:
@@ -45,7 +48,7 @@ class RateLimitedLog:
         now = self.clock()
         if now - self._start >= self.interval_s:
             self.flush(now)
-        if self._lines < self.burst:
+        if self._lines < (0 if self._flooded else self.burst):
             self._lines += 1
             self.logger.log(level, msg, *args, stacklevel=3)
             return
@@ -71,6 +74,7 @@ class RateLimitedLog:
             self.logger.log(self._level, "%s: %d more in the last %.0f s not logged one by "
                             "one: %s", self.what, total, now - self._start, counts)
             self.summaries += 1
+        self._flooded = bool(self._suppressed)
         self._suppressed.clear()
         self._level = logging.DEBUG
         self._lines = 0
