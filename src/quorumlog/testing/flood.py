@@ -237,7 +237,11 @@ async def _rejoin_seconds(c: LocalCluster, follower: str, leader: str, timeout=3
     probe = AsyncClient(c.client_addresses(), secret=c.secret(), request_timeout=1,
                         retry_timeout=1)
     try:
-        target = (await probe.status(c.clients[leader])).commit_index
+        try:
+            target = (await probe.status(c.clients[leader])).commit_index
+        except Exception as e:   # noqa: BLE001 -- the flood keeps us from the leader: say so
+            c.start_node(follower)
+            return f"leader unreachable ({type(e).__name__})"
         c.start_node(follower)
         await asyncio.to_thread(c.wait_started, 60, [follower])
         t0 = time.monotonic()
