@@ -99,7 +99,7 @@ class TransportConfig:
     client_recv_buffer_bytes: int = 16 << 10  # a client connection's receive buffer
     client_large_payload_bytes: int = 8 << 10
     log_interval_ms: int = 10_000         # connection-event lines: a summary per interval
-    log_burst: int = 3                    # lines logged one by one per interval
+    log_burst: int = 5                    # lines logged one by one per interval
 
     def validate(self) -> "TransportConfig":
         for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
