@@ -2,8 +2,8 @@
 
 A listener under attack refuses, evicts or times out connections by the thousand; one
 WARNING line each (~4,600 lines in a 3-minute attack) buries everything else in the log.
-`RateLimitedLog` lets the first `burst` lines of an interval out one by one and counts the
-rest by reason; at the end of the interval (a timer on the event loop, so the summary comes
+`RateLimitedLog` lets the first `burst` lines of each reason in an interval out one by one
+and counts the rest by reason; at the end of the interval (a timer on the event loop, so the summary comes
 even when the attack stops) one line sums them up. While the flood lasts (the interval
 before had a summary) no line goes out one by one: one summary per interval, until an
 interval passes without anything counted:
@@ -33,7 +33,7 @@ class RateLimitedLog:
         self.clock = clock
         self.loop = None              # set: the summary is written by a timer on it
         self._start = clock()
-        self._lines = 0
+        self._lines: collections.Counter = collections.Counter()   # per reason
         self._suppressed: collections.Counter = collections.Counter()
         self._level = logging.DEBUG
         self._timer = None
@@ -48,8 +48,8 @@ class RateLimitedLog:
         now = self.clock()
         if now - self._start >= self.interval_s:
             self.flush(now)
-        if self._lines < (0 if self._flooded else self.burst):
-            self._lines += 1
+        if self._lines[reason] < (0 if self._flooded else self.burst):
+            self._lines[reason] += 1
             self.logger.log(level, msg, *args, stacklevel=3)
             return
         self._suppressed[reason] += 1
@@ -77,7 +77,7 @@ class RateLimitedLog:
         self._flooded = bool(self._suppressed)
         self._suppressed.clear()
         self._level = logging.DEBUG
-        self._lines = 0
+        self._lines.clear()
         self._start = now
 
     def close(self) -> None:
