@@ -42,11 +42,13 @@ cluster-soak: $(STAMP)
 	QUORUMLOG_CLUSTER_KILLS=20 $(VPY) -m pytest tests/cluster/test_cluster_failover.py -q -p no:cacheprovider -s
 
 # Jepsen-style fault testing of a 3-replica group of real processes (docs/reliability.md):
-# 500 kills and every other nemesis, sync flush; up to an hour. SEED=n replays a plan.
+# 500 kills and every other nemesis, sync flush; up to an hour. SEED=n replays a plan;
+# SOAK_ARGS overrides options (the last one wins), e.g. SOAK_ARGS="--kills 60 --duration 900".
 SEED ?=
 soak-cluster: $(STAMP)
-	$(VPY) -m quorumlog.testing.jepsen $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
-		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600
+	$(VPY) -m quorumlog.testing.faults $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
+		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600 \
+		$(SOAK_ARGS)
 
 # floods (connections, stalled frames, handshakes) against 3 replicas under load;
 # not part of `make test` (3 minutes per flood by default: FLOOD_S=60 for a shorter run)

@@ -19,5 +19,8 @@ cdef class Mapping:
     # bytes from the start already faulted in for writing (a hint: pages can be dropped
     # again, e.g. by truncation; correctness never depends on it)
     cdef int64_t populated
+    # descriptor the log writes the file through (pwrite), opened on first use and closed
+    # once the segment is no longer the one appended to; -1 when not open
+    cdef int fd
     cdef readonly int64_t start
     cdef readonly str path

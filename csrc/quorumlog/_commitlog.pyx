@@ -69,19 +69,35 @@ cdef extern from "qlsys.h" nogil:
     int ql_zero_range(const char *path, char *base, int64_t off, int64_t length)
     int ql_map_file_private(const char *path, int64_t size, void **out_addr)
     int ql_populate_write(char *base, int64_t off, int64_t length)
-    void ql_copy_nt(char *dst, const char *src, size_t n)
-    void ql_store_fence()
     void ql_fail_msync(int err, int skip)
+    int ql_pwritev_all(int fd, iovec *iov, int n, int64_t off)
+    int ql_pwrite_all(int fd, const char *buf, int64_t length, int64_t off)
+    void ql_fail_write(int err)
 
 cdef extern from "<sys/mman.h>" nogil:
     int munmap(void *addr, size_t length)
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+
+cdef extern from "<unistd.h>" nogil:
+    int close(int fd)
 
 # Tuning of this implementation (the format's constants are in _format.pxd).
 cdef enum:
     CP_SIZE = 128
     CP_MAGIC = 0x50434C51
     NOGIL_BYTES = 262144      # release the GIL for batches at least this big
-    NT_BODY = 2048            # batch bodies at least this big are copied with streaming stores
+    APART_BODY = 2048         # batch bodies at least this big are written from the caller's
+                              # buffer (an iovec of their own), smaller ones are staged
+    # append_batch and append_replicated write the log with pwritev (see qlsys.h), records
+    # encoded into a staging buffer of STAGE_BYTES, written out when less than STAGE_ROOM is
+    # left (room for any record's header and fields plus a staged body) or IOV_MAX_N iovecs
+    STAGE_BYTES = 1048576
+    STAGE_ROOM = 73728
+    IOV_MAX_N = 1000
     POPULATE_AHEAD = 1048576  # the writer's own populate step ahead of single appends
     # The preparer thread keeps pages faulted in up to BG_POPULATE_AHEAD bytes past the end
     # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
@@ -111,6 +127,11 @@ cdef inline void crash_point(str name):
 def _fail_msync(int err, int skip=0):
     """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
     ql_fail_msync(err, skip)
+
+
+def _fail_write(int err):
+    """Test hook: the next pwrite of an append (batch or replicated) fails with `err`."""
+    ql_fail_write(err)
 
 
 HEADER_SIZE = HDR
@@ -179,8 +200,14 @@ cdef class CommitLog:
     cdef int64_t _last_store_ms
     cdef int64_t _flushed_pos, _flushed_index
     cdef int64_t _idx_synced       # raft-index entries durable through this index
+    cdef int64_t _dir_synced_seg   # segment files through this number have durable names
+    cdef int64_t _dir_synced_idxf  # raft-index files through this number have durable names
     cdef int64_t _committed_index, _committed_pos, _dispatched
     cdef int64_t _pop_want         # preparer: keep pages faulted in up to this position
+    # ... in the segment itself: only for appends through the mapping (single records);
+    # pwrite appends (batches, replication) need no populated pages
+    cdef int64_t _seg_pop_want
+    cdef char *_stage              # append_batch's staging buffer (STAGE_BYTES), write lock
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
@@ -213,6 +240,7 @@ cdef class CommitLog:
         self._closed = True
 
     def __dealloc__(self):
+        free(self._stage)
         if self._wlock != NULL:
             PyThread_free_lock(self._wlock)
         if self._lock_fd >= 0:
@@ -288,6 +316,14 @@ cdef class CommitLog:
     @property
     def closed(self):
         return self._closed
+
+    @property
+    def lost_writes_possible(self):
+        """This open was unclean and the page cache that held the last opener's unflushed
+        writes did not survive (a new boot, or a copy of the device): what was written but
+        never flushed may be gone. A replica in flush = "async" mode acknowledged such writes,
+        so it must recover them from its peers (docs/raft.md "Recovery after power loss")."""
+        return self._lost_writeback
 
     @property
     def first_index(self):

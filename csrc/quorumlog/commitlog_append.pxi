@@ -62,10 +62,13 @@ cdef int64_t _ensure_room(CommitLog self, uint32_t size) except -1:
 
 
 cdef int _advance_end(CommitLog self, int64_t end, int64_t next_index, int64_t term,
-                      int64_t store_ms, int64_t records, int64_t nbytes) except -1:
+                      int64_t store_ms, int64_t records, int64_t nbytes,
+                      bint mapped) except -1:
     """Publish records just written (write lock and GIL held, so readers and the flusher
     see the new end and last index together), count them, and keep the preparer ahead.
-    store_ms: the last record's store timestamp (0: re-read it from the log)."""
+    store_ms: the last record's store timestamp (0: re-read it from the log). mapped: the
+    records were written through the mapping (then the segment's pages are kept populated
+    ahead too, not only the raft index's)."""
     self._end = end
     self._next_index = next_index
     self._last_term = term
@@ -77,7 +80,7 @@ cdef int _advance_end(CommitLog self, int64_t end, int64_t next_index, int64_t t
     self.n_records += records
     self.n_bytes += nbytes
     _maybe_request_prepare(self)
-    _want_populated(self, end)
+    _want_populated(self, end, mapped)
     return 0
 
 
@@ -158,8 +161,11 @@ cdef tuple _append_record(CommitLog self, const RecSrc *s, uint32_t size, uint8_
                           uint32_t flags, uint32_t queue_id, int64_t queue_offset,
                           int64_t term, int64_t born, bint born_default, int64_t store):
     """Write one checked record at the end under the write lock
-    -> (index, position, store_timestamp_ms)."""
+    -> (index, position, store_timestamp_ms). Through the mapping; a stream of single
+    MESSAGEs has its pages populated ahead, a control record (rare: a leader's NOOP,
+    CONFIG, META between batches) only faults in the page or two it writes."""
     cdef int64_t pos, index
+    cdef bint stream = rtype == T_MESSAGE
     _acquire(self)
     try:
         _check_append(self, term)
@@ -168,12 +174,12 @@ cdef tuple _append_record(CommitLog self, const RecSrc *s, uint32_t size, uint8_
         if born_default:
             born = store
         index = self._next_index
-        if pos + size > self._cur_start + self._cur.populated:
+        if stream and pos + size > self._cur_start + self._cur.populated:
             _populate(self, pos + size)      # the preparer is behind (or absent)
         encode_record(self._cur.addr + (pos - self._cur_start), s, rtype, flags, index,
                       term, pos, queue_offset, born, store, queue_id, size)
         write_index(_entry(self, index, True), pos, term, size, rtype)
-        _advance_end(self, pos + size, index + 1, term, store, 1, size)
+        _advance_end(self, pos + size, index + 1, term, store, 1, size, stream)
     finally:
         _release(self)
     return (index, pos, store)
@@ -200,10 +206,11 @@ cdef struct Batch:
 
 # Where a batch goes: every segment and raft-index file it writes into.
 cdef struct BatchTarget:
-    char **segaddr           # the current segment, then each new one
+    int *segfd               # the current segment, then each new one (write_fd)
     char **idxaddr           # raft-index files f0, f0 + 1, ...
+    char *stage              # the log's staging buffer (STAGE_BYTES)
+    iovec *iov               # IOV_MAX_N
     int64_t k_cur, S, end, f0, N
-    int64_t pop_from         # position from which the first segment still needs populating
     int64_t ipop_from, ipop_to   # offsets in the first raft-index file still to populate
 
 
@@ -398,6 +405,7 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
     cdef const uint32_t *sizes = b.sizes
     cdef list new_segs
     cdef Mapping m
+    cdef int err = 0
     for j in range(n):
         if <int64_t>sizes[j] + HDR > cs + S - pos:
             pos = cs + S
@@ -411,25 +419,35 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
     try:
         _batch_target(self, b, new_segs, &t)
         with nogil:
-            _write_batch(b, &t)
+            err = _write_batch(b, &t)
     finally:
-        free(t.segaddr)
+        free(t.segfd)
         free(t.idxaddr)
+        free(t.iov)
+    if err:
+        # nothing of the batch is published (the end has not moved); what reached the
+        # files lies past the end, where recovery finds a torn tail
+        for m in new_segs:
+            try:
+                os.unlink(m.path)
+            except OSError:
+                pass
+        _fail(self, f"writing the log ({self._cur.path})", err)
     for m in new_segs:
         _install_segment(self, m)
         self.n_blank += 1
     _entry(self, b.first_index + n - 1, True)   # keep the cached index file current
     _advance_end(self, b.posp[n - 1] + b.sizes[n - 1], b.first_index + n, b.term, b.store,
-                 n, b.total)
+                 n, b.total, False)
     return 0
 
 
 cdef int _batch_target(CommitLog self, const Batch *b, list new_segs,
                        BatchTarget *t) except -1:
-    """The addresses pass 3 writes to, and the page-population hints advanced before it
-    (the write cannot fail)."""
+    """The files pass 3 writes to, and the raft-index population hint advanced before it
+    (the write cannot fail for lack of space: every block is fallocated)."""
     cdef Py_ssize_t j, nseg = 1 + len(new_segs), n = b.n
-    cdef int64_t nidx, batch_end
+    cdef int64_t nidx
     cdef Mapping m
     t.S = self.segment_size_bytes
     t.N = self.index_file_entries
@@ -437,21 +455,21 @@ cdef int _batch_target(CommitLog self, const Batch *b, list new_segs,
     t.end = self._end
     t.f0 = (b.first_index - 1) // t.N
     nidx = (b.first_index + n - 2) // t.N - t.f0 + 1
-    t.segaddr = <char **>malloc(nseg * sizeof(char *))
+    if self._stage == NULL:
+        self._stage = <char *>malloc(STAGE_BYTES)
+    t.stage = self._stage
+    t.segfd = <int *>malloc(nseg * sizeof(int))
     t.idxaddr = <char **>malloc(nidx * sizeof(char *))
-    if t.segaddr == NULL or t.idxaddr == NULL:
+    t.iov = <iovec *>malloc(IOV_MAX_N * sizeof(iovec))
+    if t.segfd == NULL or t.idxaddr == NULL or t.iov == NULL or t.stage == NULL:
         raise MemoryError()
-    t.segaddr[0] = self._cur.addr
+    t.segfd[0] = write_fd(self._cur)
     for j in range(1, nseg):
-        t.segaddr[j] = (<Mapping>new_segs[j - 1]).addr
+        t.segfd[j] = write_fd(<Mapping>new_segs[j - 1])
     for j in range(nidx):
         t.idxaddr[j] = _idx_file(self, t.f0 + j, False).addr
-    # Pages the preparer has not faulted in yet are populated by the batch itself (one
-    # madvise instead of a page fault per 4 KiB).
-    t.pop_from = max(self._cur_start + self._cur.populated, self._end)
-    batch_end = b.posp[n - 1] + b.sizes[n - 1]
-    if t.pop_from < min(batch_end, self._cur_start + t.S):
-        self._cur.populated = min(batch_end, self._cur_start + t.S) - self._cur_start
+    # Raft-index pages the preparer has not faulted in yet are populated by the batch
+    # itself (one madvise instead of a page fault per 4 KiB).
     m = _idx_file(self, t.f0, False)
     t.ipop_from = max(m.populated, (b.first_index - m.start) * IDX_ENTRY)
     t.ipop_to = min(b.first_index + n - m.start, t.N) * IDX_ENTRY
@@ -472,19 +490,51 @@ cdef void _free_batch(Batch *b) noexcept:
     free(b.sizes)
 
 
-cdef inline void _populate_span(char *base, int64_t cs, int64_t S, int64_t pos,
-                                int64_t batch_end) noexcept nogil:
-    # one madvise(MADV_POPULATE_WRITE) for the pages a batch writes in this segment
-    cdef int64_t a = pos & ~(<int64_t>4095)
-    cdef int64_t b = batch_end if batch_end < cs + S else cs + S
-    if b - a >= 65536:
-        ql_populate_write(base, a - cs, b - a)
+# Pass 3 writes through an Out: the file range [off, off + len) is pending in iov[0..n),
+# staged bytes in stage[0 .. sp) and big bodies straight from the caller's buffers.
+cdef struct Out:
+    int fd
+    int64_t off, len
+    iovec *iov
+    int n
+    char *stage
+    char *sp
 
 
-cdef void _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
-    # Pass 3: encode every record and its raft-index entry, a BLANK where a record moves
-    # on to the next segment. The columns are copied to locals: stores through the
-    # mappings could alias the structs as far as the compiler knows.
+cdef inline void _out_add(Out *o, const char *p, size_t len) noexcept nogil:
+    # the caller keeps n below IOV_MAX_N; a piece continuing the last one extends it
+    cdef iovec *last
+    if len == 0:
+        return
+    if o.n > 0:
+        last = &o.iov[o.n - 1]
+        if <const char *>last.iov_base + last.iov_len == p:
+            last.iov_len += len
+            o.len += len
+            return
+    o.iov[o.n].iov_base = <void *>p
+    o.iov[o.n].iov_len = len
+    o.n += 1
+    o.len += len
+
+
+cdef inline int _out_flush(Out *o) noexcept nogil:
+    cdef int err = 0
+    if o.n:
+        err = ql_pwritev_all(o.fd, o.iov, o.n, o.off)
+    o.off += o.len
+    o.len = 0
+    o.n = 0
+    o.sp = o.stage
+    return err
+
+
+cdef int _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
+    # Pass 3: encode every record into the staging buffer (a big body stays in the
+    # caller's buffer) and pwritev them, write each raft-index entry, a BLANK where a
+    # record moves on to the next segment. -> 0 or an errno. The columns are copied to
+    # locals: stores through the index mapping could alias the structs as far as the
+    # compiler knows.
     cdef const RecSrc *src = b.src
     cdef const uint32_t *sizes = b.sizes
     cdef const int64_t *posp = b.posp
@@ -497,31 +547,52 @@ cdef void _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
     cdef Py_ssize_t j, n = b.n
     cdef int64_t S = t.S, N = t.N
     cdef int64_t pos = t.end, cs = t.k_cur * S, seg = 0, index
-    cdef char *base = t.segaddr[0]
     cdef int64_t fcur = 0
     cdef char *ibase = t.idxaddr[0]
     cdef int64_t islot = (first_index - 1) - t.f0 * N
-    cdef int64_t batch_end = posp[n - 1] + sizes[n - 1]
-    if t.pop_from < batch_end:
-        _populate_span(base, cs, S, t.pop_from, batch_end)
+    cdef char *q
+    cdef bint apart
+    cdef int err
+    cdef Out o
+    o.fd = t.segfd[0]
+    o.off = pos - cs
+    o.len = 0
+    o.iov = t.iov
+    o.n = 0
+    o.stage = t.stage
+    o.sp = t.stage
     if t.ipop_to - t.ipop_from >= 4096:
         ql_populate_write(ibase, t.ipop_from & ~(<int64_t>4095),
                           t.ipop_to - (t.ipop_from & ~(<int64_t>4095)))
     for j in range(n):
+        if o.n >= IOV_MAX_N - 2 or (o.stage + STAGE_BYTES) - o.sp < STAGE_ROOM:
+            err = _out_flush(&o)
+            if err:
+                return err
         if posp[j] != pos:
             # the rest of this segment becomes a BLANK; the record starts the next one
-            write_blank(base + (pos - cs), <uint64_t>pos, <uint32_t>(cs + S - pos))
+            write_blank(o.sp, <uint64_t>pos, <uint32_t>(cs + S - pos))
+            _out_add(&o, o.sp, HDR)
+            o.sp += HDR
+            err = _out_flush(&o)
+            if err:
+                return err
             seg += 1
             cs += S
-            base = t.segaddr[seg]
             pos = cs
-            _populate_span(base, cs, S, pos, batch_end)
+            o.fd = t.segfd[seg]
+            o.off = 0
         index = first_index + j
-        encode_record(base + (pos - cs), &src[j], T_MESSAGE, flags, <uint64_t>index,
-                      <uint64_t>term, <uint64_t>pos,
-                      <uint64_t>(qoffs[j] if qoffs != NULL else qoff0 + j),
-                      borns[j] if borns != NULL else born0, store,
-                      <uint32_t>(qids[j] if qids != NULL else qid0), sizes[j], True)
+        apart = src[j].body_len >= APART_BODY
+        q = encode_staged(o.sp, &src[j], <uint64_t>index, <uint64_t>term, <uint64_t>pos,
+                          <uint64_t>(qoffs[j] if qoffs != NULL else qoff0 + j),
+                          borns[j] if borns != NULL else born0, store,
+                          <uint32_t>(qids[j] if qids != NULL else qid0), sizes[j], flags,
+                          apart)
+        _out_add(&o, o.sp, <size_t>(q - o.sp))
+        o.sp = q
+        if apart:
+            _out_add(&o, src[j].body, src[j].body_len)
         if islot == N:
             fcur += 1
             ibase = t.idxaddr[fcur]
@@ -530,4 +601,4 @@ cdef void _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
                     T_MESSAGE)
         islot += 1
         pos += sizes[j]
-    ql_store_fence()     # streaming stores are weakly ordered: complete them before _end moves
+    return _out_flush(&o)

@@ -21,6 +21,10 @@ cdef write_checkpoint(CommitLog self, bint clean, int64_t min_position=-1):
     if self._flushed_index > self._idx_synced:
         _msync_index(self, max(self._idx_synced + 1, self._first_index, 1), self._flushed_index)
         self._idx_synced = self._flushed_index
+    if (self._flushed_index - 1) // self.index_file_entries > self._dir_synced_idxf:
+        # the anchor's raft-index file is new: its name must be durable too (see flush_log)
+        _sync_dir_or_fail(self, self._idxdir)
+        self._dir_synced_idxf = (self._flushed_index - 1) // self.index_file_entries
     ci = self._committed_index
     cp = self._committed_pos
     if ci > self._flushed_index:   # committed never exceeds flushed in one checkpoint

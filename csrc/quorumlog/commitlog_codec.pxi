@@ -118,15 +118,13 @@ cdef struct RecSrc:
     int64_t tag_hash
 
 
-cdef inline void encode_record(char *dst, const RecSrc *s, uint8_t rtype, uint32_t flags,
-                               uint64_t index, uint64_t term, uint64_t position,
-                               uint64_t queue_offset, int64_t born, int64_t store,
-                               uint32_t queue_id, uint32_t size, bint nt=False) noexcept nogil:
-    # nt: copy a big body with streaming stores and CRC it from the source (the copy is
-    # then not read back from the mapping); the caller fences before publishing
+cdef inline char *encode_head(char *dst, const RecSrc *s, uint8_t rtype, uint32_t flags,
+                              uint64_t index, uint64_t term, uint64_t position,
+                              uint64_t queue_offset, int64_t born, int64_t store,
+                              uint32_t queue_id, uint32_t size) noexcept nogil:
+    # the header and the fields before the body (CRC not set) -> where the body goes
     cdef RecHeader *h = <RecHeader *>dst
     cdef char *p = dst + HDR
-    cdef uint32_t c
     h.total_size = size
     h.magic = MAGIC
     h.version = VERSION
@@ -158,14 +156,36 @@ cdef inline void encode_record(char *dst, const RecSrc *s, uint8_t rtype, uint32
     if s.props_len:
         memcpy(p, s.props, s.props_len)
         p += s.props_len
-    if nt and s.body_len >= NT_BODY:
-        ql_copy_nt(p, s.body, s.body_len)
-        c = ql_crc32c_update(0xFFFFFFFFu, dst + 4, <size_t>(p - dst) - 4)
-        h.crc = ql_crc32c_update(c, s.body, s.body_len) ^ 0xFFFFFFFFu
-        return
+    return p
+
+
+cdef inline void encode_record(char *dst, const RecSrc *s, uint8_t rtype, uint32_t flags,
+                               uint64_t index, uint64_t term, uint64_t position,
+                               uint64_t queue_offset, int64_t born, int64_t store,
+                               uint32_t queue_id, uint32_t size) noexcept nogil:
+    cdef char *p = encode_head(dst, s, rtype, flags, index, term, position, queue_offset,
+                               born, store, queue_id, size)
     if s.body_len:
         memcpy(p, s.body, s.body_len)
-    h.crc = ql_crc32c(dst + 4, size - 4)
+    (<RecHeader *>dst).crc = ql_crc32c(dst + 4, size - 4)
+
+
+cdef inline char *encode_staged(char *dst, const RecSrc *s, uint64_t index, uint64_t term,
+                                uint64_t position, uint64_t queue_offset, int64_t born,
+                                int64_t store, uint32_t queue_id, uint32_t size,
+                                uint32_t flags, bint body_apart) noexcept nogil:
+    # A MESSAGE into the staging buffer, its body too unless `body_apart` (the caller then
+    # writes the body from s.body); the CRC is taken from the source either way
+    # -> the end of what was staged.
+    cdef char *p = encode_head(dst, s, T_MESSAGE, flags, index, term, position, queue_offset,
+                               born, store, queue_id, size)
+    cdef uint32_t c = ql_crc32c_update(0xFFFFFFFFu, dst + 4, <size_t>(p - dst) - 4)
+    (<RecHeader *>dst).crc = ql_crc32c_update(c, s.body, s.body_len) ^ 0xFFFFFFFFu
+    if body_apart:
+        return p
+    if s.body_len:
+        memcpy(p, s.body, s.body_len)
+    return p + s.body_len
 
 
 cdef bint _entries_fill(const char *p, Py_ssize_t n, int per_entry) noexcept:

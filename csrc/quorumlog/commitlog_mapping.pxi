@@ -9,8 +9,12 @@ cdef class Mapping:
         self.size = 0
         self._stride = 1
         self.populated = 0
+        self.fd = -1
 
     def __dealloc__(self):
+        if self.fd >= 0:
+            close(self.fd)
+            self.fd = -1
         if self.addr != NULL:
             munmap(self.addr, <size_t>self.size)
             self.addr = NULL
@@ -46,6 +50,22 @@ cdef class Mapping:
 
     def __repr__(self):
         return f"<Mapping {self.path!r} start={self.start} size={self.size}>"
+
+
+cdef int write_fd(Mapping m) except -1:
+    """The descriptor appends write `m`'s file through, opened on first use."""
+    if m.fd < 0:
+        try:
+            m.fd = os.open(m.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            raise StorageError(f"segment {m.path}: {e.strerror}", m.path, e.errno) from None
+    return m.fd
+
+
+cdef void close_write_fd(Mapping m) noexcept:
+    if m is not None and m.fd >= 0:
+        close(m.fd)
+        m.fd = -1
 
 
 def _disk_error(int err, str what, str path=None):
@@ -168,6 +188,7 @@ cdef Mapping _new_segment_mapping(CommitLog self, int64_t k):
 
 
 cdef _install_segment(CommitLog self, Mapping m):
+    close_write_fd(self._cur)      # nothing is appended to the old segment any more
     self._segs.append(m)
     self._views.append(memoryview(m))
     self._cur = m
@@ -211,6 +232,8 @@ cdef Mapping _new_seg_at(CommitLog self, list new_segs, int64_t position):
 
 cdef forget_mappings(CommitLog self):
     """Drop the log's references to its mappings (each is unmapped with its last view)."""
+    for m in self._segs:
+        close_write_fd(<Mapping>m)
     self._segs = []
     self._views = []
     self._idx = []

@@ -1,6 +1,9 @@
 # Included by _commitlog.pyx: work kept off the append path -- the preparer thread maps and
 # preallocates the next segment once the current one is half full, and keeps the pages
-# ahead of the end of the log faulted in for writing (MADV_POPULATE_WRITE).
+# ahead of the end of the log faulted in for writing (MADV_POPULATE_WRITE): the raft-index
+# file's always, the segment's only while records are written through the mapping (single
+# appends). Batches and replicated ranges are written with pwritev, which fills new pages
+# from the buffer; populating them first would zero every page for nothing.
 
 cdef _discard_prepared(CommitLog self):
     # Called with _prep_cv held. A prepared file the log will not use is unlinked so it
@@ -34,17 +37,21 @@ cdef void _populate(CommitLog self, int64_t upto):
             ql_populate_write(m.addr, a, b - a)
         if b > m.populated:
             m.populated = b
-    _want_populated(self, upto)
+    _want_populated(self, upto, True)
 
 
-cdef inline void _want_populated(CommitLog self, int64_t upto):
-    # Ask the preparer to keep pages faulted in ahead of `upto`; it is woken only when
-    # the populated margin falls below BG_POPULATE_LOW (once per ~16 MiB written).
+cdef inline void _want_populated(CommitLog self, int64_t upto, bint segment):
+    # Ask the preparer to keep pages faulted in ahead of `upto` (the segment's too when
+    # `segment`); it is woken only when the populated margin falls below BG_POPULATE_LOW
+    # (once per ~16 MiB written).
     if not self.preallocate_next or self._stopping:
         return
-    if self._pop_want - upto >= BG_POPULATE_LOW:
+    if self._pop_want - upto >= BG_POPULATE_LOW and (
+            not segment or self._seg_pop_want - upto >= BG_POPULATE_LOW):
         return
     self._pop_want = upto + BG_POPULATE_AHEAD
+    if segment:
+        self._seg_pop_want = self._pop_want
     with self._prep_cv:
         self._prep_cv.notify_all()
 
@@ -69,7 +76,7 @@ cdef bint _pop_span(CommitLog self, bint index_file, int64_t cap, int64_t *lo, i
         if m is None:
             return False
         written = self._end - m.start
-        want = self._pop_want - m.start
+        want = self._seg_pop_want - m.start
     a = m.populated & ~(<int64_t>4095)   # the hint may be mid-page (madvise needs pages)
     if a < written:
         a = written & ~(<int64_t>4095)
@@ -151,11 +158,12 @@ cdef prepare_loop(CommitLog self):
         try:
             m = map_file(_seg_path(self, want // self.segment_size_bytes),
                          self.segment_size_bytes, want, True, True, "segment")
-            # Fault in the first pages for writing, so the first appends into the new
-            # segment do not pay for page-cache allocation.
-            with nogil:
-                ql_populate_write(m.addr, 0, min(m.size, 4 << 20))
-            m.populated = min(m.size, 4 << 20)
+            if self._seg_pop_want > self._cur_start:
+                # single appends write through the mapping: fault in the first pages
+                # for writing, so they do not pay for page-cache allocation
+                with nogil:
+                    ql_populate_write(m.addr, 0, min(m.size, 4 << 20))
+                m.populated = min(m.size, 4 << 20)
         except Exception as e:  # DiskFullError: the append path retries and reports it
             log.debug("preparing segment %d failed: %s", want, e)
             self._prep_error = e

@@ -3,6 +3,11 @@
 # intact data after it (mid-log corruption names file and offset), cut a torn tail, make the
 # raft index agree with the log, and restore the durable positions.
 
+# The page size write-back works in (the smallest of the platforms the store runs on; a
+# larger page is a run of these).
+cdef enum:
+    LOST_PAGE = 4096
+
 # What the scan of the log at open found.
 cdef struct Scan:
     int64_t min_pos          # start of the first segment
@@ -77,6 +82,14 @@ cdef recover(CommitLog self):
     if not self.read_only:
         _write_marker(abort_path, identity)
         _fsync_dir(self.path)
+        # the files recovery found (or made) have durable names from here on; later ones
+        # are synced by the flush that first covers them
+        for d in (self._segdir, self._idxdir):
+            if os.path.isdir(d):
+                _fsync_dir(d)
+    self._dir_synced_seg = (<Mapping>self._segs[len(self._segs) - 1]).start // \
+        self.segment_size_bytes
+    self._dir_synced_idxf = self._first_idxf + len(self._idx) - 1
 
 
 cdef _write_marker(str path, str content):
@@ -283,16 +296,21 @@ cdef _refuse_cutting_durable(CommitLog self, cp, const Scan *r):
 
 cdef _refuse_damage_before_intact(CommitLog self, cp, const Scan *r):
     # An intact record beyond the stop point means damage in the middle: refused, unless
-    # the damage lies after the checkpoint's flushed position and the writes since then may
-    # have been lost to a power cut (see page_cache_identity): write-back may reach a later
-    # page and not an earlier one, so intact records after never-flushed damage are a torn
-    # tail too (cut, and counted in the warning).
-    cdef int64_t i = r.last_index + 1, j, dropped = 0
+    # the damage lies after the checkpoint's flushed position on an unclean open and can
+    # come from lost write-back (write-back may reach a later page and not an earlier one):
+    # either the page cache is another one (see page_cache_identity), or the damage has
+    # the shape lost write-back leaves -- a page reading zeros from its start (or from the
+    # stop point) to its end. The identity alone cannot tell a device remounted in the
+    # same boot (or a restored snapshot) from a killed process; a flipped bit has no such
+    # page and stays refused. Intact records after a torn tail are cut with it (counted in
+    # the warning). Damage before the flushed position never gets here (refused above).
+    cdef int64_t i = r.last_index + 1, j, dropped = 0, first_pos = -1
     cdef char *ep
     cdef const IdxEntry *e
     cdef Mapping m
-    cdef bint torn = (cp is not None and self._lost_writeback
-                      and r.stop_pos >= cp["flushed_position"])
+    cdef bint after_durable = (cp is not None and self.unclean_open
+                               and r.stop_pos >= cp["flushed_position"])
+    why = None
     while True:
         ep = _entry(self, i, False)
         if ep == NULL:
@@ -301,23 +319,69 @@ cdef _refuse_damage_before_intact(CommitLog self, cp, const Scan *r):
         if e.size == 0:
             break
         if e.position >= <uint64_t>r.stop_pos and _intact_entry(self, e, i):
-            if not torn:
-                raise_stop(self, r.stop_pos, r.stop_rc,
-                           f"raft index {i} at position {e.position} is intact")
+            if why is None:
+                why = f"raft index {i} at position {e.position} is intact"
+                first_pos = e.position
             dropped += 1
         i += 1
     for j in range(r.stop_pos // self.segment_size_bytes + 1 - self._first_seg, len(self._segs)):
         m = <Mapping>self._segs[j]
         if verify_record(m.addr, self.segment_size_bytes, m.start, True) == V_OK:
-            if not torn:
-                raise_stop(self, r.stop_pos, r.stop_rc,
-                           f"segment {m.path} starts with an intact record")
+            if why is None or m.start < first_pos:
+                why = f"segment {m.path} starts with an intact record"
+                first_pos = m.start
             dropped += 1
-    if dropped:
-        log.warning("%s: the log's writes after position %d were never flushed and may have "
-                    "been lost to a power cut: damage at position %d is a torn tail; %d "
-                    "intact record(s) after it (raft-index entries or segment starts) are "
-                    "dropped with it", self.path, cp["flushed_position"], r.stop_pos, dropped)
+    if not dropped:
+        return
+    if not (after_durable and (self._lost_writeback
+                               or _lost_page_between(self, r.stop_pos,
+                                                     _damaged_end(self, r.stop_pos, first_pos)))):
+        raise_stop(self, r.stop_pos, r.stop_rc, why)
+    # write-back was lost, whatever the identity said: unflushed writes are gone (the
+    # replica's Raft recovery asks lost_writes_possible before it votes or stands)
+    self._lost_writeback = True
+    log.warning("%s: the log's writes after position %d were never flushed and may have "
+                "been lost to a power cut: damage at position %d is a torn tail; %d "
+                "intact record(s) after it (raft-index entries or segment starts) are "
+                "dropped with it", self.path, cp["flushed_position"], r.stop_pos, dropped)
+
+
+cdef int64_t _damaged_end(CommitLog self, int64_t pos, int64_t hi):
+    """Where the damaged record at pos ends when its header still names a size that fits
+    (the lost page is one of its pages: not the zeros of a BLANK after it), else hi."""
+    cdef int64_t S = self.segment_size_bytes
+    cdef Mapping m = _seg(self, pos // S)
+    cdef const RecHeader *h
+    if m is None or m.start + S - pos < HDR:
+        return hi
+    h = <const RecHeader *>(m.addr + (pos - m.start))
+    if h.magic == MAGIC and HDR <= h.total_size <= <uint64_t>(m.start + S - pos):
+        return min(hi, pos + <int64_t>h.total_size)
+    return hi
+
+
+cdef bint _lost_page_between(CommitLog self, int64_t lo, int64_t hi):
+    """A page of [lo, hi) reads zeros from its start (or from lo) to its end: what a page
+    whose write-back was lost holds (never written: zeros; written back earlier: the log's
+    end then, a record boundary, followed by zeros)."""
+    cdef int64_t S = self.segment_size_bytes, p = lo, pend, a
+    cdef Mapping m
+    cdef const unsigned char *b
+    cdef bint zero
+    while p < hi:
+        pend = (p // LOST_PAGE + 1) * LOST_PAGE
+        m = _seg(self, p // S)
+        if m is not None:
+            b = <const unsigned char *>m.addr
+            zero = True
+            for a in range(p - m.start, pend - m.start):
+                if b[a]:
+                    zero = False
+                    break
+            if zero:
+                return True
+        p = pend
+    return False
 
 
 cdef _cut_tail(CommitLog self, const Scan *r):
@@ -399,16 +463,31 @@ cdef _rewrite_index(CommitLog self, int64_t start, int64_t stop_pos):
                 or e.type != h.type or e.pad0 or e.pad1 or e.pad2):
             write_index(ep, pos, h.raft_term, h.total_size, h.type)
         pos += h.total_size
-    # entries beyond the last record are zeroed
-    i = self._next_index
-    while True:
-        ep = _entry(self, i, False)
-        if ep == NULL or (<const IdxEntry *>ep).size == 0:
-            break
-        memset(ep, 0, IDX_ENTRY)
-        i += 1
+    _zero_index_after(self, self._next_index)
     if self._next_index >= 1 and not self.read_only:
         _entry(self, self._next_index, True)
+
+
+cdef _zero_index_after(CommitLog self, int64_t first):
+    # Entries from `first` on (beyond the last record) are zeroed to the end of every index
+    # file held, not only up to the first zero entry: a page of entries whose write-back
+    # was lost reads zeros while a later page of stale entries was written, and those
+    # would be taken for records past the end at the next open once appends reach them.
+    cdef int64_t N = self.index_file_entries, lo, off, n, x
+    cdef Mapping m
+    cdef unsigned char *b
+    for m in self._idx:
+        lo = max(first, m.start)
+        if lo >= m.start + N:
+            continue
+        b = <unsigned char *>m.addr
+        off = (lo - m.start) * IDX_ENTRY
+        n = (m.start + N - lo) * IDX_ENTRY
+        for x in range(off, off + n):
+            if b[x]:
+                # only from the first stale byte: zeroing writes (dirties) the pages
+                memset(b + x, 0, off + n - x)
+                break
 
 
 cdef _restore_durable_state(CommitLog self, cp, const Scan *r):

@@ -49,7 +49,8 @@ cdef int64_t append_replicated_range(CommitLog self, raw) except? -1:
             _install_segment(self, m)
         if self._first_index == 0 or first_index == 1:
             self._first_index = min(self._first_index or first_index, first_index)
-        _advance_end(self, plan.pos, plan.expect, plan.term, 0, plan.expect - first_index, n)
+        _advance_end(self, plan.pos, plan.expect, plan.term, 0, plan.expect - first_index, n,
+                     False)
     finally:
         _release(self)
     return plan.expect - 1
@@ -141,25 +142,34 @@ cdef int _check_replicated_record(CommitLog self, const char *p, Py_ssize_t off,
 
 cdef int _write_replicated(CommitLog self, const char *p, Py_ssize_t n, int64_t first_index,
                            list new_segs, list runs, list blanks) except -1:
-    """Write the planned BLANKs, copy the runs, and write the raft-index entries."""
+    """Write the planned BLANKs, the runs (pwrite from the received buffer: no page of
+    the segment needs zeroing first), and the raft-index entries."""
     cdef int64_t S = self.segment_size_bytes, bp, r_src, r_dst, r_len, i
     cdef Py_ssize_t off
     cdef const RecHeader *h
     cdef Mapping m
     cdef bint release_gil = n >= NOGIL_BYTES
+    cdef char blank[HDR]
+    cdef int fd, err = 0
     for bpos in blanks:
         bp = bpos
         m = _new_seg_at(self, new_segs, bp)
-        write_blank(m.addr + (bp - m.start), <uint64_t>bp, <uint32_t>(m.start + S - bp))
+        write_blank(blank, <uint64_t>bp, <uint32_t>(m.start + S - bp))
+        err = ql_pwrite_all(write_fd(m), blank, HDR, bp - m.start)
+        if err:
+            _fail_replicated(self, m, new_segs, err)
         self.n_blank += 1
     for r in runs:
         r_src, r_dst, r_len = r
         m = _new_seg_at(self, new_segs, r_dst)
+        fd = write_fd(m)
         if release_gil:
             with nogil:
-                memcpy(m.addr + (r_dst - m.start), p + r_src, r_len)
+                err = ql_pwrite_all(fd, p + r_src, r_len, r_dst - m.start)
         else:
-            memcpy(m.addr + (r_dst - m.start), p + r_src, r_len)
+            err = ql_pwrite_all(fd, p + r_src, r_len, r_dst - m.start)
+        if err:
+            _fail_replicated(self, m, new_segs, err)
     off = 0
     i = first_index
     while off < n:
@@ -168,3 +178,14 @@ cdef int _write_replicated(CommitLog self, const char *p, Py_ssize_t n, int64_t 
         off += h.total_size
         i += 1
     return 0
+
+
+cdef int _fail_replicated(CommitLog self, Mapping m, list new_segs, int err) except -1:
+    # A write error (not lack of space: every block is fallocated). Nothing of the range
+    # is published; what reached the files lies past the end (a torn tail at recovery).
+    for mm in new_segs:
+        try:
+            os.unlink((<Mapping>mm).path)
+        except OSError:
+            pass
+    _fail(self, f"writing {m.path}", err)

@@ -71,6 +71,7 @@ cdef int _unlink_after(CommitLog self, int64_t new_end) except -1:
     while len(self._segs) > k_new - self._first_seg + 1:
         m = <Mapping>self._segs.pop()
         self._views.pop()
+        close_write_fd(m)
         try:
             os.unlink(m.path)
         except FileNotFoundError:
@@ -79,6 +80,8 @@ cdef int _unlink_after(CommitLog self, int64_t new_end) except -1:
     self._cur = <Mapping>self._segs[len(self._segs) - 1]
     self._cur_start = self._cur.start
     _fsync_dir(self._segdir)
+    if self._dir_synced_seg > k_new:
+        self._dir_synced_seg = k_new     # a file made again under a gone name needs a sync
     return 0
 
 

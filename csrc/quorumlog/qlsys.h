@@ -1,5 +1,5 @@
 /* Small POSIX helpers for _commitlog.pyx: open + posix_fallocate + mmap of a log file,
- * msync, zeroing a file range, and the wall clock. Plain C returning errno codes so the
+ * msync, zeroing a file range, writing at a position (pwrite/pwritev), and the wall clock. Plain C returning errno codes so the
  * Cython side can call them without the GIL and map ENOSPC to DiskFullError. */
 #ifndef QL_SYS_H
 #define QL_SYS_H
@@ -9,13 +9,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <linux/falloc.h>
-#endif
-#if defined(__x86_64__)
-#include <emmintrin.h>
 #endif
 
 static inline int64_t ql_now_ms(void) {
@@ -138,6 +136,53 @@ static int ql_zero_range(const char *path, char *base, int64_t off, int64_t len)
     return 0;
 }
 
+/* pwritev all of iov[0..n) at `off`, resuming after a short write or EINTR (iov is
+ * modified). Writing the log with pwrite instead of through the mapping: a write that
+ * covers whole pages of a fallocated (unwritten) extent fills the new page-cache pages
+ * straight from the buffer, where a fault through the mapping first zeroes each page. The
+ * blocks are fallocated, so this cannot fail for lack of space. Returns 0 or an errno. */
+/* Test hook (the extension's _fail_write): the next pwrite of the log fails once with
+ * `ql_write_fault` without writing anything. */
+static int ql_write_fault = 0;
+
+static inline void ql_fail_write(int err) {
+    ql_write_fault = err;
+}
+
+static int ql_pwritev_all(int fd, struct iovec *iov, int n, int64_t off) {
+    if (ql_write_fault) {
+        int err = ql_write_fault;
+        ql_write_fault = 0;
+        return err;
+    }
+    while (n > 0) {
+        ssize_t w = pwritev(fd, iov, n, off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (w == 0) return EIO;
+        off += w;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+static int ql_pwrite_all(int fd, const char *buf, int64_t len, int64_t off) {
+    struct iovec v;
+    v.iov_base = (void *)buf;
+    v.iov_len = (size_t)len;
+    return len > 0 ? ql_pwritev_all(fd, &v, 1, off) : 0;
+}
+
 /* Pre-fault pages for writing (Linux >= 5.14); errors are ignored by the caller. */
 static int ql_populate_write(char *base, int64_t off, int64_t len) {
 #ifdef MADV_POPULATE_WRITE
@@ -146,38 +191,6 @@ static int ql_populate_write(char *base, int64_t off, int64_t len) {
 #else
     (void)base; (void)off; (void)len;
     return ENOSYS;
-#endif
-}
-/* Copy n bytes with non-temporal (streaming) stores for the 64-byte-aligned middle: the
- * destination is a page-cache page the CPU will not read again soon, so skipping the
- * read-for-ownership of every line and the cache pollution saves memory bandwidth on big
- * records. The caller issues ql_store_fence() before publishing what it wrote. */
-static inline void ql_copy_nt(char *dst, const char *src, size_t n) {
-#if defined(__x86_64__)
-    size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
-    if (n < 512) { memcpy(dst, src, n); return; }
-    memcpy(dst, src, head);
-    dst += head; src += head; n -= head;
-    while (n >= 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
-        _mm_stream_si128((__m128i *)dst, a);
-        _mm_stream_si128((__m128i *)(dst + 16), b);
-        _mm_stream_si128((__m128i *)(dst + 32), c);
-        _mm_stream_si128((__m128i *)(dst + 48), d);
-        dst += 64; src += 64; n -= 64;
-    }
-    memcpy(dst, src, n);
-#else
-    memcpy(dst, src, n);
-#endif
-}
-
-static inline void ql_store_fence(void) {
-#if defined(__x86_64__)
-    _mm_sfence();
 #endif
 }
 #endif

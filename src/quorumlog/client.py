@@ -6,12 +6,22 @@
 
 * Connects to any member and follows NOT_LEADER redirects to the leader (the error names the
   leader's client address); with no address known it tries the other members.
-* Idempotent retries: the client has a random 63-bit producer id and numbers its batches; a
-  retried batch keeps its sequence number, so a leader (a new one after failover too) that
-  already holds it answers with the original result instead of appending it twice. Retries
-  go on (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, timeouts and lost
-  connections, until `retry_timeout` runs out.
-* produce_many(topic, batches, window=8) keeps up to `window` batches in flight.
+* Idempotent producer (docs/node.md "Idempotent produce"): the client has a random 63-bit
+  producer id and numbers its batches; a retried batch keeps its sequence number, so a
+  leader (a new one after failover too) that already holds it answers with the original
+  result instead of appending it twice. At most `max_in_flight` (<= MAX_PRODUCER_IN_FLIGHT,
+  8, what a leader remembers per producer) sequences are unresolved at once: a new batch
+  waits until the oldest unresolved one is less than max_in_flight behind it. Each attempt
+  tells the leader the lowest unresolved sequence (base_sequence), so a leader that lacks
+  the batch before this one while the client still has it in flight answers
+  OUT_OF_ORDER_SEQUENCE. After a retriable error no batch is sent while an older one waits
+  to be sent again, so the batches reach the leader oldest first and pipelining resumes
+  behind them (as Kafka's producer does); the oldest handles the error. Retries go on
+  (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE,
+  timeouts and lost connections, until `retry_timeout` runs out; a batch that fails is given
+  up (its outcome is unknown unless the error refused it) and the next one goes on.
+* produce_many(topic, batches, window=8) keeps up to `window` (<= max_in_flight) batches in
+  flight.
 * Many concurrent single-message produce() calls on one client (while others are in flight)
   go as one request per loop turn and topic/queue/tags; each caller gets its own message's
   acknowledgement (`coalesce=False` sends one request per message).
@@ -23,13 +33,15 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import threading
 from typing import NamedTuple
 
-from .errors import AuthenticationError, ConnectionLimitError, QuorumlogError
-from ._clientframe import decode_fetched
+from .errors import (AuthenticationError, ConnectionLimitError, InvalidArgumentError,
+                     OutOfOrderSequenceError, QuorumlogError)
+from ._clientframe import decode_fetched, encode_bodies
 from .net import codec
 from .net import messages as m
 from .net.auth import AuthConfig
@@ -42,7 +54,8 @@ log = logging.getLogger(__name__)
 __all__ = ["AsyncClient", "Client", "FetchResult", "IncompleteAcknowledgementError"]
 
 _RETRYABLE = (NotLeaderError, LeaderTransferringError, BackpressureError, TimeoutError,
-              TransportClosedError, ConnectionError, OSError, m.RequestTimeoutError)
+              TransportClosedError, ConnectionError, OSError, m.RequestTimeoutError,
+              OutOfOrderSequenceError)
 _PRODUCE_TYPE = codec.spec_for(m.ProduceRequest("t", [])).type_code
 
 
@@ -63,25 +76,153 @@ class FetchResult(NamedTuple):
     messages: list           # FetchedMessage (quorumlog._clientframe), one per message
 
 
+def _check_window(name: str, n) -> int:
+    if type(n) is not int or not 1 <= n <= m.MAX_PRODUCER_IN_FLIGHT:
+        raise InvalidArgumentError(
+            f"{name}={n!r}: an idempotent producer keeps 1..{m.MAX_PRODUCER_IN_FLIGHT} batches "
+            f"in flight (MAX_PRODUCER_IN_FLIGHT: a leader remembers the last "
+            f"{m.MAX_PRODUCER_IN_FLIGHT} batches of each producer, and a retry of an older one "
+            "could not be told from a new batch)")
+    return n
+
+
 def _addr(a) -> tuple[str, int]:
-    if isinstance(a, tuple):
-        return a[0], int(a[1])
-    host, _, port = str(a).rpartition(":")
-    return host.strip("[]"), int(port)
+    """("host", port) or "host:port" -> (host, port); InvalidArgumentError saying what a
+    server address looks like otherwise (e.g. "localhost" without its port)."""
+    if isinstance(a, tuple) and len(a) == 2:
+        host, port = a
+    else:
+        host, sep, port = str(a).rpartition(":")
+        if not sep:
+            raise InvalidArgumentError(f"server address {a!r} has no port: give "
+                                       "'host:port' of a replica's client listener, e.g. "
+                                       f"'{a}:8001'")
+        host = host.strip("[]")
+    try:
+        p = int(port)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"server address {a!r}: port {port!r} is not a number "
+                                   "(give 'host:port')") from None
+    if not host or not 0 < p <= 65535:
+        raise InvalidArgumentError(f"server address {a!r}: need a host and a port in "
+                                   "1..65535 ('host:port')")
+    return host, p
 
 
 class _EncodedProduce:
     """A ProduceRequest whose frame payload was built by the Cython framer (sent with
-    ClientChannel.request_encoded)."""
+    ClientChannel.request_encoded). `parts` is made per attempt: the fixed fields carry the
+    window's lowest unresolved sequence at the time of sending (base_sequence)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("vals", "rest", "window", "seq")
 
-    def __init__(self, parts):
-        self.parts = parts
+    def __init__(self, vals: list, rest: list, window: "_ProducerWindow | None", seq: int):
+        self.vals, self.rest, self.window, self.seq = vals, rest, window, seq
+
+    @property
+    def parts(self) -> list:
+        vals = self.vals
+        if self.window is not None:
+            vals[_BASE_FIELD] = self.window.base()
+        return [_PRODUCE_SPEC.fixed_struct.pack(*vals) + self.rest[0], *self.rest[1:]]
+
+
+class _ProducerWindow:
+    """The sequences of this client's producer id that are unresolved (sent, neither
+    acknowledged nor given up). A new sequence is handed out only while it is less than
+    `limit` above the lowest unresolved one, so every batch a client may retry is among the
+    last `limit` batches the leader remembers (node/producers.py): a retry is never too old to
+    tell. Sequences start at 1, are never reused, and go to callers in the order they asked
+    (first come, first numbered: a producer's batches are numbered in the order it made them).
+
+    Sending in order: a batch whose attempt failed is `failed` until it is sent again; no
+    batch is sent while an older one is failed (`turn`), so after an error the batches reach
+    the leader oldest first and pipelining resumes behind them (Kafka's producer: one request
+    in flight until the oldest succeeds, learned from, not copied)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.next = 1
+        self._low = 1
+        self._open: set = set()
+        self._failed: set = set()
+        self._queue: collections.deque = collections.deque()   # futures waiting for a number
+        self._waiters: list = []          # (seq, future) waiting for a change
+
+    def base(self) -> int:
+        """The lowest unresolved sequence (self.next if none is)."""
+        while self._low < self.next and self._low not in self._open:
+            self._low += 1
+        return self._low
+
+    def _room(self) -> bool:
+        return not self._open or self.next - self.base() < self.limit
+
+    def _take(self) -> int:
+        seq = self.next
+        self.next += 1
+        self._open.add(seq)
+        return seq
+
+    async def acquire(self) -> int:
+        if not self._queue and self._room():
+            return self._take()
+        fut = asyncio.get_running_loop().create_future()
+        self._queue.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())      # numbered, never sent: given up
+            raise
+
+    def release(self, seq: int) -> None:
+        self._open.discard(seq)
+        self._failed.discard(seq)
+        while self._queue and self._room():
+            fut = self._queue.popleft()
+            if not fut.done():
+                fut.set_result(self._take())
+        self._notify()
+
+    def failed(self, seq: int) -> None:
+        self._failed.add(seq)
+
+    def older_failed(self, seq: int) -> bool:
+        return any(s < seq for s in self._failed)
+
+    async def turn(self, seq: int, deadline: float) -> None:
+        """Until no batch older than `seq` waits to be sent again; then `seq` is being sent
+        (TimeoutError at `deadline`, loop time)."""
+        while self.older_failed(seq):
+            await self.changed(deadline, seq)
+        if seq in self._failed:
+            self._failed.discard(seq)
+            self._notify()
+
+    async def changed(self, deadline: float, seq: int = 0) -> None:
+        """Until the next release or resend (TimeoutError at `deadline`). Waiters wake in
+        sequence order, so their resends go out oldest first."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        try:
+            await asyncio.wait_for(fut, max(0.0, deadline - asyncio.get_running_loop().time()))
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    def _notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        waiters.sort(key=lambda w: w[0])
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
 
 _MAX_IMMEDIATE_REDIRECTS = 3    # per request, before the retry backoff applies
 _PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
+_SEQUENCE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("sequence")
+_BASE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("base_sequence")
 _MAX_HEAD_CACHE = 1024           # (topic, tags) pairs whose encoded header part is kept
 
 
@@ -91,7 +232,7 @@ def _produce_head_parts(topic, tags) -> bytes:
     key = (topic, tags)
     v = _HEAD_CACHE.get(key)
     if v is None:
-        code, head = codec.encode_payload(m.ProduceRequest(topic, [], -1, tags, 0, 0, 0))
+        code, head = codec.encode_payload(m.ProduceRequest(topic, [], -1, tags, 0, 0, 0, 0))
         if len(head) != 1:
             raise QuorumlogError("unexpected produce header layout")
         # fixed fields, topic, tags, the empty bodies list's u32 count 0: keep the middle
@@ -107,21 +248,27 @@ _HEAD_CACHE: dict = {}
 
 
 def encode_produce(topic: str, bodies, queue_id: int, tags, producer_id: int, sequence: int,
-                   delay_level: int = 0) -> list:
+                   delay_level: int = 0, base_sequence: int = 0) -> list:
     """The ProduceRequest payload (codec.py's layout) as buffers: the fixed fields (checked
     by the codec's own field kinds), topic and tags (encoded once per pair), the bodies by
     the Cython framer (one C loop over the messages)."""
-    from ._clientframe import encode_bodies
+    vals, rest = _encode_produce_parts(topic, bodies, queue_id, tags, producer_id, sequence,
+                                       delay_level, base_sequence)
+    return [_PRODUCE_SPEC.fixed_struct.pack(*vals) + rest[0], *rest[1:]]
+
+
+def _encode_produce_parts(topic, bodies, queue_id, tags, producer_id, sequence,
+                          delay_level=0, base_sequence=0) -> tuple[list, list]:
+    """-> (the fixed fields' values, checked; the payload's buffers after them)."""
     spec = _PRODUCE_SPEC
-    vals = [queue_id, delay_level, producer_id, sequence]
+    vals = [queue_id, delay_level, producer_id, sequence, base_sequence]
     for i, (name, kind) in enumerate(spec.fixed):
         v = vals[i]
         if type(v) is not int or not kind.lo <= v <= kind.hi:
             # (raises naming the field, or converts an IntEnum / numpy integer)
             vals[i] = kind.check(f"{spec.name}.{name}", v, EncodeError)
-    h = spec.fixed_struct.pack(*vals) + _produce_head_parts(topic, tags)
     body_list = encode_bodies(bodies, m.MAX_BATCH_MESSAGES)
-    return [h, body_list]
+    return vals, [_produce_head_parts(topic, tags), body_list]
 
 
 _COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
@@ -169,7 +316,8 @@ class AsyncClient:
                  cluster_id: str = "quorumlog", insecure: bool = False,
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
-                 connect_timeout: float = 1.0, coalesce: bool = True):
+                 connect_timeout: float = 1.0, coalesce: bool = True,
+                 max_in_flight: int = m.MAX_PRODUCER_IN_FLIGHT):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -181,7 +329,7 @@ class AsyncClient:
         self.retry_timeout = retry_timeout
         self.producer_id = producer_id if producer_id is not None else \
             random.getrandbits(63) or 1
-        self._seq = 0
+        self._window = _ProducerWindow(_check_window("max_in_flight", max_in_flight))
         # a member that accepts TCP but does not answer (stopped, overloaded) must not hold
         # a request for long: give up on it after connect_timeout and try the next one
         self.connect_timeout = min(connect_timeout, request_timeout)
@@ -273,12 +421,21 @@ class AsyncClient:
         deadline = loop.time() + self.retry_timeout
         delay = 0.02
         redirects = 0
+        window = getattr(msg, "window", None)
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
+                if window is not None:
+                    await window.turn(msg.seq, deadline)
                 return await self._request(msg, prefer, timeout)
             except _RETRYABLE as e:
-                if isinstance(e, NotLeaderError):
+                if window is not None and await self._after_producer_error(window, msg.seq,
+                                                                           e, deadline):
+                    self.stats["retries"] += 1
+                    continue
+                if isinstance(e, OutOfOrderSequenceError):
+                    pass     # (the leader answered: stay with it)
+                elif isinstance(e, NotLeaderError):
                     addr = getattr(e, "leader_address", None)
                     if addr and redirects < _MAX_IMMEDIATE_REDIRECTS:
                         # a redirect: go to the named leader at once (also when another
@@ -308,6 +465,24 @@ class AsyncClient:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
+    @staticmethod
+    async def _after_producer_error(window: "_ProducerWindow", seq: int, e: BaseException,
+                                    deadline: float) -> bool:
+        """A producer batch's attempt failed with a retriable error -> True if an older batch
+        of the producer leads the way (its resend goes first: window.turn holds this one
+        until then), False if this batch handles the error itself (redirect, backoff)."""
+        window.failed(seq)
+        try:
+            if window.older_failed(seq):
+                return True
+            if isinstance(e, OutOfOrderSequenceError) and window.base() < seq:
+                # an older batch is still in flight (not failed yet): once it moves
+                await window.changed(deadline)
+                return True
+        except TimeoutError:
+            raise e from None
+        return False
+
     def _next_address(self):
         cur = self._channel_addr or self._leader_addr
         if cur in self.addresses:
@@ -330,12 +505,12 @@ class AsyncClient:
         await self.close()
 
     # -- produce -----------------------------------------------------------------------------
-    def next_sequence(self) -> int:
-        self._seq += 1
-        return self._seq
+    @property
+    def max_in_flight(self) -> int:
+        return self._window.limit
 
-    async def produce(self, topic: str, bodies, *, queue_id: int = -1, tags: str | None = None,
-                      sequence: int | None = None) -> m.ProduceResponse:
+    async def produce(self, topic: str, bodies, *, queue_id: int = -1,
+                      tags: str | None = None) -> m.ProduceResponse:
         """Append one message (bytes) or a batch (list of bytes) to one queue of `topic`
         (queue_id -1: the server picks, round-robin per batch). Returns once committed;
         IncompleteAcknowledgementError if the answer does not name every message.
@@ -344,21 +519,31 @@ class AsyncClient:
         producers on one client): it waits for the end of the loop turn and goes in one
         request with the other single messages of that turn for the same topic, queue and
         tags (one batch: one sequence number, one queue, retried as a whole); each caller
-        gets its own message's acknowledgement. `coalesce=False` turns this off."""
+        gets its own message's acknowledgement. `coalesce=False` turns this off.
+
+        Waits first while max_in_flight batches of this client are unresolved (module
+        docstring); its sequence is taken when it is sent."""
         if isinstance(bodies, (bytes, bytearray, memoryview)):
-            if self.coalesce and sequence is None and self._inflight:
+            if self.coalesce and self._inflight:
                 return await self._produce_coalesced(topic, bodies, queue_id, tags)
             bodies = [bodies]
         elif not isinstance(bodies, (list, tuple)):
             bodies = list(bodies)
-        seq = self.next_sequence() if sequence is None else sequence
-        return await self._produce_batch(topic, bodies, queue_id, tags, seq)
+        return await self._produce_batch(topic, bodies, queue_id, tags)
 
-    async def _produce_batch(self, topic, bodies, queue_id, tags, seq) -> m.ProduceResponse:
-        parts = encode_produce(topic, bodies, queue_id, tags, self.producer_id, seq)
+    async def _produce_batch(self, topic, bodies, queue_id, tags) -> m.ProduceResponse:
+        # (encoded before a sequence is taken: bad input costs no sequence)
+        vals, rest = _encode_produce_parts(topic, bodies, queue_id, tags, self.producer_id, 0)
+        w = self._window
         self._inflight += 1
         try:
-            r = await self._with_retries(_EncodedProduce(parts), to_leader=True)
+            seq = await w.acquire()
+            try:
+                vals[_SEQUENCE_FIELD] = seq
+                r = await self._with_retries(_EncodedProduce(vals, rest, w, seq),
+                                             to_leader=True)
+            finally:
+                w.release(seq)      # acknowledged, or given up: the next ones go on
         finally:
             self._inflight -= 1
         if len(r.positions) != len(bodies):
@@ -391,20 +576,24 @@ class AsyncClient:
         topic, queue_id, tags = key
         self.stats["coalesced_messages"] += len(group.bodies)
         group.task = asyncio.get_running_loop().create_task(
-            self._produce_batch(topic, group.bodies, queue_id, tags, self.next_sequence()))
+            self._produce_batch(topic, group.bodies, queue_id, tags))
         group.task.add_done_callback(group.distribute)
         self._group_tasks.add(group.task)
         group.task.add_done_callback(self._group_tasks.discard)
 
     async def produce_many(self, topic: str, batches, *, window: int = 8, queue_id: int = -1,
                            tags: str | None = None) -> list:
-        """Produce every batch of `batches`, at most `window` in flight; results in order."""
+        """Produce every batch of `batches`, at most `window` (<= max_in_flight) in flight;
+        results in order."""
+        if _check_window("window", window) > self.max_in_flight:
+            raise InvalidArgumentError(f"window={window} > this client's max_in_flight="
+                                       f"{self.max_in_flight}")
         sem = asyncio.Semaphore(window)
 
-        async def one(b, seq):
+        async def one(b):
             async with sem:
-                return await self.produce(topic, b, queue_id=queue_id, tags=tags, sequence=seq)
-        return await asyncio.gather(*(one(b, self.next_sequence()) for b in batches))
+                return await self.produce(topic, b, queue_id=queue_id, tags=tags)
+        return await asyncio.gather(*(one(b) for b in batches))
 
     # -- reads -------------------------------------------------------------------------------
     async def fetch(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32,
@@ -424,6 +613,34 @@ class AsyncClient:
         r = await self._with_retries(m.OffsetsRequest(topic, queue_id, timestamp_ms),
                                      to_leader=False)
         return r.offset_for_timestamp
+
+    async def get(self, topic: str, queue_id: int, offset: int, max_messages: int = 32, *,
+                  wait_ms: int = 0) -> list:
+        """The store's get(): the messages of (topic, queue) from `offset` (long-polls
+        wait_ms for the first one)."""
+        return (await self.fetch(topic, queue_id, offset, max_messages=max_messages,
+                                 wait_ms=wait_ms)).messages
+
+    # -- consumers (the store's consumer API) --------------------------------------------------
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit `group`'s progress on (topic, queue_id) (the next offset it will read):
+        replicated through the log, returns once committed on a majority."""
+        if type(offset) is not int or offset < 0:
+            raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
+        await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, offset),
+                                 to_leader=True)
+
+    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset `group` last committed for (topic, queue_id) (None: never), as the
+        member the client is connected to applied it (after a commit_offset: the leader)."""
+        r = await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, -1),
+                                     to_leader=False)
+        return None if r.offset < 0 else r.offset
+
+    async def find_by_key(self, topic: str, key: str, max_hits: int = 32) -> list:
+        """Committed messages of `topic` whose keys include `key`, newest first."""
+        r = await self._with_retries(m.FindByKeyRequest(topic, key, max_hits), to_leader=False)
+        return decode_fetched(r.records)
 
     # -- admin -------------------------------------------------------------------------------
     async def status(self, address=None) -> m.AdminResponse:
@@ -452,11 +669,11 @@ class Client:
     """AsyncClient for plain threads: its own event loop in a background thread."""
 
     def __init__(self, addresses, **kw):
+        self._ac = AsyncClient(addresses, **kw)       # (bad arguments: no thread started)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client",
                                         daemon=True)
         self._thread.start()
-        self._ac = AsyncClient(addresses, **kw)
         self._closed = False
 
     @property
@@ -487,6 +704,18 @@ class Client:
 
     def offset_for_timestamp(self, topic, queue_id, timestamp_ms):
         return self._run(self._ac.offset_for_timestamp(topic, queue_id, timestamp_ms))
+
+    def get(self, topic, queue_id, offset, max_messages=32, **kw) -> list:
+        return self._run(self._ac.get(topic, queue_id, offset, max_messages, **kw))
+
+    def commit_offset(self, group, topic, queue_id, offset) -> None:
+        return self._run(self._ac.commit_offset(group, topic, queue_id, offset))
+
+    def committed_offset(self, group, topic, queue_id):
+        return self._run(self._ac.committed_offset(group, topic, queue_id))
+
+    def find_by_key(self, topic, key, max_hits=32) -> list:
+        return self._run(self._ac.find_by_key(topic, key, max_hits))
 
     def status(self, address=None):
         return self._run(self._ac.status(address))

@@ -225,6 +225,18 @@ def _validate(cfg: StoreConfig, sources: Mapping[str, str]) -> None:
     parse_delete_when(cfg.delete_when)
 
 
+def read_toml(config_file) -> dict:
+    """The TOML file's contents (the one loader of store and node settings files);
+    ConfigError when it cannot be read or parsed."""
+    try:
+        with open(config_file, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+
+
 def load_config(config_file: str | os.PathLike | None = None,
                 environ: Mapping[str, str] | None = None, *,
                 defaults: Mapping[str, Any] | None = None, **overrides) -> StoreConfig:
@@ -236,13 +248,7 @@ def load_config(config_file: str | os.PathLike | None = None,
     profile = overrides.pop("profile", None)
     file_table: dict = {}
     if config_file is not None:
-        try:
-            with open(config_file, "rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+        data = read_toml(config_file)
         if isinstance(data.get("store"), dict):
             table = data["store"]
             extra = set(data) - {"store"}

@@ -178,3 +178,27 @@ class DrivenStoreError(QuorumlogError):
     """A write around the Raft core: the store's log is written through its core
     (MessageStore.raft_log() was taken), so put / put_batch are refused; propose a
     prepare_put() request through RaftCore.propose instead. Nothing was written."""
+
+
+# -- idempotent producers (node/producers.py; docs/node.md "Idempotent produce") ------------
+class DuplicateBatchError(QuorumlogError):
+    """The leader's log already holds this (producer id, sequence) batch (a client's retry):
+    nothing was appended; it is answered with the original's positions once committed."""
+
+    def __init__(self, message: str, first_index: int, last_index: int, term: int):
+        super().__init__(message)
+        self.first_index = first_index
+        self.last_index = last_index
+        self.term = term
+
+
+class ProducerSequenceError(InvalidArgumentError):
+    """Not retriable: the batch's sequence is not above the producer's last written one and
+    is not among the batches the leader remembers, so whether it was written cannot be told
+    (a batch retried after more than the window of later batches); nothing was appended."""
+
+
+class OutOfOrderSequenceError(QuorumlogError):
+    """Retriable: the leader does not hold the batch before this one (sequence - 1) and the
+    client still has it in flight. Nothing was appended; the client resends its in-flight
+    batches in sequence order (a new leader after a failover got them out of order)."""

@@ -42,10 +42,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalCluster:
     def __init__(self, directory, nodes: int = 3, *, flush: str = "async",
                  segment_size_bytes: int | None = None, env: dict | None = None,
-                 raft: dict | None = None, log_level: str = "INFO"):
+                 raft: dict | None = None, log_level: str = "INFO", profile: str | None = None):
         self.dir = os.path.abspath(os.fspath(directory))
         self.flush = flush
         self.segment_size_bytes = segment_size_bytes
+        self.profile = profile          # the store profile ("small": 4 MiB segments)
         self.env = dict(env or {})
         self.raft = dict(raft or {})
         self.log_level = log_level
@@ -66,11 +67,13 @@ class LocalCluster:
         self.clients = d["clients"]
         self.flush = d.get("flush", self.flush)
         self.segment_size_bytes = d.get("segment_size_bytes")
+        self.profile = d.get("profile")
         self.raft = d.get("raft", {})
 
     def _save(self) -> None:
         d = {"ids": self.ids, "peers": self.peers, "clients": self.clients,
              "flush": self.flush, "segment_size_bytes": self.segment_size_bytes,
+             "profile": self.profile,
              "raft": self.raft}
         tmp = os.path.join(self.dir, CLUSTER_FILE + ".tmp")
         with open(tmp, "w") as fh:
@@ -112,7 +115,7 @@ class LocalCluster:
             self.start_node(nid)
 
     def command(self, nid) -> list[str]:
-        cmd = [sys.executable, "-m", "quorumlog.server", "--dir", self.data_dir(nid),
+        cmd = [sys.executable, "-m", "quorumlog", "serve", "--dir", self.data_dir(nid),
                "--node-id", nid, "--peers", ",".join(f"{k}={v}" for k, v in self.peers.items()),
                "--client-addr", self.clients[nid],
                "--client-addrs", ",".join(f"{k}={v}" for k, v in self.clients.items()),
@@ -120,6 +123,8 @@ class LocalCluster:
                "--ready-file", self.pid_file(nid) + ".ready", "--log-level", self.log_level]
         if self.segment_size_bytes:
             cmd += ["--segment-size-bytes", str(self.segment_size_bytes)]
+        if self.profile:
+            cmd += ["--profile", self.profile]
         return cmd
 
     def start_node(self, nid) -> int:

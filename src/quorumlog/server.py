@@ -1,12 +1,9 @@
 """The replica server: one Node (Raft + store + peer listener) and a client listener that
 serves the client protocol (quorumlog.net.messages: produce, fetch with long-poll, offsets,
-admin), and `python -m quorumlog.server` / `quorumlog serve`.
+consumer offsets, find by key, admin); run_server runs both until SIGTERM/SIGINT. The command
+is `quorumlog serve` (quorumlog/cli/node.py):
 
-    python -m quorumlog.server --config node.toml --dir /var/lib/q1 [--node-id n1 ...]
-
-Settings: a TOML file ([node], [raft], [store] tables) < QUORUMLOG_* environment < flags
-(quorumlog.node.config). Logs go to stderr; SIGTERM/SIGINT stop the replica cleanly (the
-store is flushed and closed, the process exits 0).
+    quorumlog serve --config node.toml --dir /var/lib/q1 [--node-id n1 ...]
 
 Requests on a follower: reads (fetch, offsets, status) are served from its own committed,
 dispatched data; writes and leadership/membership changes answer NOT_LEADER with the leader's
@@ -14,13 +11,10 @@ id and client address, which clients follow.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
-import sys
 import time
 
 from .errors import ConfigError, InvalidArgumentError, QuorumlogError
@@ -29,12 +23,12 @@ from .net import messages as m
 from .net.auth import AuthConfig
 from .net.errors import NetError
 from .net.transport import PeerTransport, TransportConfig
-from .node.config import NodeConfig, load_node_config, parse_address, read_secret
+from .node.config import NodeConfig, parse_address, read_secret
 from .node.driver import Node
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientService", "run_server", "main"]
+__all__ = ["ClientService", "run_server"]
 
 # replies queued for one connection are written at this many buffers even mid-turn
 _MAX_PARTS_PER_WRITE = 256
@@ -166,6 +160,10 @@ class ClientService:
                 resp = self._offsets(msg)
             elif isinstance(msg, m.AdminRequest):
                 resp = await self._admin(msg)
+            elif isinstance(msg, m.ConsumerOffsetRequest):
+                resp = await self._consumer_offset(msg)
+            elif isinstance(msg, m.FindByKeyRequest):
+                resp = self._find_by_key(msg)
             else:
                 raise m.UnsupportedRequestError(f"{type(msg).__name__} is not a request")
         except asyncio.CancelledError:
@@ -199,7 +197,7 @@ class ClientService:
             # into one proposal (Node._queue_put); over time every queue gets its share
             qid = (k >> 5) % nq
         return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
-                "sequence": req.sequence}
+                "sequence": req.sequence, "base_sequence": req.base_sequence}
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
@@ -238,6 +236,18 @@ class ClientService:
             ts = st.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)
         return m.OffsetsResponse(st.min_offset(req.topic, req.queue_id),
                                  st.max_offset(req.topic, req.queue_id), ts)
+
+    async def _consumer_offset(self, req: m.ConsumerOffsetRequest) -> m.ConsumerOffsetResponse:
+        """A commit goes through the Raft core (leader only, else NOT_LEADER); a read is
+        served from this member's applied offsets."""
+        if req.offset >= 0:
+            await self.node.commit_offsets(req.group, [(req.topic, req.queue_id, req.offset)])
+        got = self.node.store.committed_offset(req.group, req.topic, req.queue_id)
+        return m.ConsumerOffsetResponse(-1 if got is None else got)
+
+    def _find_by_key(self, req: m.FindByKeyRequest) -> m.FindByKeyResponse:
+        msgs = self.node.store.find_by_key(req.topic, req.key, req.max_hits)
+        return m.FindByKeyResponse([msg.raw() for msg in msgs])
 
     async def _admin(self, req: m.AdminRequest) -> m.AdminResponse:
         node = self.node
@@ -307,63 +317,3 @@ async def run_server(path, cfg: NodeConfig, raft_cfg, store_cfg, *, stop_event=N
             await service.stop()
         await node.stop()
     return 0
-
-
-def build_parser(prog="quorumlog serve") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run one replica of a quorumlog group.")
-    p.add_argument("--dir", required=True, help="the replica's data directory")
-    p.add_argument("--config", help="TOML file with [node], [raft], [store] tables")
-    p.add_argument("--node-id")
-    p.add_argument("--peers", help="id=host:port,... of every voter (this node included)")
-    p.add_argument("--client-addr", help="host:port of the client listener")
-    p.add_argument("--client-addrs", help="id=host:port,... client listeners of all members")
-    p.add_argument("--cluster-id")
-    p.add_argument("--secret-file")
-    p.add_argument("--insecure", action="store_true", default=None)
-    p.add_argument("--flush", choices=("sync", "async"))
-    p.add_argument("--segment-size-bytes", type=int)
-    p.add_argument("--ready-file", help="written (with the pid) once the listeners are up")
-    p.add_argument("--log-level", default=os.environ.get("QUORUMLOG_LOG_LEVEL", "INFO"))
-    return p
-
-
-def config_from_args(a, environ=None):
-    store = {}
-    if a.flush:
-        store["flush"] = a.flush
-    if a.segment_size_bytes:
-        store["segment_size_bytes"] = a.segment_size_bytes
-    return load_node_config(a.config, environ, store=store, node_id=a.node_id, peers=a.peers,
-                            client_addr=a.client_addr, client_addrs=a.client_addrs,
-                            cluster_id=a.cluster_id, secret_file=a.secret_file,
-                            insecure=a.insecure)
-
-
-def main(argv=None) -> int:
-    a = build_parser("python -m quorumlog.server").parse_args(argv)
-    logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        cfg, rcfg, scfg = config_from_args(a)
-    except QuorumlogError as e:
-        print(f"quorumlog serve: {e}", file=sys.stderr)
-        return 2
-    # This process is the replica: everything allocated at start-up lives as long as it, and
-    # a full collection of the young generations every 700 allocations costs the event loop
-    # pauses under load (profiled: gc was a visible share of the leader's GIL time).
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-    try:
-        import uvloop  # noqa: F401  (optional: faster sockets, see DESIGN.md)
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    try:
-        return runner(run_server(a.dir, cfg, rcfg, scfg, ready_file=a.ready_file))
-    except QuorumlogError as e:
-        log.critical("replica %s failed: %s", cfg.node_id, e)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -54,8 +54,9 @@ def _checked(run, schema):
     (["failover", "--kills", "0"], "0 is not in the range 1<=x<=1000"),
     (["failover", "--replicas", "1"], "failover needs at least 3"),
     (["store", "--kill-every", "2"], "--kill-every does not apply to the store workload"),
-    (["cluster", "--producers", "256", "--window", "1024", "--batch", "1000"],
+    (["cluster", "--producers", "256", "--window", "8", "--batch", "10000"],
      "bytes of bodies in flight"),
+    (["failover", "--window", "9"], "keeps at most 8 batches in flight"),
 ])
 def test_bad_replicated_options_exit_2(invoke, argv, message):
     res = invoke("bench", *argv, "--no-references")

@@ -14,8 +14,8 @@ from quorumlog.errors import InvalidArgumentError
 
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
              "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
-             "--no-references", "--progress", "--no-progress", "--connect", "--secret-file",
-             "--kills", "--kill-every"]
+             "--no-references", "--wide", "--progress", "--no-progress", "--connect", "--secret-file",
+             "--kills", "--kill-every", "--rate"]
 
 
 def test_help_documents_every_option_and_workload(invoke):
@@ -142,3 +142,25 @@ def test_suite_plan_follows_user_options():
     assert (failover.duration_s, failover.count, failover.kills) == (None, None, 5)
     assert dict(steps)["log"].producers == 1                   # not passed to the log
     assert all(r.producers == 3 for n, r in steps if n == "store")
+
+
+def test_rate_offers_a_fixed_load_and_measures_from_the_schedule(bench):
+    """--rate 2000 with 400 single messages: the run takes about 0.2 s (the schedule, not
+    the store's speed), every message is acknowledged and checked, and the JSON says the
+    rate; a workload that does not pace (cluster) refuses it."""
+    run = bench("store", "--count", "400", "--batch", "1", "--rate", "2000")
+    assert run.exit_code == 0, run.output
+    put = run.rows("store", "put")[0]
+    assert put["options"]["rate"] == 2000 and put["integrity"]["ok"]
+    assert put["messages"] == 400
+    assert put["seconds"] >= 399 / 2000          # paced: the last send is due at 0.1995 s
+    assert put["msgs_per_s"] <= 2000 * 1.05
+    fast = bench("store", "--count", "400", "--batch", "1").rows("store", "put")[0]
+    assert fast["options"]["rate"] is None
+
+
+def test_rate_is_refused_where_it_does_not_apply(invoke):
+    res = invoke("bench", "cluster", "--rate", "100", "--no-references")
+    assert res.exit_code == 2 and "--rate does not apply to the cluster workload" in res.output
+    res = invoke("bench", "store", "--rate", "0.5", "--no-references")
+    assert res.exit_code == 2 and "0.5" in res.output

@@ -95,7 +95,7 @@ def test_quick_suite_without_spark_runs_every_local_workload(bench, monkeypatch)
     assert got == [("log", "append_batch", "async"), ("store", "put_batch", "async"),
                    ("store", "get", "async"), ("store", "put_batch", "sync"),
                    ("store", "get", "sync"), ("store", "put", "async"), ("store", "get", "async"),
-                   ("commit", "put", "sync")]
+                   ("commit", "put", "sync"), ("e2e", "produce->consume", "async")]
     assert {s["workload"] for s in run.doc["skipped"]} == {"scan", "cluster", "failover"}
     assert "skipped cluster: replicas hidden by the test" in run.output
 
@@ -130,3 +130,14 @@ def test_scan_as_a_user_runs_it(tmp_path):
         assert r["latency"]["unit"] == "query" and r["messages"] == 3000
     assert rs["reference"]["name"] == "parquet" and rs["reference"]["ratio"] > 0
     assert "spark-jvm" in rs["cpu_seconds"]
+
+
+def test_e2e_delivers_every_message_and_times_send_to_delivery(bench):
+    run = bench("e2e", "--count", "3000", "--batch", "10", "--rate", "20000")
+    assert run.exit_code == 0, run.output
+    (row,) = run.rows("e2e", "produce->consume")
+    assert row["messages"] == 3000 and row["integrity"]["ok"]
+    lat = row["latency"]
+    assert lat["unit"] == "message" and lat["count"] == 3000     # one sample per delivery
+    assert 0 < lat["p50_us"] <= lat["p99_us"] <= lat["max_us"]
+    assert row["options"]["rate"] == 20000

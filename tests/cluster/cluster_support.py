@@ -81,3 +81,25 @@ def wait_all_follow(c: LocalCluster, client, leader, timeout=10):
               and len({s.term for s in st.values()}) == 1)
         return st if ok else None
     return wait_until(agreed, timeout, "every member following the leader")
+
+
+def kill_leaders_under_load(c: LocalCluster, admin, leader, load, kills: int, *,
+                            before: int, after: int = 1) -> str:
+    """kill -9 the leader `kills` times while `load` runs (load.count(): acknowledgements so
+    far, load.errors: a list that is not empty once the load failed): each time after `before`
+    more acknowledgements, then until a new leader and `after` more, then restart the killed
+    replica -> the last leader."""
+    for k in range(kills):
+        at = load.count()
+        wait_until(lambda: load.count() > at + before or load.errors, 30, "load before the kill")
+        c.kill(leader)
+        t0 = time.monotonic()
+        new = c.wait_leader(client=admin, timeout=20, exclude=(leader,))
+        assert new != leader
+        at_kill = load.count()
+        wait_until(lambda: load.count() >= at_kill + after or load.errors, 30,
+                   f"acknowledgements after kill {k}")
+        print(f"kill {k}: {leader} -> {new}, next acks after {time.monotonic() - t0:.2f} s")
+        c.restart(leader)
+        leader = new
+    return leader

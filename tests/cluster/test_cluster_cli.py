@@ -6,7 +6,7 @@ import re
 
 from click.testing import CliRunner
 
-from quorumlog.cli_node import main
+from quorumlog.cli import cli as main
 from quorumlog.localcluster import LocalCluster
 
 
@@ -30,5 +30,29 @@ def test_cluster_start_status_stop(tmp_path):
         assert r.output.count("stopped") == 4
         c = LocalCluster(d)
         assert not any(c.alive(n) for n in c.ids)
+    finally:
+        LocalCluster(d).kill_all()
+
+
+def test_cluster_start_small_profile_and_restart_one_member(tmp_path):
+    d = str(tmp_path / "q")
+    runner = CliRunner()
+    try:
+        r = runner.invoke(main, ["cluster", "start", "--nodes", "3", "--dir", d,
+                                 "--profile", "small"])
+        assert r.exit_code == 0, r.output
+        c = LocalCluster(d)
+        assert c.profile == "small"
+        segs = list((tmp_path / "q" / "n1" / "commitlog").iterdir())
+        assert segs and all(s.stat().st_size == 4 << 20 for s in segs)   # not 1 GiB
+        before = c.pid("n2")
+        r = runner.invoke(main, ["cluster", "restart", "--dir", d, "n2"])
+        assert r.exit_code == 0, r.output
+        assert "n2: stopped cleanly; restarted" in r.output
+        c = LocalCluster(d)
+        assert c.alive("n2") and c.pid("n2") != before
+        assert c.wait_leader(timeout=30) in c.ids
+        r = runner.invoke(main, ["cluster", "restart", "--dir", d, "n9"])
+        assert r.exit_code != 0 and "no member 'n9'" in r.output
     finally:
         LocalCluster(d).kill_all()

@@ -10,7 +10,8 @@ import os
 import threading
 import time
 
-from cluster_support import assert_logs_identical, read_queue, wait_until
+from cluster_support import (assert_logs_identical, kill_leaders_under_load, read_queue,
+                             wait_until)
 
 from quorumlog.client import AsyncClient, Client
 
@@ -58,21 +59,7 @@ def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make
         prod = Producers(c.client_addresses(), secret)
         prod.thread.start()
         try:
-            for k in range(KILLS):
-                before = prod.count()
-                wait_until(lambda: prod.count() > before + 500 or prod.errors, 30,
-                           "load before the kill")
-                c.kill(leader)
-                t0 = time.monotonic()
-                new = c.wait_leader(client=admin, timeout=20, exclude=(leader,))
-                assert new != leader
-                at_kill = prod.count()
-                wait_until(lambda: prod.count() > at_kill or prod.errors, 30,
-                           f"an acknowledgement after kill {k}")
-                print(f"kill {k}: {leader} -> {new}, next ack after "
-                      f"{time.monotonic() - t0:.2f} s")
-                c.restart(leader)
-                leader = new
+            leader = kill_leaders_under_load(c, admin, leader, prod, KILLS, before=500)
             # the last restarted replica catches up while the load goes on
             time.sleep(0.5)
         finally:

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from quorumlog import errors, format as qf
-from quorumlog.cli_repair import repair as repair_cmd
+from quorumlog.cli.repair import repair as repair_cmd
 from quorumlog.repair import diagnose, repair
 
 from cl_support import SEG, flip_bits, open_log, store_files

@@ -257,6 +257,28 @@ def test_bandwidth_cap_bounds_throughput():
     run(main())
 
 
+def test_a_cut_stops_a_capped_stream_at_once():
+    """Bytes the token bucket holds back when the direction is cut are discarded, not sent:
+    nothing passes the proxy after cut() returns (before: one chunk waiting for tokens
+    went out after the cut -- with the partial-batch scenario, one more APPEND's worth)."""
+    async def main():
+        up, net, reader, writer = await _setup(chunk_bytes=65536)
+        try:
+            net.set_faults("a", "b", bandwidth_bytes_per_s=100_000)
+            writer.write(os.urandom(2 << 20))
+            await wait_for_cond(lambda: len(up.received) >= 200_000, "capped bytes flow")
+            await asyncio.sleep(0.2)           # a chunk waits in the bucket (0.65 s each)
+            net.cut("a", "b")
+            out_at_cut = net.stats()["directions"]["a->b"]["bytes_out"]
+            await asyncio.sleep(1.5)           # two more chunks' worth of tokens
+            st = net.stats()["directions"]["a->b"]
+            assert st["bytes_out"] == out_at_cut, st
+            assert st["bytes_discarded"] > 0
+        finally:
+            await _teardown(up, net, writer)
+    run(main())
+
+
 def test_partition_cuts_the_directions_across_groups_only():
     async def main():
         net = FaultNetwork(seed=3)

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from quorumlog.testing.jepsen import RunConfig, run
+from quorumlog.testing.faults import RunConfig, run
 
 SEED = int(os.environ.get("QUORUMLOG_JEPSEN_SEED", "20240611"))
 

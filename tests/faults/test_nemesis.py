@@ -15,7 +15,7 @@ from quorumlog.commitlog import CommitLog
 from quorumlog.errors import CorruptLogError, InvalidArgumentError
 from quorumlog.testing import nemesis as nem
 from quorumlog.testing.faultproxy import FaultProxy
-from quorumlog.testing.jepsen import DiskVolume, ProxiedCluster, RunConfig, build_plan
+from quorumlog.testing.faults import DiskVolume, ProxiedCluster, RunConfig, build_plan
 
 SEG = 1 << 16
 

@@ -239,3 +239,28 @@ def test_auth_errors_are_quorumlog_errors():
     for cls in (AuthError, WrongClusterError, UnknownNodeError, BadProofError,
                 HandshakeTimeoutError, AuthRejectedError):
         assert issubclass(cls, QuorumlogError)
+
+
+def test_peer_with_another_segment_size_is_refused_naming_both_values():
+    from quorumlog.net.errors import GeometryMismatchError
+    # the responder refuses a hello from a peer with other segments
+    i = Handshake.initiator(cfg("a", segment_size_bytes=1 << 22), "b")
+    r = Handshake.responder(cfg("b", segment_size_bytes=1 << 24))
+    with pytest.raises(GeometryMismatchError,
+                       match="peer 'a' has segment_size_bytes=4194304, this node \\('b'\\) "
+                             "has segment_size_bytes=16777216"):
+        run_handshake(i, r)
+    assert r.reject.reason == RejectReason.GEOMETRY and "4194304" in r.reject.text \
+        and "16777216" in r.reject.text
+    # the initiator refuses a challenge from a responder with other segments
+    i = Handshake.initiator(cfg("a", segment_size_bytes=1 << 22), "b")
+    (hello,) = i.start()
+    with pytest.raises(GeometryMismatchError, match="peer 'b' has segment_size_bytes=16777216"):
+        i.receive(m.AuthChallenge(CLUSTER, "b", b"\x01" * 32, 1 << 24))
+    # the same geometry, or a side that does not say (a client), authenticates
+    run_handshake(Handshake.initiator(cfg("a", segment_size_bytes=1 << 22), "b"),
+                  Handshake.responder(cfg("b", segment_size_bytes=1 << 22)))
+    client = AuthConfig(CLUSTER, "app-1", CLIENT_SECRET)
+    server = cfg("b", client_secret=CLIENT_SECRET, segment_size_bytes=1 << 22)
+    run_handshake(Handshake.initiator(client, None, role=Role.CLIENT),
+                  Handshake.responder(server))

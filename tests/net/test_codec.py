@@ -45,6 +45,8 @@ OTHERS = [
     m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32),
     m.AuthHello(m.AuthMode.NONE, m.Role.CLIENT, "c", "app-7", None, b"\x02" * 32),
     m.AuthChallenge("c", "n2", b"\x03" * 32),
+    m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32, 1 << 30),
+    m.AuthChallenge("c", "n2", b"\x03" * 32, 1 << 22),
     m.AuthProof(b"\x04" * 32), m.AuthProof(b""),
     m.AuthOk(b"\x05" * 32),
     m.AuthReject(m.RejectReason.BAD_PROOF, "bad proof"),
@@ -61,6 +63,10 @@ OTHERS = [
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2", "n3")),
     m.AdminResponse("n2", 1, 5, None, None, 10, 12, ()),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "not the leader", "n2", "10.0.0.2:9000", 5),
+    m.ConsumerOffsetRequest("billing", "orders", 3, 42), m.ConsumerOffsetRequest("g", "t", 0),
+    m.ConsumerOffsetResponse(42), m.ConsumerOffsetResponse(),
+    m.FindByKeyRequest("orders", "order-42", 16), m.FindByKeyResponse([b"rec1", b"rec2"]),
+    m.FindByKeyResponse(),
 ]
 
 

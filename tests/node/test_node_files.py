@@ -7,7 +7,7 @@ import pytest
 
 from quorumlog.errors import ConfigError, CorruptLogError
 from quorumlog.node.config import load_node_config
-from quorumlog.node.hardstate import HardStateFile
+from quorumlog.node.hardstate import HardStateFile, end_recovery
 from quorumlog.raft.core import HardState
 
 
@@ -58,3 +58,24 @@ def test_settings_file_env_and_arguments(tmp_path):
 def test_bad_settings_name_the_setting(kw, what):
     with pytest.raises(ConfigError, match=what):
         load_node_config(None, {}, **kw)
+
+
+def test_a_recovering_replicas_floor_is_kept_and_written_as_version_2_only_then(tmp_path):
+    f = HardStateFile(tmp_path)
+    f.save(HardState(4, "n1"))
+    assert open(f.path, "rb").read()[4] == 1           # not recovering: the old format
+    f.save(HardState(5, "n1", 5))
+    assert open(f.path, "rb").read()[4] == 2
+    assert f.load() == HardState(5, "n1", 5)
+
+
+def test_end_recovery_offline_clears_the_floor_and_says_so(tmp_path, caplog):
+    f = HardStateFile(tmp_path)
+    f.save(HardState(5, "n1", 5))
+    with pytest.raises(ValueError):
+        end_recovery(tmp_path, "")
+    assert f.load() == HardState(5, "n1", 5)
+    with caplog.at_level("WARNING"):
+        assert end_recovery(tmp_path, "all three lost power") == HardState(5, "n1", 0)
+    assert f.load() == HardState(5, "n1", 0)
+    assert "ended by the operator: all three lost power" in caplog.text

@@ -98,11 +98,14 @@ def test_metrics_of_running_nodes_and_pre_votes_on_the_wire(tmp_path):
             leader = next(n for n in nodes if n.role == Role.LEADER)
             for k in range(20):
                 await leader.put("t", b"m%d" % k)
+            # every lane to every follower: under load a follower's data lane can connect
+            # after the first 20 puts were acknowledged by the other follower
+            lanes = [f'{{lane="{lane}",peer="{p}"}}' for p in ids if p != leader.id
+                     for lane in ("data", "control")]
             m = await _scrape_until(
-                leader, lambda m: m.get(("quorumlog_peer_connected",
-                                         '{lane="control",peer="n2"}' if leader.id != "n2"
-                                         else '{lane="control",peer="n1"}')) == 1,
-                "the control connections")
+                leader, lambda m: all(m.get(("quorumlog_peer_connected", k)) == 1
+                                      for k in lanes),
+                "every lane to every follower")
             assert m[("quorumlog_raft_role", '{role="leader"}')] == 1
             assert m[("quorumlog_raft_role", '{role="follower"}')] == 0
             assert m[("quorumlog_raft_term", "")] == leader.term >= 1

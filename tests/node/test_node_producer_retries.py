@@ -8,9 +8,10 @@ import asyncio
 
 import pytest
 
-from quorumlog.raft.errors import ProducerSequenceError
+from quorumlog.errors import (InvalidArgumentError, OutOfOrderSequenceError,
+                              ProducerSequenceError)
+from quorumlog.node.producers import BatchMismatchError, UncompletableBatchError
 from quorumlog.raft.messages import Role
-from quorumlog.raft.producers import BatchMismatchError, UncompletableBatchError
 from test_node_inprocess import _group
 
 
@@ -57,6 +58,38 @@ def test_retries_through_the_driver(tmp_path):
                                     sequence=4)
             assert (new.store.max_offset("t", 0), new.store.max_offset("t", 1)) == end
             assert new.stats["duplicates"] == 3
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())
+
+
+def test_sequence_gaps_through_the_driver(tmp_path):
+    # base_sequence: the client's lowest unresolved sequence. A gap while the client still
+    # has the missing batch in flight is refused as retriable, and nothing is appended.
+    async def run():
+        nodes, leader, _ = await _group(tmp_path)
+        try:
+            await leader.put_batch("t", [b"w"], queue_id=0)
+            end = leader.store.max_offset("t", 0)
+            with pytest.raises(OutOfOrderSequenceError, match="no batch of the producer"):
+                await leader.put_batch("t", [b"b"], queue_id=0, producer_id=6, sequence=5,
+                                       base_sequence=4)
+            with pytest.raises(InvalidArgumentError, match="base_sequence <= sequence"):
+                await leader.put_batch("t", [b"b"], queue_id=0, producer_id=6, sequence=5,
+                                       base_sequence=6)
+            assert leader.store.max_offset("t", 0) == end     # nothing appended
+            a = await leader.put_batch("t", [b"a"], queue_id=0, producer_id=6, sequence=4,
+                                       base_sequence=4)
+            b = await leader.put_batch("t", [b"b"], queue_id=0, producer_id=6, sequence=5,
+                                       base_sequence=4)
+            with pytest.raises(OutOfOrderSequenceError, match="up to sequence 5"):
+                await leader.put_batch("t", [b"d"], queue_id=0, producer_id=6, sequence=7,
+                                       base_sequence=6)
+            # 6 given up by the client: 7 goes on
+            c = await leader.put_batch("t", [b"d"], queue_id=0, producer_id=6, sequence=7,
+                                       base_sequence=7)
+            assert a.positions[0] < b.positions[0] < c.positions[0]
         finally:
             for n in nodes:
                 await n.stop()

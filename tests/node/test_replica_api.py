@@ -28,7 +28,7 @@ def test_open_replica_threads_asyncio_callbacks_and_close(tmp_path):
                     changes[i].append(ch)
             reps.append(quorumlog.open_replica(tmp_path / i, i, peers, secret="s" * 16,
                                                flush="sync", on_role_change=cb,
-                                               store={"segment_size_bytes": 1 << 22}))
+                                               segment_size_bytes=1 << 22))
         deadline = time.monotonic() + 20
         while not any(r.is_ready_to_serve for r in reps):
             assert time.monotonic() < deadline, "no leader ready to serve"

@@ -2,7 +2,7 @@
 handleLeadershipTransfer / handleTakeLeadership, as docs/raft.md describes them)."""
 import pytest
 
-from quorumlog.raft import RaftConfig, Role, VoteResult
+from quorumlog.raft import HardState, RaftConfig, Role, VoteResult
 from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
 from quorumlog.raft.log import EntryKind, decode_config, decode_voters
@@ -211,7 +211,7 @@ def test_transferee_adopts_term_plus_one_at_once_so_a_late_heartbeat_cannot_canc
     assert cl.deliver(match=lambda m: m.__class__.__name__ == "TakeLeadership") == 1
     n2 = cl.core("n2")
     assert n2.term == term + 1 and n2.voted_for == "n2" and n2.role == Role.CANDIDATE
-    assert cl.hard["n2"] == (term + 1, "n2")  # persisted in the same Ready as its answers
+    assert cl.hard["n2"] == HardState(term + 1, "n2")  # persisted in the same Ready as its answers
     c.tick(cl.now)
     c.last_send_heartbeat_ms = -(1 << 40)
     c.tick(cl.now)  # force a heartbeat round now

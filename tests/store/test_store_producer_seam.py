@@ -1,5 +1,5 @@
-"""The producer table (raft/producers.py) under real RaftCores over three replicated stores: the
-core rebuilds it from the store's log at every election (the records' QL_PID/QL_SEQ/QL_N/QL_I
+"""The producer table (node/producers.py) under real RaftCores over three replicated stores: a
+leader builds it from the store's log for its term (the records' QL_PID/QL_SEQ/QL_N/QL_I
 properties), a new leader that holds only part of a batch knows exactly which messages it
 misses, completing the batch leaves every message stored once, and a later leader rebuilds
 the completed batch (two runs of entries) from its own log."""
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from quorumlog.errors import DuplicateBatchError, ProducerSequenceError
+from quorumlog.node.producers import KnownBatchError, table_for_term
 from quorumlog.raft import RaftConfig, RaftCore, Role
-from quorumlog.raft.errors import DuplicateBatchError, ProducerSequenceError
-from quorumlog.raft.producers import KnownBatchError
 from quorumlog.store.raftlog import producer_properties
 from test_store_raft_seam import _pump
 
@@ -81,13 +81,25 @@ def _heartbeat(stores, cores, now):
     return now
 
 
+_TABLES: dict = {}
+
+
+def _table(store, core):
+    """The leader's table for its term, as the node's put path gets it (driver.py)."""
+    t = _TABLES[core.id] = table_for_term(_TABLES.get(core.id), store.raft_log(), core.term)
+    return t
+
+
 def _put(store, core, pid, seq, bodies, first_ordinal=0, count=None):
     req = store.prepare_put("t", bodies, queue_id=1, properties=producer_properties(
         pid, seq, count or len(bodies), first_ordinal))
     if first_ordinal:       # a completion: the driver appends it and updates the table
         core.propose(req, req.count, req.nbytes)
-    else:
-        core.propose(req, req.count, req.nbytes, producer=(pid, seq))
+    else:                   # the node's put path: check, propose, record
+        t = _table(store, core)
+        t.check(pid, seq)
+        core.propose(req, req.count, req.nbytes)
+        t.record(pid, seq, req.first_index, req.last_index, core.term)
     return req
 
 
@@ -120,8 +132,7 @@ def test_new_leader_completes_a_batch_it_holds_in_part(open_store, tmp_path):
     cores["n1"] = _Dead()
     now = _elect(stores, cores, "n2", now + 10_000, others_time_out=True)
     n2 = cores["n2"]
-    table = logs["n2"].producer_table
-    assert table is not None
+    table = _table(stores["n2"], n2)
     with pytest.raises(KnownBatchError) as e:
         _put(stores["n2"], n2, 7, 2, bodies)
     b = e.value.batch
@@ -150,7 +161,7 @@ def test_new_leader_completes_a_batch_it_holds_in_part(open_store, tmp_path):
     cores["n1"] = RaftCore("n1", logs["n1"], random.Random(9), RaftConfig(max_batch_entries=2),
                            voters=VOTERS, peers=VOTERS)
     _elect(stores, cores, "n3", now + 10_000, others_time_out=True)
-    t3 = logs["n3"].producer_table
+    t3 = _table(stores["n3"], cores["n3"])
     b3 = t3.lookup(7, 2)
     assert (b3.count, b3.held, b3.complete) == (6, 6, True)
     assert [r[:2] for r in b3.ranges] == [r[:2] for r in b.ranges]

@@ -57,9 +57,9 @@ class BenchCluster(LocalCluster):
         return os.path.join(self.dir, f"{nid}.stats.json")
 
     def command(self, nid) -> list[str]:
-        cmd = super().command(nid)
-        i = cmd.index("quorumlog.server")
-        return cmd[:i] + ["quorumlog.bench.replica", "--stats-file", self.stats_file(nid)] \
+        cmd = super().command(nid)          # [python, -m, quorumlog, serve, ...]
+        i = cmd.index("serve")
+        return cmd[:i - 1] + ["quorumlog.bench.replica", "--stats-file", self.stats_file(nid)] \
             + cmd[i + 1:]
 
     def read_stats(self, nid, timeout: float = STATS_TIMEOUT_S) -> dict | None:

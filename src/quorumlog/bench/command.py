@@ -97,10 +97,12 @@ OPTIONS = (
                        help="Keep the stores after the run (their directory is printed).")),
     (("--seed",), dict(type=click.IntRange(0, (1 << 63) - 1), metavar="N",
                        help="Seed of the random message bodies. Default: 1.")),
-    (("--json", "json_path"), dict(type=click.Path(dir_okay=False, writable=True),
+    (("--json", "json_path"), dict(type=click.Path(dir_okay=False, writable=True,
+                                              allow_dash=True),
                                    metavar="FILE",
                                    help="Also write the results as JSON (schema: "
-                                        "docs/benchmarks.md, quorumlog/bench/schema.json).")),
+                                        "docs/benchmarks.md, quorumlog/bench/schema.json); "
+                                        "`-`: to stdout (the table goes to stderr).")),
     (("--warm-gib",), dict(type=click.FloatRange(0, O.MAX_WARM_GIB), metavar="GIB",
                            help=f"Memory to fault in before measuring (a fresh VM's first "
                                 f"touch of memory is slow); 0 skips. Default: "
@@ -108,6 +110,13 @@ OPTIONS = (
     (("--quick",), dict(is_flag=True, default=None,
                         help="Smoke run: default counts and durations / 10, smaller "
                              "references and warm-up, one Spark query per reader.")),
+    (("--rate",), dict(type=click.FloatRange(O.MIN_RATE, O.MAX_RATE), metavar="N",
+                       help="Offer N messages per second on a fixed schedule and measure "
+                            "latency at that load, from each batch's scheduled send time "
+                            "(log, store, commit). Default: as fast as acknowledged.")),
+    (("--wide",), dict(is_flag=True, default=None,
+                       help="Every column of the table (default: the columns that fit 120 "
+                            "characters; --json has everything).")),
     (("--no-references",), dict(is_flag=True, default=None,
                                 help="Skip measuring the machine's limits (no ratios).")),
     (("--progress/--no-progress",), dict(default=None,
@@ -170,10 +179,10 @@ def _options(given: dict) -> BenchOptions:
             d[field] = d.pop(name)
     if d.pop("no_references", None):
         d["references"] = False
-    for flag_name in ("keep", "quick"):
+    for flag_name in ("keep", "quick", "wide"):
         d[flag_name] = bool(d.get(flag_name))
     path = d.get("json_path")
-    if path:
+    if path and path != "-":
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise BenchOptionError(f"--json {path}: directory {parent} does not exist")
@@ -194,7 +203,7 @@ def _run(ctx, given: dict, steps, *, strict: bool):
 
 def _merge_flags(parent: dict, own: dict) -> dict:
     out = {**parent, **own}
-    for k in ("keep", "quick", "no_references"):      # a flag given anywhere holds
+    for k in ("keep", "quick", "wide", "no_references"):      # a flag given anywhere holds
         if parent.get(k) or own.get(k):
             out[k] = True
     return out

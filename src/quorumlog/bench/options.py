@@ -35,6 +35,7 @@ QUICK_WARM_GIB = 0.25
 # Memory touched before measuring: at most half of the machine's RAM.
 _PHYS_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 MAX_WARM_GIB = max(0.0, round(_PHYS_BYTES / 2 / GiB, 2))
+MIN_RATE, MAX_RATE = 1.0, 1e8          # --rate, messages per second
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {None: 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB,
@@ -64,11 +65,14 @@ class BenchOptions:
     it waits for the oldest one's acknowledgement; flush: "sync" or "async"; replicas: nodes
     of a replicated workload; dir: where stores are created; keep: leave them there;
     seed: seeds the random bodies; json_path: write the results there; warm_gib: memory
-    touched before measuring; quick: small defaults for a smoke run; references: measure the
+    touched before measuring; quick: small defaults for a smoke run; wide: every column of the
+    table; references: measure the
     machine's limits; progress: live progress line (None: only on a terminal).
     connect: client addresses ("host:port") of running replicas to drive instead of starting
     them; secret_file: the file holding their cluster secret (first line); kills: leader
-    kills of the failover workload; kill_every_s: seconds between them."""
+    kills of the failover workload; kill_every_s: seconds between them; rate: messages per
+    second offered on a fixed schedule (latency at a fixed load, from each batch's scheduled
+    send time), None: as fast as acknowledgements allow."""
     size: int | None = None
     count: int | None = None
     duration_s: float | None = None
@@ -83,12 +87,14 @@ class BenchOptions:
     json_path: str | None = None
     warm_gib: float | None = None
     quick: bool = False
+    wide: bool = False
     references: bool = True
     progress: bool | None = None
     connect: tuple | None = None
     secret_file: str | None = None
     kills: int | None = None
     kill_every_s: float | None = None
+    rate: float | None = None
 
     def __post_init__(self):
         _check_int("--size", self.size, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
@@ -117,6 +123,11 @@ class BenchOptions:
                     or not MIN_KILL_EVERY_S <= k <= MAX_KILL_EVERY_S:
                 raise BenchOptionError(f"--kill-every {self.kill_every_s!r} outside "
                                        f"[{MIN_KILL_EVERY_S}, {MAX_KILL_EVERY_S:.0f}] seconds")
+        if self.rate is not None and (not isinstance(self.rate, (int, float))
+                                      or isinstance(self.rate, bool)
+                                      or not MIN_RATE <= self.rate <= MAX_RATE):
+            raise BenchOptionError(f"--rate {self.rate!r} outside [{MIN_RATE:g}, {MAX_RATE:g}] "
+                                   "messages per second")
         if self.connect is not None:
             if not isinstance(self.connect, tuple) \
                     or not 1 <= len(self.connect) <= MAX_REPLICAS:
@@ -187,6 +198,8 @@ class Resolved:
     kill_every_s: float | None = None
     # addresses of running replicas driven instead of started ones (None: started here)
     connect: tuple | None = None
+    # messages per second offered at a fixed schedule (None: as fast as acknowledged)
+    rate: float | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -195,6 +208,10 @@ class Resolved:
 def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
     """Fill every option from the workload's `defaults` where `opts` has none. Under --quick a
     default count or duration is divided by 10 (never what the user gave)."""
+    if opts.connect is not None and opts.secret_file is None:
+        # (checked before anything starts: without it the first connection would fail)
+        raise BenchOptionError("--connect needs --secret-file F: the file whose first line "
+                               "is the running replicas' cluster secret")
     count, duration = opts.count, opts.duration_s
     if count is None and duration is None:
         count, duration = defaults.get("count"), defaults.get("duration_s")
@@ -211,7 +228,7 @@ def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
                  seed=opts.seed,
                  kills=_pick(opts.kills, defaults, "kills", None),
                  kill_every_s=_pick(opts.kill_every_s, defaults, "kill_every_s", None),
-                 connect=opts.connect)
+                 connect=opts.connect, rate=opts.rate)
     if r.size * r.batch > MAX_BATCH_BYTES:
         raise BenchOptionError(f"batch {r.batch} x size {r.size} = {r.size * r.batch} bytes > "
                                f"{MAX_BATCH_BYTES} (the store's max_batch_bytes): lower --batch")

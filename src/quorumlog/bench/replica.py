@@ -1,5 +1,5 @@
 """A replica as `quorumlog bench` starts it: `python -m quorumlog.bench.replica --stats-file F
-<quorumlog.server arguments>` runs the unchanged replica server (quorumlog.server.main) and
+<quorumlog serve arguments>` runs the unchanged replica server (`quorumlog serve`) and
 adds one thing: on SIGUSR1 it writes its counters to F as JSON (atomically: a temporary file,
 then rename). The benchmark asks before and after a measured phase and reports the difference
 (flushes and appends per replica), so nothing is counted or written while it measures.
@@ -18,6 +18,7 @@ import signal
 import sys
 
 from .. import server
+from ..cli.node import serve_main
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     path, rest = argv[1], argv[2:]
     # run_server builds its Node from the module's name: this process serves with StatsNode
     server.Node = _stats_node_class(os.path.abspath(path))
-    return server.main(rest)
+    return serve_main(rest)
 
 
 if __name__ == "__main__":

@@ -104,9 +104,14 @@ def now_iso() -> str:
 def write_json(path: str, doc: dict) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2, sort_keys=False)
-        f.write("\n")
+        write_json_stream(f, doc)
     os.replace(tmp, path)
+
+
+def write_json_stream(f, doc: dict) -> None:
+    json.dump(doc, f, indent=2, sort_keys=False)
+    f.write("\n")
+    f.flush()
 
 
 # ------------------------------------------------------------------------------------------
@@ -146,22 +151,43 @@ def references_line(refs: dict | None) -> str:
             f"{refs['warm_seconds']:.1f} s")
 
 
-def summary_table(doc: dict) -> Table:
-    t = Table(title="quorumlog bench", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name, justify in (("workload", "left"), ("op", "left"), ("flush", "left"),
-                          ("size", "right"), ("prod", "right"), ("msgs", "right"),
-                          ("msg/s", "right"), ("MB/s", "right"), ("latency of", "left"),
-                          ("p50", "right"), ("p90", "right"), ("p99", "right"),
-                          ("p99.9", "right"), ("max", "right"), ("flushes", "right"),
-                          ("msg/flush", "right"), ("CPU s", "right"), ("vs reference", "left"),
-                          ("vs goal", "left"), ("check", "left")):
+# (name, justify, cell(result, cells), in the default table): the default keeps a row within
+# 120 columns; --wide shows every column (JSON holds everything)
+_COLUMNS = (
+    ("workload", "left", lambda r, c: r["workload"], True),
+    ("op", "left", lambda r, c: r["op"], True),
+    ("flush", "left", lambda r, c: r["options"].get("flush", "-"), True),
+    ("size", "right", lambda r, c: _size(r["options"]["size"]), True),
+    ("prod", "right", lambda r, c: str(r["options"].get("producers", 1)), True),
+    ("msgs", "right", lambda r, c: _num(r["messages"]), True),
+    ("msg/s", "right", lambda r, c: _num(r["msgs_per_s"]), True),
+    ("MB/s", "right", lambda r, c: _num(r["MBps"], ",.1f"), True),
+    ("latency of", "left", lambda r, c: r["latency"]["unit"], True),
+    ("p50", "right", lambda r, c: c["lat"][0], True),
+    ("p90", "right", lambda r, c: c["lat"][1], False),
+    ("p99", "right", lambda r, c: c["lat"][2], True),
+    ("p99.9", "right", lambda r, c: c["lat"][3], False),
+    ("max", "right", lambda r, c: c["lat"][4], True),
+    ("flushes", "right", lambda r, c: _num(r["flushes"]), False),
+    ("msg/flush", "right", lambda r, c: _num(r["msgs_per_flush"], ",.1f"), False),
+    ("CPU s", "right", lambda r, c: c["cpu"], False),
+    ("vs reference", "left", lambda r, c: c["ref"], False),
+    ("vs goal", "left", lambda r, c: c["goal"], False),
+    ("check", "left", lambda r, c: c["check"], True),
+)
+DEFAULT_WIDTH = 120
+
+
+def summary_table(doc: dict, wide: bool = True) -> Table:
+    """Every column (wide), or the default's: throughput, latency p50 / p99 / max, check."""
+    cols = [c for c in _COLUMNS if wide or c[3]]
+    t = Table(title="quorumlog bench", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    for name, justify, _, _ in cols:
         t.add_column(name, justify=justify, no_wrap=True)
     for r in doc["results"]:
-        o, lat, c = r["options"], r["latency"], _cells(r)
-        t.add_row(r["workload"], r["op"], o.get("flush", "-"), _size(o["size"]),
-                  str(o.get("producers", 1)), _num(r["messages"]), _num(r["msgs_per_s"]),
-                  _num(r["MBps"], ",.1f"), lat["unit"], *c["lat"], _num(r["flushes"]),
-                  _num(r["msgs_per_flush"], ",.1f"), c["cpu"], c["ref"], c["goal"], c["check"])
+        c = _cells(r)
+        t.add_row(*(cell(r, c) for _, _, cell, _ in cols))
     return t
 
 
@@ -202,11 +228,13 @@ def _print_blocks(console: Console, doc: dict) -> None:
                       f"msg/flush)  CPU {c['cpu']} s", highlight=False)
 
 
-def print_summary(console: Console, doc: dict) -> None:
+def print_summary(console: Console, doc: dict, wide: bool = False) -> None:
+    """The references line, the table (the default's columns within 120 characters; every
+    column with `wide`; three lines per result on a terminal too narrow), notes."""
     console.print(references_line(doc["references"]), highlight=False)
-    table = summary_table(doc)
+    table = summary_table(doc, wide)
     natural = Console(width=10_000, file=io.StringIO()).measure(table).maximum
-    if natural > console.width:
+    if natural > (10_000 if wide else console.width):
         _print_blocks(console, doc)
     else:
         console.print(table)
@@ -218,6 +246,8 @@ def print_summary(console: Console, doc: dict) -> None:
             console.print(f"[bold red]integrity check FAILED[/] {run}: "
                           + ", ".join(f"{k}={v}" for k, v in integ.items() if k != "ok"),
                           highlight=False)
+        if not wide and r.get("goal"):          # (a column of the --wide table)
+            console.print(f"{run} vs goal: {goal_cell(r['goal'])}", highlight=False)
         if len(r["cpu_seconds"]) > 1:
             console.print(f"{run} CPU seconds: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)

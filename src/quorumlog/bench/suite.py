@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import sys
 import tempfile
 import traceback
 
@@ -34,6 +35,7 @@ DEFAULT_SUITE = (
     ("store", {"flush": "sync"}),
     ("store", {"flush": "async", "batch": 1, "count": 200_000}),
     ("commit", {}),
+    ("e2e", {}),
     ("scan", {}),
     ("cluster", {"flush": "async"}),
     ("cluster", {"flush": "sync"}),
@@ -137,9 +139,14 @@ def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
     doc = report.document(options=opts, references=refs, results=results, skipped=skipped,
                           errors=errors, argv=argv, started_at=started,
                           finished_at=report.now_iso())
+    if opts.json_path == "-":
+        # `--json -`: the document alone on stdout (as other tools do), the table on stderr
+        report.print_summary(err, doc, opts.wide)
+        report.write_json_stream(sys.stdout, doc)
+        return doc
     if opts.json_path:
         report.write_json(opts.json_path, doc)
-    report.print_summary(out, doc)
+    report.print_summary(out, doc, opts.wide)
     if opts.json_path:
         out.print(f"results written to {opts.json_path}", highlight=False)
     return doc

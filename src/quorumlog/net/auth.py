@@ -30,8 +30,8 @@ import os
 
 from . import messages as m
 from .errors import (AuthConfigError, AuthError, AuthRejectedError, BadProofError,
-                     CredentialsRejectedError, HandshakeTimeoutError, TooManyConnectionsError,
-                     UnknownNodeError, WrongClusterError)
+                     CredentialsRejectedError, GeometryMismatchError, HandshakeTimeoutError,
+                     TooManyConnectionsError, UnknownNodeError, WrongClusterError)
 from .messages import PEER_ROLES, AuthMode, RejectReason, Role
 
 __all__ = ["AuthConfig", "Handshake", "MIN_SECRET_BYTES", "transcript", "proof", "DIR_INITIATOR",
@@ -75,7 +75,7 @@ class AuthConfig:
 
     def __init__(self, cluster_id: str, node_id: str, secret=None, *, peers=(),
                  client_secret=None, client_ids=None, accept_clients: bool = True,
-                 insecure: bool = False):
+                 insecure: bool = False, segment_size_bytes: int = 0):
         if not isinstance(cluster_id, str) or not \
                 1 <= len(cluster_id.encode("utf-8", "replace")) <= m.MAX_CLUSTER_ID_BYTES:
             raise AuthConfigError(f"cluster id must be a str of 1..{m.MAX_CLUSTER_ID_BYTES} "
@@ -92,6 +92,8 @@ class AuthConfig:
         self.client_ids = None if client_ids is None else \
             frozenset(m.check_node_id(c, "client id") for c in client_ids)
         self.accept_clients = bool(accept_clients)
+        # a replica's log geometry, checked against its peers' at the handshake (0: none)
+        self.segment_size_bytes = int(segment_size_bytes)
 
     @property
     def mode(self) -> AuthMode:
@@ -177,7 +179,7 @@ class Handshake:
             return []
         c = self.cfg
         return [m.AuthHello(c.mode, self.role, c.cluster_id, c.node_id, self.target_id,
-                            self.nonce)]
+                            self.nonce, c.segment_size_bytes)]
 
     @property
     def waiting_hello(self) -> bool:
@@ -236,6 +238,7 @@ class Handshake:
             if h.target_id is None or h.sender_id == c.node_id or h.sender_id not in c.peers:
                 self._fail(UnknownNodeError(f"unknown peer node id {h.sender_id!r}"),
                            RejectReason.UNKNOWN_NODE, "unknown node id")
+            self._check_geometry(h.sender_id, h.segment_size_bytes)
         else:
             if not c.accept_clients or c.key_for(Role.CLIENT) == b"":
                 self._fail(AuthError(f"client {h.sender_id!r} refused: this endpoint takes no "
@@ -255,7 +258,7 @@ class Handshake:
         self._tr = transcript(c.cluster_id, h.role, want, h.sender_id, c.node_id, h.nonce,
                               self.nonce)
         self._state = _WAIT_PROOF
-        return [m.AuthChallenge(c.cluster_id, c.node_id, self.nonce)]
+        return [m.AuthChallenge(c.cluster_id, c.node_id, self.nonce, c.segment_size_bytes)]
 
     def _on_proof(self, p: m.AuthProof) -> list:
         if not self._verify(p.proof, DIR_INITIATOR):
@@ -277,6 +280,8 @@ class Handshake:
             self._fail(UnknownNodeError(f"dialled {self.target_id!r}, {ch.responder_id!r} "
                                         f"answered"), RejectReason.UNKNOWN_NODE,
                        "unexpected node id")
+        if self.role in PEER_ROLES:
+            self._check_geometry(ch.responder_id, ch.segment_size_bytes)
         self.peer_id = ch.responder_id
         self._key = c.secret
         self._tr = transcript(c.cluster_id, self.role, c.mode, c.node_id, ch.responder_id,
@@ -293,6 +298,18 @@ class Handshake:
         return []
 
     # -- both --------------------------------------------------------------------------------
+
+    def _check_geometry(self, peer: str, theirs: int) -> None:
+        """Replicas copy the leader's bytes to the leader's positions: a peer whose segments
+        have another size would stall at its first segment end. Refused, naming both."""
+        ours = self.cfg.segment_size_bytes
+        if ours and theirs and theirs != ours:
+            self._fail(GeometryMismatchError(
+                f"peer {peer!r} has segment_size_bytes={theirs}, this node "
+                f"({self.cfg.node_id!r}) has segment_size_bytes={ours}: every member of a "
+                "group must be created with the same segment size"),
+                RejectReason.GEOMETRY,
+                f"segment_size_bytes {theirs} differs from {ours} ({self.cfg.node_id})")
 
     def _make(self, direction: bytes) -> bytes:
         return b"" if self._key is None else proof(self._key, direction, self._tr)

@@ -607,10 +607,11 @@ PROOF = Blob(m.PROOF_BYTES, allowed={0, m.PROOF_BYTES}, view=False)
 CLUSTER_ID = Text(m.MAX_CLUSTER_ID_BYTES, min_bytes=1)
 
 register(0x01, m.AuthHello, [("mode", Enum(m.AuthMode)), ("role", Enum(m.Role)),
+                             ("segment_size_bytes", U64),
                              ("cluster_id", CLUSTER_ID), ("sender_id", NODE_ID),
                              ("target_id", OPT_NODE_ID), ("nonce", NONCE)], channel=AUTH)
-register(0x02, m.AuthChallenge, [("cluster_id", CLUSTER_ID), ("responder_id", NODE_ID),
-                                 ("nonce", NONCE)], channel=AUTH)
+register(0x02, m.AuthChallenge, [("segment_size_bytes", U64), ("cluster_id", CLUSTER_ID),
+                                 ("responder_id", NODE_ID), ("nonce", NONCE)], channel=AUTH)
 register(0x03, m.AuthProof, [("proof", PROOF)], channel=AUTH)
 register(0x04, m.AuthOk, [("proof", PROOF)], channel=AUTH)
 register(0x05, m.AuthReject, [("reason", Enum(m.RejectReason)),
@@ -622,7 +623,8 @@ BODY = Blob(0xFFFFFFFF)
 ADDRESS = Text(m.MAX_ADDRESS_BYTES, optional=True)
 
 register(0x40, m.ProduceRequest, [("queue_id", OPT_QUEUE_ID), ("delay_level", U8),
-                                  ("producer_id", U64), ("sequence", U64), ("topic", TOPIC),
+                                  ("producer_id", U64), ("sequence", U64),
+                                  ("base_sequence", U64), ("topic", TOPIC),
                                   ("tags", Text(m.MAX_TAGS_BYTES, optional=True)),
                                   ("bodies", List(BODY, m.MAX_BATCH_MESSAGES))], channel=CLIENT)
 register(0x41, m.ProduceResponse, [("first_index", INDEX), ("queue_id", QUEUE_ID),
@@ -647,6 +649,13 @@ register(0x47, m.AdminResponse, [("role", U8), ("term", TERM), ("commit_index", 
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS),
                                  ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
          build=lambda v, s, d: m.AdminResponse(**{**v, "voters": tuple(v["voters"])}))
+register(0x48, m.ConsumerOffsetRequest, [("queue_id", QUEUE_ID), ("offset", OPT_I64),
+                                        ("group", TOPIC), ("topic", TOPIC)], channel=CLIENT)
+register(0x49, m.ConsumerOffsetResponse, [("offset", OPT_I64)], channel=CLIENT)
+register(0x4A, m.FindByKeyRequest, [("max_hits", Fixed("I", 1, m.MAX_KEY_HITS)),
+                                    ("topic", TOPIC), ("key", Text(m.MAX_KEY_BYTES, min_bytes=1))],
+         channel=CLIENT)
+register(0x4B, m.FindByKeyResponse, [("records", List(BODY, m.MAX_KEY_HITS))], channel=CLIENT)
 register(0x4F, m.ErrorResponse, [("code", Enum(m.ErrorCode, "H")), ("term", TERM),
                                  ("min_offset", OPT_I64), ("max_offset", OPT_I64),
                                  ("message", Text(m.MAX_ERROR_TEXT_BYTES)),

@@ -69,6 +69,11 @@ class BadProofError(AuthError):
     reason = "bad proof (wrong secret?)"
 
 
+class GeometryMismatchError(AuthError):
+    """A peer whose log has another segment size: it cannot store the leader's bytes at the
+    leader's positions (replicas are byte-identical), so it is refused at the handshake."""
+
+
 class AuthRejectedError(AuthError):
     """The other side rejected our handshake (it sent AUTH_REJECT with a reason)."""
 

@@ -22,8 +22,14 @@ MAX_TAGS_BYTES = 255            # as format.md
 MAX_ERROR_TEXT_BYTES = 1024
 MAX_VOTERS = 64                 # per CONFIG entry carried on an APPEND
 MAX_CONFIGS_PER_APPEND = 1024
+# an idempotent producer's batches in flight at most (AsyncClient max_in_flight); a leader
+# remembers at least this many batches per producer (NodeConfig.producer_batches_remembered),
+# so every batch a client may retry is among them (docs/node.md "Idempotent produce")
+MAX_PRODUCER_IN_FLIGHT = 8
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
+MAX_KEY_BYTES = 65535           # a message key, UTF-8 (as format.md)
+MAX_KEY_HITS = 4096            # messages in one FindByKeyResponse (the store's max_key_hits)
 MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
 MAX_INSTALL_CONFIGS = 1 << 16       # configurations carried by an install's first chunk
 MAX_INSTALL_PRODUCERS = 1 << 16     # producer snapshot entries of an install image
@@ -67,7 +73,8 @@ class RejectReason(IntEnum):
     MODE_MISMATCH = 4
     ROLE_REFUSED = 5
     DUPLICATE = 6     # a connection to this peer already exists and wins
-    TOO_MANY_CONNECTIONS = 7   # the responder is at max_clients
+    GEOMETRY = 7      # the peer's log has another segment size: it cannot hold our bytes
+    TOO_MANY_CONNECTIONS = 8   # the responder is at max_clients
 
 
 @dataclass(slots=True)
@@ -79,6 +86,7 @@ class AuthHello:
     sender_id: str
     target_id: str | None      # None: a client that dialled an address, not a node id
     nonce: bytes
+    segment_size_bytes: int = 0   # a replica's log geometry (0: a client, or not said)
 
 
 @dataclass(slots=True)
@@ -87,6 +95,7 @@ class AuthChallenge:
     cluster_id: str
     responder_id: str
     nonce: bytes
+    segment_size_bytes: int = 0   # as AuthHello's
 
 
 @dataclass(slots=True)
@@ -121,6 +130,10 @@ class ProduceRequest:
     delay_level: int = 0
     producer_id: int = 0       # 0: no duplicate detection
     sequence: int = 0
+    # the producer's lowest sequence not yet resolved (acknowledged or given up) at the
+    # client, so the leader can tell a gap from a batch whose predecessors are settled;
+    # 0: not given (any sequence above the last written is taken)
+    base_sequence: int = 0
 
 
 @dataclass(slots=True)
@@ -166,6 +179,34 @@ class OffsetsResponse:
     min_offset: int
     max_offset: int
     offset_for_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetRequest:
+    """Commit (offset >= 0, to the leader: replicated through the log) or read (offset -1)
+    the offset consumer group `group` has consumed (topic, queue_id) up to."""
+    group: str
+    topic: str
+    queue_id: int
+    offset: int = -1
+
+
+@dataclass(slots=True)
+class ConsumerOffsetResponse:
+    offset: int = -1           # the group's committed offset; -1: it never committed one
+
+
+@dataclass(slots=True)
+class FindByKeyRequest:
+    """Committed messages of `topic` whose keys include `key`, newest first."""
+    topic: str
+    key: str
+    max_hits: int = 32
+
+
+@dataclass(slots=True)
+class FindByKeyResponse:
+    records: list = field(default_factory=list)    # whole on-disk records, as FetchResponse
 
 
 class AdminOp(IntEnum):
@@ -214,7 +255,9 @@ class ErrorCode(IntEnum):
     TRANSFER = 17
     UNSUPPORTED = 18
     TIMEOUT = 19
-    MALFORMED_REQUEST = 20
+    OUT_OF_ORDER_SEQUENCE = 20     # retriable: resend the producer's in-flight batches in order
+    PRODUCER_SEQUENCE = 21         # not retriable: a sequence too old to tell (node/producers.py)
+    MALFORMED_REQUEST = 22
 
 
 
@@ -265,6 +308,8 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.TRANSFER: raft_errors.TransferError,
     ErrorCode.UNSUPPORTED: UnsupportedRequestError,
     ErrorCode.TIMEOUT: RequestTimeoutError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: qe.OutOfOrderSequenceError,
+    ErrorCode.PRODUCER_SEQUENCE: qe.ProducerSequenceError,
     ErrorCode.MALFORMED_REQUEST: MalformedRequestError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from typing import Any, Mapping
 
-from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config
+from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config, read_toml
 from ..errors import ConfigError
+from ..net.messages import MAX_PRODUCER_IN_FLIGHT
 from ..raft.core import RaftConfig
 
-__all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers"]
+__all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers", "split_settings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,12 @@ class NodeConfig:
     client_frame_timeout_ms: int = 10_000
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
     coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
+    # idempotent producers (node/producers.py): a new leader rebuilds its table from the last
+    # producer_window_entries entries of its log; it remembers producer_batches_remembered
+    # batches (at least a client's largest window) for each of at most max_producers producers
+    producer_window_entries: int = 1 << 16
+    producer_batches_remembered: int = MAX_PRODUCER_IN_FLIGHT
+    max_producers: int = 1 << 16
     # votes and heartbeats on a connection of their own per peer pair (docs/net.md): a
     # backlogged data connection then cannot delay them into a spurious election
     control_lane: bool = True
@@ -65,6 +71,10 @@ _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_pending_bytes": (1 << 10, 1 << 40), "put_timeout_ms": (1, 3_600_000),
                "max_frame_bytes": (1 << 16, 1 << 30), "handshake_timeout_ms": (1, 600_000),
                "max_client_connections": (1, 1 << 20), "max_fetch_wait_ms": (0, 3_600_000),
+               "producer_window_entries": (1, 1 << 24),
+               # (fewer than a client's window: a retry within it could be refused as too old)
+               "producer_batches_remembered": (MAX_PRODUCER_IN_FLIGHT, 1024),
+               "max_producers": (1, 1 << 24),
                "max_client_buffered_bytes": (1 << 16, 1 << 40),
                "client_frame_timeout_ms": (1, 3_600_000),
                "client_idle_evict_ms": (1, 86_400_000)}
@@ -139,13 +149,7 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
     env = os.environ if environ is None else environ
     tables: dict[str, dict] = {"node": {}, "raft": {}, "store": {}}
     if config_file is not None:
-        try:
-            with open(config_file, "rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
+        data = read_toml(config_file)
         for key, val in data.items():
             if key not in tables or not isinstance(val, dict):
                 raise ConfigError(f"config file {config_file}: unknown table or setting {key!r} "
@@ -181,15 +185,38 @@ def load_node_config(config_file=None, environ: Mapping[str, str] | None = None,
             raise ConfigError(f"unknown raft setting {name!r}")
         rvalues[name] = val
     svalues = dict(tables["store"])
+    # a profile from the file ranks below $QUORUMLOG_PROFILE, as any file setting
+    file_profile = svalues.pop("profile", None)
     svalues.update(store or {})
+    if "profile" not in svalues and file_profile is not None \
+            and env.get(ENV_PREFIX + "PROFILE") is None:
+        svalues["profile"] = file_profile
     for name in svalues:
-        if name not in STORE_FIELDS:
+        if name not in STORE_FIELDS and name != "profile":
             raise ConfigError(f"unknown store setting {name!r}")
     cfg = NodeConfig(**values)
     rcfg = RaftConfig(**rvalues).validate()
     scfg = load_config(None, env, **svalues)
     _validate(cfg)
     return cfg, rcfg, scfg
+
+
+def split_settings(settings: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+    """Flat keyword settings (as quorumlog.open takes them) -> (node, raft, store) by name:
+    NodeConfig, RaftConfig, StoreConfig fields (and the store's `profile`); ConfigError
+    naming an unknown one."""
+    node, raft, store = {}, {}, {}
+    for name, val in settings.items():
+        if name in NODE_FIELDS:
+            node[name] = val
+        elif name in STORE_FIELDS or name == "profile":
+            store[name] = val
+        elif name in RAFT_FIELDS:
+            raft[name] = val
+        else:
+            raise ConfigError(f"unknown setting {name!r} (not a node, store or raft setting; "
+                              "see docs/node.md)")
+    return node, raft, store
 
 
 def _validate(cfg: NodeConfig) -> None:

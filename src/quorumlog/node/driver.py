@@ -71,12 +71,13 @@ from ..raft.log import decode_config
 from ..raft.messages import Role
 from ..raft.nativeinstall import read_head
 from ..raft.nativelog import RESERVED_PROPERTIES, producer_properties
-from ..raft.producers import BatchMismatchError, KnownBatchError, UncompletableBatchError
 from ..store.topics import check_user_topic
 from . import meta
 from .config import NodeConfig, parse_address, read_secret
 from .flusher import Flusher
 from .hardstate import HardStateFile
+from .producers import (BatchMismatchError, KnownBatchError, ProducerTable,
+                        UncompletableBatchError, table_for_term)
 from .storebridge import MetaSeam
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ class Node:
         self.metrics_address: tuple | None = None
         self._metrics_server = None
         self._topic_names_ok: set = set()
+        self._producers: ProducerTable | None = None    # the leader's (this term's) table
         self._producer_backlog: list = []   # producer puts waiting for the table, in arrival order
         self._backlog_task: asyncio.Task | None = None
         self._listeners: list = []
@@ -213,6 +215,7 @@ class Node:
         self._applied = 0
         self._applied_changed: asyncio.Event | None = None
         self._stopped = False
+        self._added_peers: set = set()     # members added after start (add_member, CONFIG)
         self._failed: BaseException | None = None
         self.ready_to_serve = False
         self.pending_puts = 0        # messages proposed here and not completed yet
@@ -241,9 +244,14 @@ class Node:
             # a replica that ran before may have acknowledged a leader whose lease still
             # runs: the core then grants no vote for one leak period (docs/raft.md, leases)
             restarted = hs.term > 0 or cl.last_index > 0
+            # async mode acknowledged at page-cache level: after a power loss (the page
+            # cache did not survive) entries this replica acknowledged may be gone, and the
+            # core must recover them from its peers before it votes or leads (raft/recovery.py)
+            recovering = self.store_cfg.flush == "async" and cl.lost_writes_possible
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
                                  config_history=hist, peers=tuple(cfg.peers), now_ms=_now_ms(),
-                                 commit_index=cl.committed_index, restarted=restarted)
+                                 commit_index=cl.committed_index, restarted=restarted,
+                                 recovering=recovering)
             self._applied = self._commit_target = cl.committed_index
             self.metrics = ReplicaMetrics(term=self.core.term)
             self.metrics.set_commit_index(cl.committed_index)
@@ -257,7 +265,7 @@ class Node:
             secret = read_secret(cfg)
             auth = AuthConfig(cfg.cluster_id, self.id, secret,
                               peers=[p for p in cfg.peers if p != self.id],
-                              insecure=cfg.insecure)
+                              insecure=cfg.insecure, segment_size_bytes=cl.segment_size_bytes)
             host, port = parse_address(cfg.peers[self.id], f"peers[{self.id!r}]")
             tcfg = self.transport_config or TransportConfig(
                 max_frame_bytes=cfg.max_frame_bytes,
@@ -467,6 +475,7 @@ class Node:
             elif isinstance(ev, ConfigChanged):
                 log.info("node %s: voters are now %s (CONFIG entry %d)", self.id, ev.voters,
                          ev.index)
+                self._accept_new_members((*ev.voters, *ev.learners))
             elif isinstance(ev, TransferAborted):
                 log.warning("node %s: leadership transfer to %s aborted: %s", self.id,
                             ev.transferee, ev.reason)
@@ -596,18 +605,21 @@ class Node:
         return await fut
 
     async def put_batch(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
-                        **kw):
+                        base_sequence: int = 0, **kw):
         """Append a batch; returns once it is committed (and durable per the flush mode) and
         dispatched: BatchResult (PutResult for a one-message batch). With a producer id, a
         batch whose (producer_id, sequence) this leader already holds is not appended again:
         the original's result is returned -- after appending the messages the log misses if
-        it holds only part of the batch (the Raft core's producer table, raft/producers.py,
-        which the core rebuilds from the log at every election)."""
-        return await asyncio.shield(self.put_batch_future(topic, bodies, producer_id=producer_id,
-                                                          sequence=sequence, **kw))
+        it holds only part of the batch; a batch whose predecessor this leader does not hold
+        while the client has it in flight (base_sequence < sequence) raises
+        OutOfOrderSequenceError (node/producers.py: the table this leader builds from its
+        log when it first serves a producer batch of its term)."""
+        return await asyncio.shield(self.put_batch_future(
+            topic, bodies, producer_id=producer_id, sequence=sequence,
+            base_sequence=base_sequence, **kw))
 
     def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
-                         **kw) -> asyncio.Future:
+                         base_sequence: int = 0, **kw) -> asyncio.Future:
         """put_batch without a coroutine: checks and proposes (or queues) now and returns the
         future of the result (shared: never cancel it). The client service's produce path:
         no task and no coroutine frames per request (a retried batch, and a put while a new
@@ -627,16 +639,17 @@ class Node:
                     and not isinstance(props, list))
         if producer_id:
             if type(producer_id) is not int or type(sequence) is not int or sequence < 0 \
-                    or producer_id < 0:
-                raise InvalidArgumentError("producer_id and sequence must be ints >= 0")
+                    or producer_id < 0 or type(base_sequence) is not int \
+                    or not 0 <= base_sequence <= sequence:
+                raise InvalidArgumentError("producer_id, sequence and base_sequence must be "
+                                           "ints >= 0, base_sequence <= sequence")
             bodies = bodies if isinstance(bodies, list) else list(bodies)
             table = self._producer_table()
+            seq = (producer_id, sequence, base_sequence)
             if table.pending or self._backlog_task is not None:
                 # a new leader still reading its log's window into the table: wait in line
-                return self._put_after_table_read((topic, bodies, kw, producer_id, sequence,
-                                                   coalesce))
-            return self._put_producer_batch(table, topic, bodies, kw, producer_id, sequence,
-                                            coalesce)
+                return self._put_after_table_read((topic, bodies, kw, seq, coalesce))
+            return self._put_producer_batch(table, topic, bodies, kw, seq, coalesce)
         if coalesce:
             return self._queue_put(topic, bodies, kw, None, 0, 0)
         return self._propose_put(topic, bodies, kw)[1]
@@ -676,10 +689,12 @@ class Node:
                 if not fut.done():
                     fut.set_exception(e)
 
-    def _put_producer_batch(self, table, topic, bodies, kw, producer_id, sequence,
+    def _put_producer_batch(self, table, topic, bodies, kw, seq,
                             coalesce) -> asyncio.Future:
+        producer_id, sequence, base = seq
         try:
-            table.check(producer_id, sequence)   # ProducerSequenceError: refused
+            # OutOfOrderSequenceError (retriable), ProducerSequenceError: refused
+            table.check(producer_id, sequence, base)
         except KnownBatchError as e:
             self.stats["duplicates"] += 1
             return asyncio.ensure_future(self._retried_batch(e.batch, topic, bodies, kw,
@@ -693,16 +708,25 @@ class Node:
         b.waiter = fut
         return fut
 
-    def _producer_table(self):
-        t = self.seam.raft_log().producer_table
-        if t is None:      # (the core builds it when this replica becomes leader)
+    def _producer_table(self) -> ProducerTable:
+        """This term's table; a leader's first producer put of its term builds it from its
+        own log (read later, a slice at a time: _read_producer_table). Every producer batch
+        of the term goes through it, so the log's tail then holds all the table needs."""
+        core = self.core
+        if core.role != Role.LEADER:
             raise self._not_leader()
-        return t
+        cfg = self.cfg
+        self._producers = table_for_term(
+            self._producers, self.seam.raft_log(), core.term,
+            window_entries=cfg.producer_window_entries,
+            batches_per_producer=cfg.producer_batches_remembered,
+            max_producers=cfg.max_producers)
+        return self._producers
 
     async def _read_producer_table(self):
         """The producer table once the new leader has read its log's window into it: a
         slice per loop iteration (a whole 65,536-entry window at once held the loop long
-        enough to lose the leadership; raft/producers.py, rebuild). Puts that arrive
+        enough to lose the leadership; producers.py, rebuild). Puts that arrive
         meanwhile wait here together."""
         t = self._producer_table()
         while t.pending:
@@ -921,15 +945,42 @@ class Node:
         except TimeoutError:
             pass
 
+    # ------------------------------------------------------------------- consumer offsets
+    async def commit_offsets(self, group: str, offsets) -> int:
+        """Commit consumer offsets of `group` (as MessageStore.commit_offsets) as one META
+        record through the Raft core; returns its index once it is committed and applied
+        here (committed_offset shows it on every replica that applied it)."""
+        self._check_writable()
+        reqs = []
+        self.store.commit_offsets(group, offsets,
+                                  propose=lambda p: reqs.append(self.seam.prepare_meta(p)))
+        return await self._submit(reqs[0])
+
     # ---------------------------------------------------------------------------- admin
+    def end_recovery(self, reason: str) -> None:
+        """The operator's override (raft/recovery.py R5): stop waiting for a peer that holds
+        what this replica lost to a power loss, accepting that it may be lost for good."""
+        self.core.end_recovery(reason)
+        self._schedule_drain()
+
     def transfer_leadership(self, to: str) -> None:
         self._check_writable()
         self.core.transfer_leadership(to)
         self._schedule_drain()
 
+    def _accept_new_members(self, members) -> None:
+        """Members a CONFIG entry names that this node has no address for (added on another
+        node, the leader): accept their connections -- they dial us, they have our address --
+        instead of refusing each as an unknown node until they are started again."""
+        for peer in members:
+            if peer != self.id and peer not in self.cfg.peers and peer not in self._added_peers:
+                self._added_peers.add(peer)
+                self.transport.add_peer(peer, None)
+
     def add_member(self, peer: str, address: str) -> None:
         self._check_writable()
         host, port = parse_address(address, f"address of {peer!r}")
+        self._added_peers.add(peer)
         self.transport.add_peer(peer, (host, port))
         self.core.add_member(peer)
         self._schedule_drain()
@@ -966,6 +1017,7 @@ class Node:
               "persisted_index": core.persisted_index, "last_index": cl.last_index,
               "end_position": cl.end_position, "voters": list(core.voters),
               "ready_to_serve": self.ready_to_serve,
+              "recovering_term": core.recovering_term,
               "pending_puts": self.pending_puts, "pending_bytes": self.pending_bytes,
               "failed": repr(self._failed) if self._failed else None, **self.stats}
         if core.role == Role.LEADER:

@@ -2,7 +2,8 @@
 
     rep = quorumlog.open_replica("/var/lib/b1", node_id="n1",
                                  peers={"n1": "10.0.0.1:7001", "n2": ..., "n3": ...},
-                                 secret=..., flush="sync", client_addr="10.0.0.1:8001")
+                                 secret=..., flush="sync", profile="small",
+                                 client_addr="10.0.0.1:8001")
     rep.on_role_change(lambda ch: ...)      # RoleChange(role, term, leader_id)
     rep.wait_ready_to_serve(timeout=10)     # True once this replica is a master
     r = rep.put("orders", b"...")            # returns once committed (majority) + dispatched
@@ -23,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import threading
+import warnings
 from typing import Callable, NamedTuple
 
-from ..errors import LogClosedError
+from ..errors import LogClosedError, NotAStoreError
 from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
-from .config import load_node_config
+from .config import load_node_config, split_settings
 from .driver import Node
 
 log = logging.getLogger(__name__)
 
-__all__ = ["open_replica", "Replica", "RoleChange"]
+__all__ = ["open_replica", "Replica", "RoleChange", "check_replica_dir"]
 
 
 class RoleChange(NamedTuple):
@@ -181,14 +184,15 @@ class Replica:
 
     # -- writes ------------------------------------------------------------------------------
     def put(self, topic, body, **kw):
-        """Append one message; returns its PutResult once committed and dispatched."""
-        return self._call(self.node.put(topic, body, **kw))
+        """Append one message (the arguments as MessageStore.put); returns its PutResult once
+        committed and dispatched."""
+        return self._call(self.node.put(topic, body, **_one_message(kw)))
 
     def put_batch(self, topic, bodies, **kw):
         return self._call(self.node.put_batch(topic, bodies, **kw))
 
     async def aput(self, topic, body, **kw):
-        return await self._acall(self.node.put(topic, body, **kw))
+        return await self._acall(self.node.put(topic, body, **_one_message(kw)))
 
     async def aput_batch(self, topic, bodies, **kw):
         return await self._acall(self.node.put_batch(topic, bodies, **kw))
@@ -204,6 +208,32 @@ class Replica:
 
     def remove_member(self, peer: str) -> int:
         return self._call(self._sync(self.node.remove_member, peer))
+
+    # -- consumers (MessageStore's consumer API, replicated through the log) ----------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit `group`'s progress on (topic, queue_id) (the next offset it will read) as a
+        META record through the Raft core (leader only: NotLeaderError elsewhere); returns
+        once committed on a majority and applied here."""
+        self._call(self.node.commit_offsets(group, [(topic, queue_id, offset)]))
+
+    def commit_offsets(self, group: str, offsets) -> None:
+        """Several offsets in one record: {(topic, queue): offset} or (topic, queue, offset)s."""
+        self._call(self.node.commit_offsets(group, offsets))
+
+    async def acommit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        await self._acall(self.node.commit_offsets(group, [(topic, queue_id, offset)]))
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The offset `group` last committed for (topic, queue_id) as this replica applied it
+        (None: never)."""
+        return self.node.store.committed_offset(group, topic, queue_id)
+
+    def consumer_offsets(self, group: str | None = None) -> dict:
+        return self.node.store.consumer_offsets(group)
+
+    def find_by_key(self, topic: str, key: str, max_hits: int | None = None, **kw) -> list:
+        """Committed messages of `topic` whose keys include `key`, newest first."""
+        return self.node.store.find_by_key(topic, key, max_hits, **kw)
 
     @staticmethod
     async def _sync(fn, *args):
@@ -270,18 +300,53 @@ class Replica:
         return f"<Replica {self.cfg.node_id} {self.path!r}{' closed' if self._closed else ''}>"
 
 
-def open_replica(path, node_id: str = "n1", peers=None, *, secret=None, flush=None,
-                 client_addr=None, config_file=None, environ=None, raft=None, store=None,
-                 on_role_change=None, **node_settings) -> Replica:
+def _one_message(kw: dict) -> dict:
+    """MessageStore.put's arguments for one message as the node's batch put takes them."""
+    if "keys" in kw:
+        keys = kw["keys"]
+        kw = dict(kw)
+        if not keys:                    # store.put's default (), or None: no keys
+            del kw["keys"]
+        else:
+            kw["keys"] = [keys if isinstance(keys, str) else tuple(keys)]
+    if "born_timestamp_ms" in kw:
+        kw = dict(kw)
+        ts = kw.pop("born_timestamp_ms")
+        if ts is not None:
+            kw["born_timestamps_ms"] = [ts]
+    return kw
+
+
+def open_replica(path, node_id: str = "n1", peers=None, *, secret=None, client_addr=None,
+                 config_file=None, environ=None, raft=None, store=None, on_role_change=None,
+                 **settings) -> Replica:
     """Open (creating if needed) one replica of a Raft group in directory `path` and start
     it. peers: {node id: "host:port" of its peer listener} for every voter, this one included.
-    flush: "sync" | "async" (the store's flush mode; see docs/node.md for the loss window).
-    raft / store: RaftConfig / StoreConfig settings. on_role_change: a callback registered
-    before the node starts (see Replica.on_role_change). Other settings: NodeConfig fields."""
-    store = dict(store or {})
-    if flush is not None:
-        store["flush"] = flush
-    cfg, rcfg, scfg = load_node_config(config_file, environ, raft=raft, store=store,
+
+    Settings are flat keyword arguments, as for quorumlog.open: store settings
+    (StoreConfig fields and `profile`, e.g. flush="sync", profile="small"), node settings
+    (NodeConfig fields) and Raft settings (RaftConfig fields), told apart by name (see
+    docs/node.md); `raft={...}` and the older `store={...}` still work (`store=` warns).
+    on_role_change: a callback registered before the node starts (Replica.on_role_change)."""
+    node_kw, raft_kw, store_kw = split_settings(settings)
+    if store is not None:
+        warnings.warn("open_replica(store={...}) is deprecated: pass store settings as "
+                      "keyword arguments, as to quorumlog.open", DeprecationWarning,
+                      stacklevel=2)
+        store_kw = {**dict(store), **store_kw}
+    if raft is not None:
+        raft_kw = {**dict(raft), **raft_kw}
+    check_replica_dir(path)
+    cfg, rcfg, scfg = load_node_config(config_file, environ, raft=raft_kw, store=store_kw,
                                        node_id=node_id, peers=peers, secret=secret,
-                                       client_addr=client_addr, **node_settings)
+                                       client_addr=client_addr, **node_kw)
     return Replica(path, cfg, rcfg, scfg, on_role_change=on_role_change)
+
+
+def check_replica_dir(path) -> None:
+    """NotAStoreError for a path that exists and is not a directory (the node would fail
+    later with a bare FileExistsError)."""
+    p = os.fspath(path)
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise NotAStoreError(f"{p} is not a directory: a replica needs a directory (missing "
+                             "or empty for a new one, or a replica's own)")

@@ -62,229 +62,79 @@ or unflushed tail; a leader that sees a bigger term in any response steps down a
 that heard from a live leader within max_heartbeat_leak x heartbeat_interval_ms rejects vote
 requests (seed 002) unless they come from a transferee; votes go to candidates outside the
 latest configuration; pre-vote; check-quorum from every answer; a leader lease; learners in
-CONFIG entries; producer ids; installs of a follower past retention (InstallSegment).
+CONFIG entries; installs of a follower past retention (InstallSegment).
 """
 from __future__ import annotations
 
-import logging
 import random
-from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..errors import ConfigError, IndexOutOfRangeError, InvalidArgumentError, ReplicationError
-from .errors import (BackpressureError, LeaderTransferringError, MembershipChangeError,
-                     NotLeaderError, NotSupportedByLogError, ProposalLimitError,
-                     RaftInvariantError, TransferError)
-from .log import EntryKind, RaftLog, decode_voters, encode_config
-from .messages import (Append, AppendResponse, Code, DispatchState, Heartbeat,
-                       HeartbeatResponse, InstallSegment, InstallSegmentResponse, Message,
-                       ParseResult, Role, TakeLeadership, VoteRequest, VoteResponse, VoteResult)
-from .producers import ProducerTable
+from ..errors import ConfigError, InvalidArgumentError
+from .election import ElectionRules
+from .errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
+                     NotSupportedByLogError, ProposalLimitError, RaftInvariantError)
+from .install import InstallRules
+from .lease import LeaseRules
+from .log import EntryKind, RaftLog, decode_voters
+from .membership import MembershipRules
+from .messages import (Append, AppendResponse, Heartbeat, HeartbeatResponse, InstallSegment,
+                       InstallSegmentResponse, Message, ParseResult, Role, TakeLeadership,
+                       VoteRequest, VoteResponse)
 from .progress import Progress
+from .recovery import RecoveryRules
+from .replication import ReplicationRules
+# (the values are defined in state.py and re-exported here, where callers import them from)
+from .state import (COMPARE, NEVER, BehindRetention, ConfigChanged, HardState, LeaseExpired,
+                    LogInstalled, RaftConfig, ReadAborted, Ready, ReadReady, ReadyToServe,
+                    RoleChanged, TransferAborted, VoteRound)
 
-log = logging.getLogger(__name__)
+class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, MembershipRules,
+               RecoveryRules):
+    """The state machine. Its rules live in one file each (election.py, lease.py,
+    replication.py, install.py, membership.py, recovery.py), mixed in here; this file holds
+    the driver API, the outputs and the role changes, which swap the role's tick as a whole
+    (etcd's becomeFollower sets tick = tickElection)."""
 
-NEVER = -(1 << 62)
-# GAP answers below a follower's acknowledged match, in a row, before the leader suspects the
-# follower lost its tail (see _on_append_response)
-GAP_PROBE_AFTER = 3
-COMPARE = DispatchState.COMPARE
-TRUNCATE = DispatchState.TRUNCATE
-APPEND = DispatchState.APPEND
-INSTALL = DispatchState.INSTALL
-
-
-@dataclass
-class RaftConfig:
-    """Timings and limits. Defaults aim at sub-second failover; dledger_defaults() gives
-    DLedger's own (2 s heartbeats, leak 3)."""
-
-    # A leader is given up after max_heartbeat_leak x heartbeat_interval_ms = 700 ms of
-    # silence: long enough that a TCP retransmission stall (200 ms minimum RTO, 200-800 ms in
-    # the simulator) on one link is ridden out, short enough for fail-over p99 < 1 s
-    # (docs/benchmarks.md "Raft elections and fail-over" measures both).
-    heartbeat_interval_ms: int = 100
-    max_heartbeat_leak: int = 7
-    min_vote_interval_ms: int = 100
-    max_vote_interval_ms: int = 250
-    vote_response_timeout_ms: int = 150   # DLedger waits 2000 + rand(max_vote_interval)
-    min_take_leadership_vote_interval_ms: int = 0
-    max_take_leadership_vote_interval_ms: int = 30
-    append_timeout_ms: int = 300          # an unacknowledged batch is re-sent after this
-    max_batch_bytes: int = 1 << 20        # per Append (a single larger entry still goes alone)
-    max_batch_entries: int = 8192         # per Append
-    max_inflight_batches: int = 16        # per follower
-    max_entries_per_proposal: int = 8192
-    max_proposal_bytes: int = 16 << 20
-    max_uncommitted_entries: int = 1 << 20  # leader back-pressure on propose
-    transfer_timeout_ms: int = 1000
-    learner_max_lag_entries: int = 64     # a learner this close to the leader's end is caught up
-    preferred_leader_id: str | None = None
-    reject_votes_while_leader_live: bool = True  # seed 002's rule against removed members
-    # a node raises its term only after a quorum answered a pre-vote that it would vote for it
-    # (a node cut off from a live leader no longer deposes it when it comes back)
-    pre_vote: bool = True
-    # Leader lease: a leader serves (ready to serve, lease reads) only while no other node can
-    # have been elected. Followers refuse votes and do not run for the leak after they last
-    # heard it; the leader counts its lease from the *send* time of the last heartbeat a quorum
-    # acknowledged, for leak x (1 - skew) / (1 + skew) - lease_guard_ms. Sound while every clock
-    # runs within 1 +- max_clock_rate_skew_permille/1000 of real time and the driver ticks at
-    # least every lease_guard_ms / 2 (a follower notes a heartbeat at its last tick's time).
-    max_clock_rate_skew_permille: int = 50
-    lease_guard_ms: int = 30
-    max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
-    # producer table (propose(..., producer=(pid, seq))): a new leader rebuilds it from the last
-    # producer_window_entries entries of its log; it remembers producer_batches_remembered
-    # batches for each of at most max_producers producers
-    producer_window_entries: int = 1 << 16
-    producer_batches_remembered: int = 8
-    max_producers: int = 1 << 16
-
-    def validate(self) -> "RaftConfig":
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote"):
-                continue
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")
-        for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "max_batch_bytes",
-                     "max_batch_entries", "max_inflight_batches", "max_entries_per_proposal",
-                     "max_proposal_bytes", "max_uncommitted_entries", "append_timeout_ms"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"RaftConfig.{name} must be >= 1")
-        if self.max_vote_interval_ms <= self.min_vote_interval_ms:
-            raise ConfigError("RaftConfig.max_vote_interval_ms must be > min_vote_interval_ms")
-        if self.max_clock_rate_skew_permille >= 1000:
-            raise ConfigError("RaftConfig.max_clock_rate_skew_permille must be < 1000")
-        if self.max_take_leadership_vote_interval_ms <= self.min_take_leadership_vote_interval_ms:
-            raise ConfigError("RaftConfig.max_take_leadership_vote_interval_ms must be > "
-                              "min_take_leadership_vote_interval_ms")
-        return self
-
-    @classmethod
-    def dledger_defaults(cls, **kw) -> "RaftConfig":
-        d = dict(heartbeat_interval_ms=2000, max_heartbeat_leak=3, min_vote_interval_ms=300,
-                 max_vote_interval_ms=1000, vote_response_timeout_ms=2000,
-                 append_timeout_ms=1000, transfer_timeout_ms=6000, lease_guard_ms=250)
-        d.update(kw)
-        return cls(**d)
-
-
-class HardState(NamedTuple):
-    term: int = 0
-    voted_for: str | None = None
-
-
-# -- events ------------------------------------------------------------------------------
-class RoleChanged(NamedTuple):
-    term: int
-    role: Role
-    leader_id: str | None
-
-
-class ReadyToServe(NamedTuple):
-    """The leader's log end equals the commit index, dispatch caught up (seed 001) and its
-    lease is valid. Sent again when a lost lease is regained."""
-    term: int
-
-
-class LeaseExpired(NamedTuple):
-    """The leader's lease ran out (no heartbeat quorum for too long) or it handed leadership
-    over: stop serving (the broker's master role) until the next ReadyToServe."""
-    term: int
-
-
-class ReadReady(NamedTuple):
-    """read_index(ctx): a read that waits until dispatch reaches `index` is linearizable."""
-    ctx: Any
-    index: int
-
-
-class ReadAborted(NamedTuple):
-    """read_index(ctx) cannot be answered here (not the leader any more): retry elsewhere."""
-    ctx: Any
-    reason: str
-
-
-class ConfigChanged(NamedTuple):
-    index: int
-    voters: tuple
-    learners: tuple = ()  # members being added (replicated to, never counted)
-
-
-class TransferAborted(NamedTuple):
-    term: int
-    transferee: str
-    reason: str
-
-
-class BehindRetention(NamedTuple):
-    """A follower needs entries the leader's log no longer holds: the leader streams its
-    retained log to it (InstallSegment), if its log can (else the follower stays behind)."""
-    peer: str
-    next_index: int
-
-
-class LogInstalled(NamedTuple):
-    """Follower: the log was replaced by the leader's retained log [first_index..last_index];
-    `meta` is the leader store's opaque state. The driver resets its store from the new log and
-    meta (consume queues are rebuilt from the log, as after a recovery)."""
-    first_index: int
-    last_index: int
-    meta: bytes
-
-
-class Ready:
-    __slots__ = ("hard_state", "flush_to", "flush_gen", "messages", "commit_index", "events")
-
-    def __init__(self, hard_state, flush_to, flush_gen, messages, commit_index, events):
-        self.hard_state = hard_state
-        self.flush_to = flush_to
-        self.flush_gen = flush_gen
-        self.messages = messages
-        self.commit_index = commit_index
-        self.events = events
-
-    def empty(self) -> bool:
-        return (self.hard_state is None and self.flush_to is None and not self.messages
-                and self.commit_index is None and not self.events)
-
-
-class _VoteRound:
-    __slots__ = ("term", "deadline_ms", "responded", "valid", "accepted", "not_ready",
-                 "bigger_ledger", "already_has_leader", "known_max_term", "pre")
-
-    def __init__(self, term, deadline_ms, pre=False):
-        self.term = term
-        self.deadline_ms = deadline_ms
-        self.pre = pre  # a pre-vote round: `term` is the term we would run in
-        self.responded: set = set()
-        self.valid = 0
-        self.accepted = 0
-        self.not_ready = 0
-        self.bigger_ledger = 0
-        self.already_has_leader = False
-        self.known_max_term = term
-
-
-class RaftCore:
     def __init__(self, node_id: str, log_store: RaftLog, rng: random.Random,
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
                  persisted_index: int | None = None, commit_index: int = 0,
-                 restarted: bool = False):
+                 restarted: bool = False, recovering: bool = False):
         """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
         recovered from the log, oldest first, starting with index 0). peers: every node id the
         driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER).
         restarted: this node ran before (a restart after a crash or a stop). Before it went
         down it may have acknowledged a leader whose lease still runs, and it has forgotten
         when: for max_heartbeat_leak x heartbeat_interval_ms it grants no vote (nor pre-vote)
-        and does not campaign. False only for a first start, or after a longer downtime."""
+        and does not campaign. False only for a first start, or after a longer downtime.
+        recovering: this open may have lost entries the replica acknowledged (flush = "async"
+        and the page cache did not survive: a power loss); see raft/recovery.py."""
         self.id = node_id
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
         self.rng = rng
         self.now_ms = now_ms
+        self._init_members(voters, config_history, peers)
+        self._init_election(hard_state, now_ms, restarted)
+        self._init_leader(now_ms)
+        self._init_replication(log_store, commit_index, persisted_index)
+        # outputs
+        self._msgs: list[Message] = []
+        self._events: list = []
+        self._hs_dirty = False
+        self._flush_to: int | None = None
+        self._commit_changed = False
+        self._apply_config(initial=True)
+        self._init_recovery(hard_state.recovering_term, recovering)
+        self._handlers = {
+            VoteRequest: self._on_vote_request, VoteResponse: self._on_vote_response,
+            Heartbeat: self._on_heartbeat, HeartbeatResponse: self._on_heartbeat_response,
+            Append: self._on_append, AppendResponse: self._on_append_response,
+            TakeLeadership: self._on_take_leadership,
+            InstallSegment: self._on_install, InstallSegmentResponse: self._on_install_response,
+        }
+
+    def _init_members(self, voters, config_history, peers) -> None:
         if config_history is None:
             if voters is None:
                 raise ConfigError("RaftCore needs voters or config_history")
@@ -293,11 +143,14 @@ class RaftCore:
             (c[0], tuple(sorted(c[1])), tuple(sorted(c[2])) if len(c) > 2 else ())
             for c in config_history]
         self.known_members: set = set(peers)
+
+    def _init_election(self, hard_state: HardState, now_ms: int, restarted: bool) -> None:
         # persisted
         self.term = hard_state.term
         self.voted_for = hard_state.voted_for
         # volatile, DLedger MemberState / LeaderElector
         self.role = Role.CANDIDATE
+        self._tick_role = self._tick_candidate
         self.leader_id: str | None = None
         self.known_max_term = self.term
         self.need_increase_term_immediately = False
@@ -310,7 +163,7 @@ class RaftCore:
         # again and write different entries under the same (index, term) -- found by the
         # simulation (seed 39). It also keeps term 0 the empty log's sentinel only.
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
-        self._vote: _VoteRound | None = None
+        self._vote: VoteRound | None = None
         self.last_leader_heartbeat_ms = now_ms
         leak_ms = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
         self._vote_guard_until_ms = now_ms + leak_ms if restarted else NEVER
@@ -318,9 +171,10 @@ class RaftCore:
             self.next_time_to_request_vote = self._vote_guard_until_ms
         skew = self.cfg.max_clock_rate_skew_permille
         self.lease_ms = leak_ms * (1000 - skew) // (1000 + skew) - self.cfg.lease_guard_ms
+
+    def _init_leader(self, now_ms: int) -> None:
         self._hb_sent: dict[int, int] = {}  # heartbeat round -> send time (lease)
         self._reads: list = []              # read_index: [ctx, round needed, read index]
-        self._producers: ProducerTable | None = None  # leader: built on election
         self._install: list | None = None   # follower: [image, next offset, configs] staging
         self.last_send_heartbeat_ms = NEVER
         self.last_succ_heartbeat_ms = now_ms
@@ -330,16 +184,6 @@ class RaftCore:
         self._hb_answered: set = set()  # who answered the open round (duplicates count once)
         self._hb_max_term = -1
         self._hb_inconsistent = False
-        # replication
-        last = log_store.last_index()
-        self.commit_index = min(commit_index, last)
-        self.persisted_index = last if persisted_index is None else min(persisted_index, last)
-        self.dispatched_index = 0
-        self._leader_commit = 0      # follower: the highest commit index a leader announced
-        self.leader_match = 0        # follower: highest index known to match the current leader
-        self.reported_match = 0      # follower: highest match sent to the current leader
-        self._leader_epoch = 0
-        self._log_gen = 0            # bumped on every truncation (see on_persisted)
         self.progress: dict[str, Progress] = {}
         self._leaving = 0  # progress entries of removed voters still being replicated to
         self.transferee: str | None = None
@@ -349,34 +193,23 @@ class RaftCore:
         self._handed_over = False  # TAKE_LEADERSHIP went out this term: no lease any more
         self._next_preferred_try_ms = 0
         self.is_ready_to_serve = False
-        # outputs
-        self._msgs: list[Message] = []
-        self._events: list = []
-        self._hs_dirty = False
-        self._flush_to: int | None = None
-        self._commit_changed = False
-        self._apply_config(initial=True)
-        self._handlers = {
-            VoteRequest: self._on_vote_request, VoteResponse: self._on_vote_response,
-            Heartbeat: self._on_heartbeat, HeartbeatResponse: self._on_heartbeat_response,
-            Append: self._on_append, AppendResponse: self._on_append_response,
-            TakeLeadership: self._on_take_leadership,
-            InstallSegment: self._on_install, InstallSegmentResponse: self._on_install_response,
-        }
 
-    # ======================================================================================
-    # driver API
-    # ======================================================================================
+    def _init_replication(self, log_store: RaftLog, commit_index: int,
+                          persisted_index: int | None) -> None:
+        last = log_store.last_index()
+        self.commit_index = min(commit_index, last)
+        self.persisted_index = last if persisted_index is None else min(persisted_index, last)
+        self.dispatched_index = 0
+        self._leader_commit = 0      # follower: the highest commit index a leader announced
+        self.leader_match = 0        # follower: highest index known to match the current leader
+        self.reported_match = 0      # follower: highest match sent to the current leader
+        self._leader_epoch = 0
+        self._log_gen = 0            # bumped on every truncation (see on_persisted)
+
     def tick(self, now_ms: int) -> None:
         if now_ms > self.now_ms:
             self.now_ms = now_ms
-        r = self.role
-        if r == Role.LEADER:
-            self._tick_leader()
-        elif r == Role.FOLLOWER:
-            self._tick_follower()
-        else:
-            self._tick_candidate()
+        self._tick_role()   # (swapped by the become_* below)
 
     def step(self, msg: Message) -> None:
         if msg.dst != self.id:
@@ -384,7 +217,7 @@ class RaftCore:
         self._handlers[msg.__class__](msg)
 
     def ready(self) -> Ready:
-        hs = HardState(self.term, self.voted_for) if self._hs_dirty else None
+        hs = self.hard_state if self._hs_dirty else None
         r = Ready(hs, self._flush_to, self._log_gen, self._msgs,
                   self.commit_index if self._commit_changed else None, self._events)
         self._hs_dirty = False
@@ -419,17 +252,11 @@ class RaftCore:
             self.dispatched_index = index
             self._check_ready_to_serve()
 
-    def propose(self, batch: Any, count: int, nbytes: int,
-                producer: tuple[int, int] | None = None) -> tuple[int, int]:
+    def propose(self, batch: Any, count: int, nbytes: int) -> tuple[int, int]:
         """Append a batch of `count` client messages (`nbytes` in total) as the leader.
         Returns (first_index, last_index); they are committed once commit_index >= last and
-        the entry at last still has this term.
-
-        producer=(pid, seq): the batch's producer id and sequence number (a new sequence for
-        every new batch, the same one for a retry). A batch this leader's log already holds
-        raises DuplicateBatchError(first_index, last_index, term) and appends nothing -- also
-        on a new leader after a failover, which rebuilt the table from its log; a sequence
-        older than the remembered ones raises ProducerSequenceError."""
+        the entry at last still has this term. (Idempotent producers are the broker's:
+        quorumlog.node.producers checks a batch before it is proposed.)"""
         if self.role != Role.LEADER:
             raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
                                  self.leader_id, self.term)
@@ -451,12 +278,7 @@ class RaftCore:
             raise BackpressureError(
                 f"propose: {first - 1 - self.commit_index} uncommitted entries + {count} > "
                 f"max_uncommitted_entries={cfg.max_uncommitted_entries}")
-        if producer is None:
-            last = lg.append_as_leader(self.term, batch)
-        else:
-            pid, seq = self._check_producer(producer)
-            last = lg.append_producer_batch(self.term, batch, pid, seq)
-            self._producers.record(pid, seq, first, last, self.term)
+        last = lg.append_as_leader(self.term, batch)
         if last != first + count - 1:
             raise RaftInvariantError(f"append_as_leader returned {last}, expected {first + count - 1}")
         self._flush_to = last
@@ -465,157 +287,20 @@ class RaftCore:
                 self._send_appends(pr)
         return first, last
 
-    def _check_producer(self, producer) -> tuple[int, int]:
-        try:
-            pid, seq = producer
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"propose: producer must be (pid, seq), got {producer!r}")
-        if (not isinstance(pid, int) or not isinstance(seq, int) or isinstance(pid, bool)
-                or isinstance(seq, bool) or pid < 0 or seq < 0):
-            raise InvalidArgumentError(f"propose: producer ids and sequences are ints >= 0, got {producer!r}")
-        if self._producers is None:
-            raise NotSupportedByLogError(f"propose: {type(self.log).__name__} does not store producer ids")
-        self._producers.check(pid, seq)
-        return pid, seq
-
-    def _rebuild_producers(self) -> None:
-        """New leader: the table from the tail of its own log (before its NOOP)."""
-        c = self.cfg
-        lg = self.log
-        last = lg.last_index()
-        table = ProducerTable(c.max_producers, c.producer_batches_remembered)
-        try:
-            if not hasattr(lg, "producers"):  # (a RaftLog written before the capability)
-                raise NotSupportedByLogError("no producers()")
-            table.rebuild(lg, max(lg.first_index(), last - c.producer_window_entries + 1), last)
-        except NotSupportedByLogError:
-            self._producers = None  # propose(producer=...) says so
-            return
-        self._producers = table
-
-    # -- membership and leadership transfer (leader only) ---------------------------------
-    def add_member(self, peer: str) -> int:
-        """Start adding `peer`: a CONFIG entry makes it a learner (replicated to, never
-        counted); once it has caught up, the leader -- this one or any later one, the learner
-        is in the log -- appends a CONFIG entry that makes it a voter. Returns the index of
-        the first entry."""
-        self._check_admin()
-        if peer in self.voters:
-            raise MembershipChangeError(f"add_member: {peer} is already a voter")
-        self._check_no_change_in_progress()
-        return self._append_config(self.voters, (peer,))
-
-    def remove_member(self, peer: str) -> int:
-        """Append a CONFIG entry without `peer` (a voter, or a learner still catching up);
-        returns its index."""
-        self._check_admin()
-        if peer == self.id:
-            raise MembershipChangeError("remove_member: transfer leadership before removing the leader")
-        if peer in self._learners:
-            self._check_no_change_in_progress(learner_ok=True)
-            return self._append_config(self.voters, tuple(p for p in self._learners if p != peer))
-        if peer not in self.voters:
-            raise MembershipChangeError(f"remove_member: {peer} is not a voter")
-        self._check_no_change_in_progress()
-        return self._append_config(tuple(v for v in self.voters if v != peer), self._learners)
-
-    def transfer_leadership(self, to: str) -> None:
-        if self.role != Role.LEADER:
-            raise NotLeaderError(f"{self.id} is not the leader", self.leader_id, self.term)
-        if self.transferee is not None:
-            raise TransferError(f"transfer to {self.transferee} already in progress")
-        if to == self.id or to not in self.voters:
-            raise TransferError(f"transfer_leadership: {to} is not another voter")
-        self.transferee = to
-        self.transfer_deadline_ms = self.now_ms + self.cfg.transfer_timeout_ms
-        self._take_sent = False
-        self._check_transfer()
-
-    # -- reads (leader only) ------------------------------------------------------------
-    def lease_valid(self, now_ms: int | None = None) -> bool:
-        """Leader: True while no other node can have been elected (RaftConfig: the lease and
-        its clock-rate skew bound). `now_ms`: the driver's clock now (default: the last tick),
-        for a read between ticks."""
-        if self.role != Role.LEADER or self._handed_over:
-            return False
-        now = self.now_ms if now_ms is None or now_ms < self.now_ms else now_ms
-        return now < self._lease_start_ms() + self.lease_ms
-
-    def lease_read_index(self, now_ms: int | None = None) -> int | None:
-        """A lease read: the index a read must wait for (dispatch >= it) to be linearizable,
-        or None (no valid lease, or this leader's first entry has not committed yet: use
-        read_index)."""
-        if not self.lease_valid(now_ms) or not self._committed_in_term():
-            return None
-        return self.commit_index
-
-    def read_index(self, ctx: Any) -> None:
-        """ReadIndex (Raft thesis §6.4), no clock assumptions: the read gets the commit index
-        of now (or this leader's first committed one) and is released -- ReadReady(ctx, index)
-        -- once a quorum answered a heartbeat round sent after it; the driver then serves it
-        when dispatch reaches index. ReadAborted(ctx, reason) if leadership is lost first."""
-        if self.role != Role.LEADER:
-            raise NotLeaderError(f"{self.id} is not the leader (term {self.term})",
-                                 self.leader_id, self.term)
-        if len(self._reads) >= self.cfg.max_pending_reads:
-            raise BackpressureError(
-                f"read_index: {len(self._reads)} reads pending >= max_pending_reads")
-        idx = self.commit_index if self._committed_in_term() else None
-        self._reads.append((ctx, self._hb_seq + 1, idx))
-        self.last_send_heartbeat_ms = NEVER  # the next tick sends that round
-
-    def _committed_in_term(self) -> bool:
-        """Has an entry of our term committed? (A commit index below our first entry -- right
-        after an install it is first - 1, whose term the log may not keep -- is not ours.)"""
-        c = self.commit_index
-        return c >= self.log.first_index() and self.log.term_at(c) == self.term
-
-    def _lease_start_ms(self) -> int:
-        """Send time of the newest heartbeat round that a quorum (us included) acknowledged."""
-        me = self.id
-        prog = self.progress
-        times = [self.now_ms if v == me else prog[v].lease_ack_ms for v in self.voters]
-        times.sort(reverse=True)
-        return times[self.quorum - 1]
-
-    def _on_lease_ack(self) -> None:
-        if self._reads:
-            self._release_reads()
-        if not self.is_ready_to_serve:
-            self._check_ready_to_serve()
-
-    def _release_reads(self) -> None:
-        if not self._committed_in_term():
-            return  # (no entry of ours committed yet: the commit index may be stale)
-        me = self.id
-        prog = self.progress
-        seqs = [self._hb_seq if v == me else prog[v].acked_seq for v in self.voters]
-        seqs.sort(reverse=True)
-        confirmed = seqs[self.quorum - 1]
-        keep = []
-        for r in self._reads:
-            if r[1] <= confirmed:
-                self._events.append(ReadReady(r[0], self.commit_index if r[2] is None else r[2]))
-            else:
-                keep.append(r)
-        self._reads = keep
-
-    # -- introspection -----------------------------------------------------------------
     @property
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.voted_for)
+        return HardState(self.term, self.voted_for, self.recovering_term)
 
     def status(self) -> str:
         s = (f"{self.id} {self.role.name} t{self.term} vote={self.voted_for} leader={self.leader_id} "
              f"last={self.log.last_index()}/t{self.log.last_term()} commit={self.commit_index} "
              f"persisted={self.persisted_index}")
+        if self.recovering_term:
+            s += f" recovering(floor t{self.recovering_term})"
         if self.role == Role.LEADER:
             s += " [" + ", ".join(p.describe() for p in self.progress.values()) + "]"
         return s
 
-    # ======================================================================================
-    # role changes (become_*)
-    # ======================================================================================
     def _become_candidate(self, term: int) -> None:
         """DLedger changeRoleToCandidate: the term itself only moves in _next_term()."""
         if term < self.term:
@@ -626,6 +311,7 @@ class RaftCore:
         if old == Role.LEADER:
             self._leave_leadership()
         self.role = Role.CANDIDATE
+        self._tick_role = self._tick_candidate
         self.leader_id = None
         self.is_ready_to_serve = False
         if old != Role.CANDIDATE:
@@ -640,6 +326,7 @@ class RaftCore:
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self._campaign_term = -1
         self.role = Role.FOLLOWER
+        self._tick_role = self._tick_follower
         self.leader_id = leader
         self.last_leader_heartbeat_ms = self.now_ms
         self._vote = None
@@ -655,6 +342,7 @@ class RaftCore:
 
     def _become_leader(self) -> None:
         self.role = Role.LEADER
+        self._tick_role = self._tick_leader
         self._campaign_term = -1
         self.leader_id = self.id
         self._vote = None
@@ -670,7 +358,6 @@ class RaftCore:
         self._events.append(RoleChanged(self.term, Role.LEADER, self.id))
         lg = self.log
         prev_last = lg.last_index()
-        self._rebuild_producers()
         self.progress = {}
         self._leaving = 0
         for v in self.voters + self._learners:  # (learners: an add a former leader began)
@@ -689,1184 +376,10 @@ class RaftCore:
         for ctx, _, _ in self._reads:
             self._events.append(ReadAborted(ctx, "not the leader any more"))
         self._reads = []
-        self._producers = None
         self.transferee = None
         self.progress = {}
         self._leaving = 0
         self._hb_open = False
-
-    # ======================================================================================
-    # candidate (DLedger maintainAsCandidate / handleVote / vote parse)
-    # ======================================================================================
-    def _vote_interval(self) -> int:
-        c = self.cfg
-        if self.term_to_take_leadership == self.term and self.term_to_take_leadership >= 0:
-            return c.min_take_leadership_vote_interval_ms + self.rng.randrange(
-                c.max_take_leadership_vote_interval_ms - c.min_take_leadership_vote_interval_ms)
-        return c.min_vote_interval_ms + self.rng.randrange(
-            c.max_vote_interval_ms - c.min_vote_interval_ms)
-
-    def _next_term(self, adopt: bool) -> None:
-        """DLedger nextTerm(). adopt (needIncreaseTermImmediately: someone asked us to catch
-        up): take the known max term, so we can vote for the asker at it. Otherwise (last
-        result WAIT_TO_VOTE_NEXT) run one term *past* the biggest seen: DLedger runs at the
-        known max itself, where the others have usually voted for themselves already, and
-        with several candidates the one with the best log can chase forever (simulation
-        seed 6943)."""
-        base = self.known_max_term if self.known_max_term > self.term else self.term
-        self.term = base if adopt and base > self.term else base + 1
-        self.known_max_term = self.term
-        self.voted_for = None
-        self._hs_dirty = True
-
-    def _tick_candidate(self) -> None:
-        now = self.now_ms
-        v = self._vote
-        if v is not None:
-            if self.need_increase_term_immediately:
-                # a bigger term is out there (someone asked us to catch up): this round cannot
-                # win; drop it and adopt the term now, not at the round's deadline
-                self._vote = None
-            else:
-                if now >= v.deadline_ms:
-                    self._parse_vote()
-                return
-        if now < self.next_time_to_request_vote and not self.need_increase_term_immediately:
-            return
-        if self.need_increase_term_immediately:
-            # someone with a bigger term asked us to catch up: adopt it (so we can vote for
-            # the asker at it), then wait for the next vote time (DLedger)
-            self._next_term(True)
-            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-            if self.term_to_take_leadership == self.term and self.voted_for is None:
-                # the transferee: the term it adopted is the one it campaigns in at once
-                self.voted_for = self.id
-                self._campaign_term = self.term
-            self.next_time_to_request_vote = now + self._vote_interval()
-            self.need_increase_term_immediately = False
-            return
-        if now < self._vote_guard_until_ms and self.term_to_take_leadership != self.term:
-            self.next_time_to_request_vote = self._vote_guard_until_ms  # (restarted: see __init__)
-            return
-        if not self._may_campaign():
-            # learners and removed members never run and never raise their term on their own
-            # (they adopt terms, above, so they can follow a leader of a newer term)
-            self.next_time_to_request_vote = now + self._vote_interval()
-            return
-        # DLedger re-runs in its current term after WAIT_TO_REVOTE even if its candidacy was
-        # interrupted (it adopted the term, followed a leader in it, or voted for someone
-        # else). After membership changes that elects a second leader in one term: a quorum of
-        # the new voters need not intersect the quorum that elected the first (simulation
-        # seeds 13790 and 28440, found by the 100,000-seed soak). Re-running in the same term
-        # is only a continuation of our own uninterrupted candidacy (as in Raft, where the
-        # re-votes are retransmissions); anything else -- and WAIT_TO_VOTE_NEXT -- takes the
-        # next term, and with pre-vote only once a quorum said it would vote for us.
-        if (self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT
-                or not (self._campaign_term == self.term and self.voted_for == self.id)):
-            if self._needs_pre_vote():
-                self._start_vote_round(pre=True)
-                return
-            self._next_term(False)
-            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        self._start_vote_round()
-
-    def _may_campaign(self) -> bool:
-        """Voters run. A node outside its latest configuration runs only while that
-        configuration is uncommitted and it is a voter of the last committed one: it may hold
-        the only copy of a change that removed it (its leader crashed with the entry
-        unflushed), and the remaining voters -- whose logs are shorter -- cannot be elected
-        without its vote (simulation: voters {n1} on n2 only, n1 still at {n1, n2}). As in the
-        Raft thesis §4.2.2 it then leads without counting itself, and steps down once the
-        configuration commits."""
-        if self.id in self._voter_set:
-            return True
-        if self.configs[-1][0] <= self.commit_index:
-            return False
-        committed = self.configs[0][1]
-        for idx, voters, _ in self.configs:
-            if idx > self.commit_index:
-                break
-            committed = voters
-        return self.id in committed
-
-    def _needs_pre_vote(self) -> bool:
-        """Pre-vote before every campaign that raises the term, except in a brand-new group
-        (term 0, empty log: no leader can exist yet to be disrupted)."""
-        return self.cfg.pre_vote and (self.term > 0 or self.log.last_index() > 0)
-
-    def _start_vote_round(self, pre: bool = False) -> None:
-        """Send a vote round at our term, or (pre) a pre-vote round for the term we would take
-        next: receivers answer as they would vote, change nothing, and we raise our term only
-        once a quorum accepted (_parse_vote)."""
-        lg = self.log
-        end_index, end_term = lg.last_index(), lg.last_term()
-        me = self.id
-        if pre:
-            term = (self.known_max_term if self.known_max_term > self.term else self.term) + 1
-            v = self._vote = _VoteRound(term, self.now_ms + self.cfg.vote_response_timeout_ms, True)
-            v.known_max_term = self.term
-            own = self._handle_pre_vote(VoteRequest(term, me, me, end_index, end_term, False, True), True)
-            if me in self._voter_set:
-                self._tally(v, me, own, self.term)
-            for peer in self.voters:
-                if peer != me:
-                    self._msgs.append(VoteRequest(term, me, peer, end_index, end_term, False, True))
-            self._maybe_parse_vote(v)
-            return
-        taking = self.term_to_take_leadership == self.term
-        v = self._vote = _VoteRound(self.term, self.now_ms + self.cfg.vote_response_timeout_ms)
-        own = self._handle_vote(VoteRequest(self.term, me, me, end_index, end_term, taking), True)
-        if own == VoteResult.ACCEPT:
-            self._campaign_term = self.term
-        if me in self._voter_set:  # (a non-member finishing a change does not count itself)
-            self._tally(v, me, own, self.term)
-        for peer in self.voters:
-            if peer != me:
-                self._msgs.append(VoteRequest(self.term, me, peer, end_index, end_term, taking))
-        self._maybe_parse_vote(v)
-
-    def _on_vote_request(self, m: VoteRequest) -> None:
-        if m.pre:
-            result = self._handle_pre_vote(m, False)
-            if result == VoteResult.ACCEPT and self.role == Role.CANDIDATE and m.src > self.id:
-                self._defer_to(m.src)
-        else:
-            result = self._handle_vote(m, False)
-        t = self.log.last_term() if result == VoteResult.REJECT_TERM_SMALL_THAN_LEDGER else self.term
-        self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result, m.pre))
-
-    def _defer_to(self, peer: str) -> None:
-        """We just told `peer` (log at least as good as ours, larger id) that we would vote
-        for it: it is about to run in the term we would take. Two followers that lost the same
-        leader time out within a few ms of each other; running both splits the vote and costs
-        a whole vote interval (or two) of fail-over. So the smaller id stands down from a
-        pre-vote round and waits one vote interval; if `peer` does not win by then we run."""
-        v = self._vote
-        if v is not None and not v.pre:
-            return
-        self._vote = None
-        t = self.now_ms + self._vote_interval()
-        if t > self.next_time_to_request_vote:
-            self.next_time_to_request_vote = t
-
-    def _handle_pre_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
-        """Would we vote for m.src if it ran in m.term now? The same checks as _handle_vote,
-        but nothing changes here: no term adopted, no vote recorded, no role change."""
-        r = self._vote_checks(m, is_self)
-        if r is not None:
-            return r
-        if m.term == self.term and self.voted_for is not None and self.voted_for != m.src:
-            return VoteResult.REJECT_ALREADY_VOTED
-        if m.term < self.log.last_term():
-            return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
-        return VoteResult.ACCEPT
-
-    def _vote_checks(self, m: VoteRequest, is_self: bool) -> VoteResult | None:
-        """The checks votes and pre-votes share, in DLedger's order (membership, the live
-        leader, the ledger, an expired term); None if all pass."""
-        if m.src not in self.known_members:
-            return VoteResult.REJECT_UNKNOWN_LEADER
-        if not is_self and m.src == self.id:
-            return VoteResult.REJECT_UNEXPECTED_LEADER
-        if (not is_self and not m.transfer and self.cfg.reject_votes_while_leader_live
-                and self._has_live_leader(m.src)):
-            return VoteResult.REJECT_ALREADY_HAS_LEADER
-        lg = self.log
-        end_term = lg.last_term()
-        if m.ledger_end_term < end_term:
-            return VoteResult.REJECT_EXPIRED_LEDGER_TERM
-        if m.ledger_end_term == end_term and m.ledger_end_index < lg.last_index():
-            return VoteResult.REJECT_SMALL_LEDGER_END_INDEX
-        if m.term < self.term:
-            return VoteResult.REJECT_EXPIRED_VOTE_TERM
-        return None
-
-    def _has_live_leader(self, requester: str) -> bool:
-        """Seed 002: a member that hears from a live leader rejects votes from others. A
-        restarted node counts as hearing one for the leak (it may have, before it went down:
-        the leader's lease relies on it)."""
-        if self.now_ms < self._vote_guard_until_ms:
-            return True
-        window = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
-        if self.role == Role.FOLLOWER:
-            return (self.leader_id is not None and self.leader_id != requester
-                    and self.now_ms - self.last_leader_heartbeat_ms < window)
-        if self.role == Role.LEADER:
-            return self.now_ms - self._quorum_contact_ms() < window
-        return False
-
-    def _quorum_contact_ms(self) -> int:
-        """Check-quorum: the latest time by which a quorum of voters (us included) had
-        answered us as their leader -- the quorum-th most recent answer (heartbeat SUCCESS
-        of any round, or an append response) per voter."""
-        q = self.quorum
-        me = self.id
-        prog = self.progress
-        times = [self.now_ms if v == me else prog[v].last_resp_ms for v in self.voters]
-        times.sort(reverse=True)
-        return times[q - 1]
-
-    def _handle_vote(self, m: VoteRequest, is_self: bool) -> VoteResult:
-        """DLedger handleVote, checks in DLedger's order -- except the first: DLedger rejects
-        a candidate missing from the voter's own (latest, possibly uncommitted) configuration.
-        Two uncommitted removals on the two sides of a partition then deadlock elections for
-        good (each side's candidate is unknown to the other side's config). Raft thesis
-        §4.2.3: grant votes to candidates outside the latest configuration; the live-leader
-        rule keeps a removed member from disrupting a working group. Only ids this node has
-        never heard of (neither peers nor in any configuration) are rejected."""
-        r = self._vote_checks(m, is_self)
-        if r is not None:
-            return r
-        lg = self.log
-        end_term = lg.last_term()
-        if m.term == self.term:
-            if self.voted_for is not None and self.voted_for != m.src:
-                if self.leader_id is not None:
-                    return VoteResult.REJECT_ALREADY_HAS_LEADER
-                return VoteResult.REJECT_ALREADY_VOTED
-        else:
-            # stepped down by a larger term: only vote once our term has caught up
-            self._become_candidate(m.term)
-            self.need_increase_term_immediately = True
-            return VoteResult.REJECT_TERM_NOT_READY
-        if m.term < end_term:
-            return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
-        if (not is_self and self.term_to_take_leadership == self.term
-                and m.ledger_end_term == end_term and lg.last_index() >= m.ledger_end_index):
-            return VoteResult.REJECT_TAKING_LEADERSHIP
-        if self.voted_for != m.src:
-            self.voted_for = m.src
-            self._hs_dirty = True  # persisted before the ACCEPT leaves (driver contract 1)
-        return VoteResult.ACCEPT
-
-    def _tally(self, v: _VoteRound, src: str, result: VoteResult, term: int) -> None:
-        v.responded.add(src)
-        if v.pre:
-            if result == VoteResult.ACCEPT:
-                v.accepted += 1
-            else:
-                if result == VoteResult.REJECT_ALREADY_HAS_LEADER:
-                    v.already_has_leader = True
-                if term > v.known_max_term:
-                    # the responder is at (or past) the term we proposed: propose past it next
-                    v.known_max_term = term
-            return
-        if result != VoteResult.UNKNOWN:
-            v.valid += 1
-        if result == VoteResult.ACCEPT:
-            v.accepted += 1
-        elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
-            v.already_has_leader = True
-        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
-            if term > v.known_max_term:
-                v.known_max_term = term
-        elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
-            v.bigger_ledger += 1
-        elif result == VoteResult.REJECT_TERM_NOT_READY:
-            v.not_ready += 1
-
-    def _on_vote_response(self, m: VoteResponse) -> None:
-        v = self._vote
-        if (v is None or self.role != Role.CANDIDATE or m.req_term != v.term or m.pre != v.pre
-                or m.src in v.responded or m.src not in self.voters):
-            return
-        self._tally(v, m.src, m.result, m.term)
-        self._maybe_parse_vote(v)
-
-    def _maybe_parse_vote(self, v: _VoteRound) -> None:
-        q = self.quorum
-        n = len(self.voters)
-        if v.pre:
-            # decided once a quorum accepted or a quorum can no longer accept
-            if v.accepted >= q or len(v.responded) - v.accepted > n - q:
-                self._parse_vote()
-            return
-        if (v.already_has_leader or v.accepted >= q or v.accepted + v.not_ready >= q
-                or len(v.responded) >= n):
-            self._parse_vote()
-
-    def _parse_pre_vote(self, v: _VoteRound) -> None:
-        """A quorum would vote for us: raise the term and run for real at once. Otherwise
-        nothing changed anywhere; try again after a vote interval (longer if someone still
-        hears a leader, as DLedger's WAIT_TO_REVOTE after REJECT_ALREADY_HAS_LEADER)."""
-        now = self.now_ms
-        if v.known_max_term > self.known_max_term:
-            self.known_max_term = v.known_max_term
-        if v.accepted >= self.quorum and v.known_max_term < v.term and self.role == Role.CANDIDATE:
-            self._next_term(False)
-            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-            self._start_vote_round()
-            return
-        wait = self._vote_interval()
-        if v.already_has_leader:
-            wait += self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
-        self.next_time_to_request_vote = now + wait
-
-    def _parse_vote(self) -> None:
-        """DLedger's ladder, in its order."""
-        v = self._vote
-        self._vote = None
-        if v.pre:
-            self._parse_pre_vote(v)
-            return
-        q = self.quorum
-        now = self.now_ms
-        if v.known_max_term > v.term:
-            res = ParseResult.WAIT_TO_VOTE_NEXT
-            self.next_time_to_request_vote = now + self._vote_interval()
-            self._become_candidate(v.known_max_term)
-        elif v.already_has_leader:
-            res = ParseResult.WAIT_TO_REVOTE
-            self.next_time_to_request_vote = (now + self._vote_interval()
-                                              + self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak)
-        elif v.valid < q:
-            res = ParseResult.WAIT_TO_REVOTE
-            self.next_time_to_request_vote = now + self._vote_interval()
-        elif v.valid - v.bigger_ledger < q:
-            res = ParseResult.WAIT_TO_REVOTE
-            self.next_time_to_request_vote = now + self._vote_interval() + self.cfg.max_vote_interval_ms
-        elif v.accepted >= q:
-            res = ParseResult.PASSED
-        elif v.accepted + v.not_ready >= q:
-            res = ParseResult.REVOTE_IMMEDIATELY
-            self.next_time_to_request_vote = 0
-        else:
-            res = ParseResult.WAIT_TO_VOTE_NEXT
-            self.next_time_to_request_vote = now + self._vote_interval()
-        self.last_parse_result = res
-        if res == ParseResult.PASSED and self.term == v.term and self.role == Role.CANDIDATE:
-            self._become_leader()
-
-    # ======================================================================================
-    # follower (maintainAsFollower / handleHeartBeat / append)
-    # ======================================================================================
-    def _tick_follower(self) -> None:
-        c = self.cfg
-        if self.now_ms - self.last_leader_heartbeat_ms > c.max_heartbeat_leak * c.heartbeat_interval_ms:
-            self._become_candidate(self.term)
-            # Campaign after a random delay in [0, max_vote_interval - min_vote_interval): the
-            # leak timeout is the same on every follower, so followers that tick in lockstep
-            # would otherwise all run at the same instant and split the vote. (The leak itself
-            # is the fixed floor; the jitter has the configured vote interval's width.)
-            self.next_time_to_request_vote = self.now_ms + self.rng.randrange(
-                c.max_vote_interval_ms - c.min_vote_interval_ms)
-
-    def _check_sender(self, m: Message) -> Code:
-        """The shared front of heartbeat and append handling (DLedger handleHeartBeat)."""
-        if m.src not in self.known_members:
-            return Code.UNKNOWN_MEMBER
-        if m.src == self.id:
-            return Code.UNEXPECTED_MEMBER
-        if m.term < self.term:
-            return Code.EXPIRED_TERM
-        if m.term > self.term:
-            self._become_candidate(m.term)
-            self.need_increase_term_immediately = True
-            return Code.TERM_NOT_READY
-        if self.leader_id == m.src:
-            self.last_leader_heartbeat_ms = self.now_ms
-            return Code.SUCCESS
-        if self.leader_id is None:
-            self._become_follower(m.src)
-            return Code.SUCCESS
-        return Code.INCONSISTENT_LEADER
-
-    def _follower_commit(self, leader_commit: int) -> None:
-        """min(leader commit, what matches this leader, what is flushed here): the commit
-        index a driver dispatches to (and checkpoints) never runs ahead of the flushed log."""
-        if leader_commit > self._leader_commit:
-            self._leader_commit = leader_commit
-        c = leader_commit if leader_commit < self.leader_match else self.leader_match
-        if c > self.persisted_index:
-            c = self.persisted_index
-        if c > self.commit_index:
-            self.commit_index = c
-            self._commit_changed = True
-
-    def _on_heartbeat(self, m: Heartbeat) -> None:
-        code = self._check_sender(m)
-        if code == Code.SUCCESS:
-            self._follower_commit(m.commit_index)
-        self._msgs.append(HeartbeatResponse(self.term, self.id, m.src, code, m.seq))
-
-    def _reply_append(self, m: Append, code: Code, hint_index: int = 0, hint_term: int = 0) -> None:
-        r = self._reportable()
-        if r > self.reported_match and self.leader_id == m.src:
-            self.reported_match = r
-        self._msgs.append(AppendResponse(
-            self.term, self.id, m.src, code, r, m.prev_index, m.last_index,
-            hint_index, hint_term, m.epoch))
-
-    def _reportable(self) -> int:
-        p = self.persisted_index
-        return p if p < self.leader_match else self.leader_match
-
-    def _maybe_report(self, force: bool) -> None:
-        r = self._reportable()
-        if r > self.reported_match or (force and r > 0):
-            self.reported_match = r
-            self._msgs.append(AppendResponse(self.term, self.id, self.leader_id, Code.SUCCESS, r,
-                                             r, r, 0, 0, self._leader_epoch))
-
-    def _on_append(self, m: Append) -> None:
-        code = self._check_sender(m)
-        if code != Code.SUCCESS:
-            self._reply_append(m, code)
-            return
-        self._leader_epoch = m.epoch
-        lg = self.log
-        last = lg.last_index()
-        prev = m.prev_index
-        if prev > last:
-            self._reply_append(m, Code.GAP, last, lg.last_term())
-            return
-        if prev < lg.first_index() - 1:
-            # below our retained head: those entries are committed, so they match -- but we
-            # cannot check prev_term; ask the leader to start at our head
-            self._reply_append(m, Code.GAP, lg.first_index() - 1, 0)
-            return
-        try:
-            t = lg.term_at(prev)
-        except IndexOutOfRangeError:
-            # prev is the entry just before our dropped head: it was committed (retention
-            # only drops committed entries), so it matches whatever the leader says
-            t = m.prev_term
-        if t != m.prev_term:
-            if prev <= self.commit_index:
-                raise RaftInvariantError(
-                    f"{self.id}: committed entry {prev} has term {t}, leader says {m.prev_term}")
-            first_of_t = self._first_index_of_term(t, prev)
-            self._reply_append(m, Code.INCONSISTENT_STATE, first_of_t, t)
-            return
-        if prev > self.leader_match:
-            self.leader_match = prev
-        first, lastb, e = m.first_index, m.last_index, m.entry_term
-        if lastb < first:  # COMPARE probe
-            self._follower_commit(m.commit_index)
-            self._reply_append(m, Code.SUCCESS)
-            return
-        if last >= first:
-            if lg.term_at(first) == e:
-                k = last if last < lastb else lastb
-                if lg.term_at(k) != e:
-                    # our entries first..j have term e (match the leader), then a later term
-                    # that the leader does not have here: conflicting, drop them
-                    k = self._last_index_of_term(e, first, k)
-                    self._truncate_after(k)
-                if k > self.leader_match:
-                    self.leader_match = k
-                self._follower_commit(m.commit_index)
-                if k >= lastb:
-                    # a re-send of what we hold: answer now if durable, else on_persisted will
-                    self._flush_to = lastb
-                    self._maybe_report(True)
-                else:
-                    self._flush_to = k
-                    self._reply_append(m, Code.OVERLAP, k, e)
-                return
-            self._truncate_after(prev)
-        new_last = lg.append_replicated(m.payload)
-        if new_last != lastb:
-            raise RaftInvariantError(f"{self.id}: append_replicated ended at {new_last}, batch at {lastb}")
-        self.leader_match = lastb
-        if m.configs:
-            for idx, voters, learners in m.configs:
-                self._add_config(idx, voters, learners)
-        self._flush_to = lastb
-        self._follower_commit(m.commit_index)
-        self._maybe_report(False)
-
-    def _truncate_after(self, index: int) -> None:
-        if index < self.commit_index:
-            raise RaftInvariantError(
-                f"{self.id}: would truncate after {index} below commit index {self.commit_index}")
-        self.log.truncate_after(index)
-        self._log_gen += 1
-        if self.persisted_index > index:
-            self.persisted_index = index
-        if self.configs[-1][0] > index:
-            while self.configs[-1][0] > index:
-                self.configs.pop()
-            self._apply_config()
-
-    def _first_index_of_term(self, t: int, hi: int) -> int:
-        """Lowest index in [max(first, commit+1).., hi] whose term is t (terms never decrease)."""
-        lg = self.log
-        lo = max(lg.first_index(), 1)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if lg.term_at(mid) < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def _last_index_of_term(self, t: int, lo: int, hi: int) -> int:
-        """Highest index in [lo, hi] whose term is <= t, given term_at(lo) <= t."""
-        lg = self.log
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if lg.term_at(mid) <= t:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def _on_take_leadership(self, m: TakeLeadership) -> None:
-        if m.term != self.term or m.src != self.leader_id or self.role != Role.FOLLOWER:
-            return
-        # Adopt T+1 and vote for ourselves now, not on the next tick: in between we would sit
-        # at term T with no leader, and a heartbeat from the old leader at T would make us its
-        # follower again and silently cancel the transfer (the leader would never re-send
-        # TakeLeadership and refuse proposals until transfer_timeout_ms). The new HardState
-        # leaves in this step's Ready, so it is durable before any answer at T+1 is sent.
-        self._become_candidate(m.term + 1)
-        self.term = m.term + 1
-        self.known_max_term = self.term
-        self.voted_for = self.id
-        self._hs_dirty = True
-        self.term_to_take_leadership = self.term
-        self._campaign_term = self.term
-        self.need_increase_term_immediately = False
-        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-        self.next_time_to_request_vote = self.now_ms + self._vote_interval()
-
-    # ======================================================================================
-    # leader (maintainAsLeader / heartbeats / dispatch / commit)
-    # ======================================================================================
-    def _tick_leader(self) -> None:
-        now = self.now_ms
-        c = self.cfg
-        if now - self._quorum_contact_ms() > c.max_heartbeat_leak * c.heartbeat_interval_ms:
-            # check-quorum (DLedger: no quorum of heartbeat SUCCESS for maxHeartBeatLeak x
-            # interval -> CANDIDATE), checked every tick and counting late answers of earlier
-            # rounds and append responses: a stalled link delays answers, it does not make a
-            # follower stop following us
-            self._become_candidate(self.term)
-            return
-        if self.is_ready_to_serve and not self.lease_valid():
-            self.is_ready_to_serve = False
-            self._events.append(LeaseExpired(self.term))
-        if now - self.last_send_heartbeat_ms >= c.heartbeat_interval_ms:
-            if self._hb_open:
-                self._close_heartbeat_round()
-                if self.role != Role.LEADER:
-                    return
-            self._send_heartbeats()
-        timeout = c.append_timeout_ms
-        lg_last = self.log.last_index()
-        for pr in self.progress.values():
-            if pr.state == COMPARE:
-                if now - pr.probe_sent_ms >= timeout:
-                    self._send_probe(pr, pr.probe_prev)
-            elif pr.state == INSTALL:
-                if pr.inflight and now - pr.inflight[0][1] >= timeout:
-                    pr.inflight.clear()
-                    pr.epoch += 1
-                    pr.image_sent = pr.image_acked  # re-send from what the follower staged
-                self._send_install(pr)
-            elif pr.inflight:
-                if now - pr.inflight[0][1] >= timeout:
-                    pr.reset_to(APPEND if pr.match > 0 else TRUNCATE, pr.match + 1)
-                    self._send_appends(pr)
-            elif pr.next <= lg_last:
-                self._send_appends(pr)
-        if self.transferee is not None:
-            if now >= self.transfer_deadline_ms:
-                self._events.append(TransferAborted(self.term, self.transferee, "timeout"))
-                self.transferee = None
-                self._next_preferred_try_ms = now + 2 * c.transfer_timeout_ms
-            else:
-                self._check_transfer()
-        elif (c.preferred_leader_id is not None and c.preferred_leader_id != self.id
-              and now >= self._next_preferred_try_ms):
-            pr = self.progress.get(c.preferred_leader_id)
-            if pr is not None and not pr.is_learner and pr.match >= lg_last:
-                self.transfer_leadership(c.preferred_leader_id)
-        if self.learner is not None:
-            self._check_learner()
-
-    def _send_heartbeats(self) -> None:
-        self._hb_seq += 1
-        self._hb_open = True
-        self._hb_all = self._hb_succ = 1 if self.id in self._voter_set else 0
-        self._hb_answered = set()
-        self._hb_not_ready = 0
-        self._hb_max_term = -1
-        self._hb_inconsistent = False
-        self.last_send_heartbeat_ms = self.now_ms
-        self._hb_sent[self._hb_seq] = self.now_ms
-        self._hb_sent.pop(self._hb_seq - 256, None)  # (answers that late no longer matter)
-        for peer in self.progress:
-            self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
-        if self._hb_succ >= self.quorum:  # a group of one
-            self._hb_open = False
-            self.last_succ_heartbeat_ms = self.now_ms
-            self._on_lease_ack()
-
-    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
-        if m.term > self.term:
-            self._step_down_to(m.term)
-            return
-        if self.role != Role.LEADER:
-            return
-        if m.code == Code.SUCCESS:
-            pr = self.progress.get(m.src)
-            if pr is not None and m.term == self.term:
-                pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
-                if m.seq > pr.acked_seq:
-                    pr.acked_seq = m.seq
-                    sent = self._hb_sent.get(m.seq)
-                    if sent is not None and sent > pr.lease_ack_ms:
-                        pr.lease_ack_ms = sent
-                    self._on_lease_ack()
-            if (pr is not None and pr.state == COMPARE
-                    and self.now_ms - pr.probe_sent_ms >= self.cfg.heartbeat_interval_ms):
-                # the follower is reachable again (after a partition or a restart): probe now
-                # rather than at the next append timeout
-                self._send_probe(pr, pr.probe_prev)
-        if (not self._hb_open or m.seq != self._hb_seq or m.src not in self._voter_set
-                or m.src in self._hb_answered):
-            return  # (a duplicated answer would count twice towards the round's quorum)
-        self._hb_answered.add(m.src)
-        code = m.code
-        if code == Code.SUCCESS:
-            self._hb_succ += 1
-        elif code == Code.EXPIRED_TERM:
-            if m.term > self._hb_max_term:
-                self._hb_max_term = m.term
-        elif code == Code.INCONSISTENT_LEADER:
-            self._hb_inconsistent = True
-        elif code == Code.TERM_NOT_READY:
-            self._hb_not_ready += 1
-        self._hb_all += 1
-        q = self.quorum
-        if self._hb_succ >= q:
-            self.last_succ_heartbeat_ms = self.now_ms
-            self._hb_open = False
-        elif self._hb_succ + self._hb_not_ready >= q or self._hb_all >= len(self.voters):
-            self._close_heartbeat_round()
-
-    def _step_down_to(self, term: int) -> None:
-        """A response showed a bigger term: CANDIDATE, and the next campaign runs past it
-        (never at our stale term, where we could be elected again and again)."""
-        self._become_candidate(term)
-        self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
-        self.next_time_to_request_vote = self.now_ms + self._vote_interval()
-
-    def _close_heartbeat_round(self) -> None:
-        """DLedger sendHeartbeats' verdict for a round without a quorum of SUCCESS."""
-        self._hb_open = False
-        q = self.quorum
-        if self._hb_succ >= q:
-            self.last_succ_heartbeat_ms = self.now_ms
-        elif self._hb_succ + self._hb_not_ready >= q:
-            self.last_send_heartbeat_ms = NEVER  # heartbeat again at once
-        elif self._hb_max_term > self.term:
-            self._step_down_to(self._hb_max_term)
-        elif self._hb_inconsistent:
-            self._become_candidate(self.term)
-        # (no quorum for max_heartbeat_leak x interval: _tick_leader's check-quorum, which
-        # counts every answer, not only this round's)
-
-    def _send_probe(self, pr: Progress, prev: int) -> None:
-        lg = self.log
-        if prev < lg.first_index() - 1:
-            self._behind_retention(pr)
-            return
-        try:
-            prev_term = lg.term_at(prev)
-        except IndexOutOfRangeError:  # the entry before our dropped head: term not kept
-            self._behind_retention(pr)
-            return
-        pr.state = COMPARE
-        pr.inflight.clear()
-        pr.probe_prev = prev
-        pr.next = prev + 1
-        pr.probe_sent_ms = self.now_ms
-        self._msgs.append(Append(self.term, self.id, pr.peer, prev, prev_term, prev + 1, prev,
-                                 0, None, 0, self.commit_index, (), pr.epoch))
-
-    def _behind_retention(self, pr: Progress) -> None:
-        if not pr.behind_retention:
-            pr.behind_retention = True
-            self._events.append(BehindRetention(pr.peer, pr.next))
-        self._start_install(pr)
-
-    # -- installing a follower from our retained log (leader) ----------------------------
-    def _start_install(self, pr: Progress) -> None:
-        """Stream our retained log to pr (the snapshot equivalent: the log is the state)."""
-        try:
-            if not hasattr(self.log, "install_image"):  # (a RaftLog without the capability)
-                raise NotSupportedByLogError("no install_image()")
-            image = self.log.install_image()
-        except NotSupportedByLogError:
-            return  # the follower stays behind; BehindRetention said so
-        pr.reset_to(INSTALL, pr.next)
-        pr.image = image
-        pr.image_sent = pr.image_acked = 0
-        self._send_install(pr)
-
-    def _send_install(self, pr: Progress) -> None:
-        """Fill pr's window with chunks of the image (at most max_batch_bytes each)."""
-        c = self.cfg
-        im = pr.image
-        while pr.image_sent < im.total_bytes and len(pr.inflight) < c.max_inflight_batches:
-            try:
-                chunk, n = self.log.read_image(im, pr.image_sent, c.max_batch_bytes)
-            except ReplicationError:
-                # retention moved our head since the image was taken: start over
-                pr.reset_to(COMPARE, pr.next)
-                pr.probe_sent_ms = self.now_ms
-                self._start_install(pr)
-                return
-            off = pr.image_sent
-            pr.image_sent = off + n
-            configs = self._install_configs(im) if off == 0 else ()
-            self._msgs.append(InstallSegment(
-                self.term, self.id, pr.peer, im, off, chunk, n, pr.image_sent >= im.total_bytes,
-                configs, self.commit_index, pr.epoch))
-            pr.inflight.append((pr.image_sent, self.now_ms))
-
-    def _install_configs(self, im) -> tuple:
-        """The configuration in effect before the image, then the CONFIG entries inside it."""
-        before = [cf for cf in self.configs if cf[0] < im.first_index]
-        return tuple(before[-1:]) + self._configs_in(im.first_index, im.last_index)
-
-    def _response_progress(self, m) -> Progress | None:
-        """The Progress an answer at our term as leader is about (None if it is not one; an
-        answer with a bigger term makes us step down)."""
-        if m.term > self.term:
-            self._step_down_to(m.term)
-            return None
-        if self.role != Role.LEADER or m.term < self.term:
-            return None
-        return self.progress.get(m.src)
-
-    def _on_install_response(self, m: InstallSegmentResponse) -> None:
-        pr = self._response_progress(m)
-        if pr is None or pr.state != INSTALL or m.epoch != pr.epoch:
-            return
-        code = m.code
-        if code == Code.INCONSISTENT_LEADER:
-            self._become_candidate(self.term)
-            return
-        pr.last_resp_ms = self.now_ms
-        if code == Code.SUCCESS:
-            if m.match_index >= pr.image.last_index:  # installed, durable: replicate as usual
-                if m.match_index > pr.match:
-                    pr.match = m.match_index
-                pr.image = None
-                pr.behind_retention = False
-                pr.reset_to(APPEND, pr.match + 1)
-                if not pr.is_learner and pr.match > self.commit_index:
-                    self._maybe_commit()
-                if self.learner == m.src:
-                    self._check_learner()
-                if self.transferee == m.src:
-                    self._check_transfer()
-                if self.role == Role.LEADER and pr.state == APPEND:
-                    self._send_appends(pr)
-                return
-            pr.image_acked = max(pr.image_acked, m.next_offset)
-            while pr.inflight and pr.inflight[0][0] <= pr.image_acked:
-                pr.inflight.popleft()
-            if pr.image_acked >= pr.image.total_bytes:
-                # it holds the image's end already (it caught up meanwhile), maybe not flushed:
-                # go back to probing there, replication takes it from that point
-                pr.image = None
-                self._send_probe(pr, m.image_last)
-                return
-        elif code == Code.GAP:
-            pr.inflight.clear()
-            pr.epoch += 1
-            pr.image_sent = pr.image_acked = m.next_offset
-        elif code == Code.UNSUPPORTED:  # the follower's log cannot install: it stays behind
-            pr.reset_to(COMPARE, pr.next)
-            pr.probe_sent_ms = self.now_ms
-            pr.image = None
-            return
-        else:
-            return  # TERM_NOT_READY etc.: the timeout re-sends
-        self._send_install(pr)
-
-    # -- installing (follower) ------------------------------------------------------------
-    def _on_install(self, m: InstallSegment) -> None:
-        code = self._check_sender(m)
-        if code != Code.SUCCESS:
-            self._reply_install(m, code, 0, 0)
-            return
-        self._leader_epoch = m.epoch
-        im = m.image
-        if self._holds(im.last_index, im.last_term) or im.last_index <= self.commit_index:
-            # a late or repeated chunk of an install we no longer need: we hold the image's end
-            # (log matching: and all before it), or it ends below what we committed
-            if self._holds(im.last_index, im.last_term) and im.last_index > self.leader_match:
-                self.leader_match = im.last_index
-            self._reply_install(m, Code.SUCCESS, im.total_bytes, self._reportable())
-            return
-        st = self._install
-        if m.offset == 0 and (st is None or st[0] != im or st[1] != 0):
-            head = m.configs[0] if m.configs else (0, self.voters, self._learners)
-            try:
-                self.log.begin_install(im, (head[1], head[2]))
-            except NotSupportedByLogError:
-                self._reply_install(m, Code.UNSUPPORTED, 0, 0)
-                return
-            st = self._install = [im, 0, m.configs]
-        if st is None or st[0] != im or m.offset != st[1]:
-            self._reply_install(m, Code.GAP, st[1] if st is not None and st[0] == im else 0, 0)
-            return
-        try:
-            st[1] = self.log.write_chunk(m.offset, m.chunk)
-        except ReplicationError:
-            self._reply_install(m, Code.GAP, st[1], 0)
-            return
-        if not m.done:
-            self._reply_install(m, Code.SUCCESS, st[1], 0)
-            return
-        self._finish_install(st, m)
-
-    def _finish_install(self, st: list, m: InstallSegment) -> None:
-        im, nxt, configs = st
-        self._install = None
-        last = self.log.finish_install()  # atomic and durable
-        self._log_gen += 1  # (a flush report from before is about the old log)
-        self.persisted_index = last
-        self.leader_match = last
-        self.reported_match = last
-        if configs:
-            self.configs = list(configs)
-            self._apply_config()
-        # everything before the image is committed (retention drops committed entries only)
-        # and is in the leader store's state that came with it
-        if self.commit_index < im.first_index - 1:
-            self.commit_index = im.first_index - 1
-            self._commit_changed = True
-        if self.dispatched_index < im.first_index - 1:
-            self.dispatched_index = im.first_index - 1
-        self._events.append(LogInstalled(im.first_index, last, im.meta))
-        self._follower_commit(m.commit_index)
-        self._reply_install(m, Code.SUCCESS, nxt, last)
-
-    def _holds(self, index: int, term: int) -> bool:
-        lg = self.log
-        if index < lg.first_index() or index > lg.last_index():
-            return False
-        return lg.term_at(index) == term
-
-    def _reply_install(self, m: InstallSegment, code: Code, next_offset: int, match: int) -> None:
-        self._msgs.append(InstallSegmentResponse(self.term, self.id, m.src, code, next_offset,
-                                                 match, m.image.last_index, m.epoch))
-
-    def _send_appends(self, pr: Progress) -> None:
-        """Fill pr's window with batches (hot path: a few attribute reads per batch)."""
-        lg = self.log
-        last = lg.last_index()
-        nxt = pr.next
-        if nxt > last or pr.state == INSTALL:
-            return
-        c = self.cfg
-        inflight = pr.inflight
-        limit = 1 if pr.state == TRUNCATE else c.max_inflight_batches
-        if len(inflight) >= limit:
-            return
-        if nxt < lg.first_index():
-            self._behind_retention(pr)
-            return
-        now = self.now_ms
-        term = self.term
-        me = self.id
-        peer = pr.peer
-        max_entries = c.max_batch_entries
-        max_bytes = c.max_batch_bytes
-        try:
-            prev_term = lg.term_at(nxt - 1)
-        except IndexOutOfRangeError:  # the entry before our dropped head: term not kept
-            self._behind_retention(pr)
-            return
-        cfg_last = self.configs[-1][0]
-        msgs = self._msgs
-        while nxt <= last and len(inflight) < limit:
-            hi = nxt + max_entries - 1
-            if hi > last:
-                hi = last
-            t = lg.term_at(nxt)
-            # (terms never decrease and the leader's last term is its own: only a batch that
-            # starts before this term can cross a term boundary)
-            if t != term and lg.term_at(hi) != t:
-                hi = self._last_index_of_term(t, nxt, hi)
-            payload, count, nbytes = lg.read(nxt, hi, max_bytes)
-            hi = nxt + count - 1
-            configs = self._configs_in(nxt, hi) if cfg_last >= nxt else ()
-            msgs.append(Append(term, me, peer, nxt - 1, prev_term, nxt, hi, t, payload, nbytes,
-                               self.commit_index, configs, pr.epoch))
-            inflight.append((hi, now))
-            prev_term = t
-            nxt = hi + 1
-        pr.next = nxt
-
-    def _configs_in(self, lo: int, hi: int) -> tuple:
-        return tuple(c for c in self.configs if lo <= c[0] <= hi)
-
-    def _on_append_response(self, m: AppendResponse) -> None:
-        pr = self._response_progress(m)
-        if pr is None:
-            return
-        code = m.code
-        if code != Code.INCONSISTENT_LEADER:
-            pr.last_resp_ms = self.now_ms  # it answered us as its leader (check-quorum)
-        if code == Code.SUCCESS:
-            mi = m.match_index
-            if mi >= pr.match:
-                pr.gaps_below_match = 0
-            if mi > pr.match:
-                if mi > self.log.last_index():
-                    raise RaftInvariantError(f"{m.src} matched {mi} > leader end {self.log.last_index()}")
-                pr.match = mi
-                inflight = pr.inflight
-                if pr.state != INSTALL:  # (an install's window counts bytes, not indexes)
-                    while inflight and inflight[0][0] <= mi:
-                        inflight.popleft()
-                if not pr.is_learner and mi > self.commit_index:
-                    self._maybe_commit()
-                if self.transferee == m.src:
-                    self._check_transfer()
-            st = pr.state
-            if st == INSTALL:
-                if pr.match < pr.image.last_index:
-                    return
-                pr.image = None  # (it caught up through appends of an earlier epoch)
-                pr.reset_to(APPEND, pr.match + 1)
-                st = APPEND
-            if st == COMPARE:
-                if m.epoch == pr.epoch and m.req_last < m.req_prev + 1 and m.req_prev == pr.probe_prev:
-                    if m.match_index < pr.match and m.epoch == pr.gap_probe_epoch:
-                        # the answer to the probe sent after repeated GAPs is the follower's
-                        # state now: it holds less than it acknowledged (a lost tail)
-                        log.warning("%s: follower %s holds entries up to %d only (had "
-                                    "acknowledged %d)", self.id, m.src, m.match_index, pr.match)
-                        pr.match = m.match_index
-                    pr.state = TRUNCATE
-                    pr.next = m.req_prev + 1
-                    pr.inflight.clear()
-                else:
-                    return
-            elif st == TRUNCATE:
-                if pr.inflight:
-                    return
-                if pr.match >= pr.next - 1:
-                    pr.state = APPEND
-            if pr.next < pr.match + 1:
-                pr.next = pr.match + 1
-            self._send_appends(pr)
-            return
-        if m.epoch != pr.epoch:
-            return  # a rejection of something we already re-sent
-        if code == Code.INCONSISTENT_STATE:
-            self._on_mismatch(pr, m)
-        elif code == Code.GAP:
-            if m.hint_index < pr.match:
-                # The follower's log ends before entries it acknowledged: it lost them (flush
-                # = "async" acknowledges at page-cache level; a power loss drops the page
-                # cache) -- or this answer is stale (reordered). A lost tail answers every
-                # batch so, a stale answer is a one-off: after GAP_PROBE_AFTER of them in a
-                # row, probe with a fresh epoch; the answer says where the follower is now.
-                pr.gaps_below_match += 1
-                if pr.gaps_below_match >= GAP_PROBE_AFTER:
-                    pr.gaps_below_match = 0
-                    pr.epoch += 1
-                    pr.gap_probe_epoch = pr.epoch
-                    self._send_probe(pr, m.hint_index)
-                    return
-            nxt = max(m.hint_index, pr.match) + 1
-            pr.reset_to(TRUNCATE, nxt)
-            self._send_appends(pr)
-        elif code == Code.OVERLAP:
-            pr.reset_to(APPEND, max(m.hint_index, pr.match) + 1)
-            self._send_appends(pr)
-        elif code == Code.INCONSISTENT_LEADER:
-            self._become_candidate(self.term)
-        # TERM_NOT_READY: the follower adopts our term on its next tick; the timeout re-sends
-
-    def _on_mismatch(self, pr: Progress, m: AppendResponse) -> None:
-        """Skip back a whole term: if we hold the follower's conflicting term, probe at our
-        last entry of it, else just before where that term starts on the follower."""
-        lg = self.log
-        ct, ci = m.hint_term, m.hint_index
-        prev = m.req_prev - 1
-        if ct > 0 and ci <= m.req_prev:
-            lo = max(ci, lg.first_index())
-            if lo <= m.req_prev and lg.term_at(lo) <= ct:
-                j = self._last_index_of_term(ct, lo, m.req_prev)
-                prev = j if lg.term_at(j) == ct else ci - 1
-            else:
-                prev = ci - 1
-        if prev >= m.req_prev:
-            prev = m.req_prev - 1
-        if prev < pr.match:
-            prev = pr.match
-        pr.epoch += 1
-        self._send_probe(pr, prev)
-
-    def _maybe_commit(self) -> None:
-        """Commit index = highest index durable on a quorum of voters, in the current term."""
-        voters = self.voters
-        me = self.id
-        prog = self.progress
-        matches = [self.persisted_index if v == me else prog[v].match for v in voters]
-        matches.sort(reverse=True)
-        n = matches[self.quorum - 1]
-        if n > self.persisted_index:
-            n = self.persisted_index  # (committed on a quorum, but reported once flushed here)
-        if n > self.commit_index and self.log.term_at(n) == self.term:
-            self.commit_index = n
-            self._commit_changed = True
-            if self._leaving:
-                self._drop_leaving()
-            if self.learner is not None:
-                self._check_learner()
-            self._check_ready_to_serve()
-            if self._reads:
-                self._release_reads()
-            if self.id not in self._voter_set and self.configs[-1][0] <= n:
-                # a non-member that led to finish a change (_may_campaign): done
-                self._become_candidate(self.term)
-
-    def _drop_leaving(self) -> None:
-        for p in [p for p, pr in self.progress.items() if 0 < pr.leaving_at <= self.commit_index]:
-            # one last heartbeat carries the commit index: the removed node learns that its
-            # removal committed and stops campaigning (otherwise it keeps asking for votes)
-            self._msgs.append(Heartbeat(self.term, self.id, p, self.commit_index, 0))
-            del self.progress[p]
-            self._leaving -= 1
-            if self.transferee == p:
-                self.transferee = None
-
-    def _check_ready_to_serve(self) -> None:
-        if (self.role == Role.LEADER and not self.is_ready_to_serve
-                and self.commit_index == self.log.last_index()
-                and self.dispatched_index >= self.commit_index
-                and self._committed_in_term()
-                and self.lease_valid()):
-            self.is_ready_to_serve = True
-            self._events.append(ReadyToServe(self.term))
-
-    def _check_transfer(self) -> None:
-        """Send TAKE_LEADERSHIP once the transferee's durable match reaches our end, and again
-        every heartbeat interval until the transfer ends: one lost message used to block
-        proposals until transfer_timeout_ms (a transferee that already took the next term
-        ignores the repeats)."""
-        pr = self.progress.get(self.transferee)
-        end = self.log.last_index()
-        if pr is None or pr.match < end:
-            return
-        if self._take_sent and self.now_ms - self._take_sent_ms < self.cfg.heartbeat_interval_ms:
-            return
-        self._take_sent = True
-        self._take_sent_ms = self.now_ms
-        self._msgs.append(TakeLeadership(self.term, self.id, self.transferee, end))
-        if not self._handed_over:
-            # the transferee's votes bypass the live-leader rule: no lease from here on (for
-            # the rest of this term, even if the transfer is abandoned -- it may still win)
-            self._handed_over = True
-            if self.is_ready_to_serve:
-                self.is_ready_to_serve = False
-                self._events.append(LeaseExpired(self.term))
-
-    # ======================================================================================
-    # membership
-    # ======================================================================================
-    @property
-    def voters(self) -> tuple:
-        return self._voters
-
-    @property
-    def learner(self) -> str | None:
-        """The member being added (in the configuration as a learner), if any."""
-        return self._learners[0] if self._learners else None
-
-    def _apply_config(self, initial: bool = False) -> None:
-        idx, voters, learners = self.configs[-1]
-        self._voters = voters
-        self._voter_set = frozenset(voters)
-        self._learners = learners
-        self.quorum = len(voters) // 2 + 1
-        for _, vs, ls in self.configs:
-            self.known_members.update(vs)
-            self.known_members.update(ls)
-        if not initial:
-            self._events.append(ConfigChanged(idx, voters, learners))
-        if self.role == Role.LEADER:
-            self._track_members(idx)
-
-    def _track_members(self, config_index: int) -> None:
-        """Leader: a Progress for every voter and learner of the configuration; members that
-        left it are replicated to until config_index commits (then dropped)."""
-        me = self.id
-        last = self.log.last_index()
-        for p in self._voters + self._learners:
-            learner = p not in self._voter_set
-            pr = self.progress.get(p)
-            if p == me:
-                continue
-            if pr is None:
-                pr = self.progress[p] = Progress(p, last + 1, self.now_ms, is_learner=learner)
-                self._send_probe(pr, last)
-            else:
-                pr.is_learner = learner
-                if pr.leaving_at:
-                    pr.leaving_at = 0
-                    self._leaving -= 1
-        members = set(self._voters) | set(self._learners)
-        for p, pr in self.progress.items():
-            if p not in members and not pr.leaving_at:
-                pr.leaving_at = config_index
-                pr.is_learner = True
-                self._leaving += 1
-
-    def _add_config(self, index: int, voters, learners=()) -> None:
-        if index <= self.configs[-1][0]:
-            return
-        self.configs.append((index, tuple(sorted(voters)), tuple(sorted(learners))))
-        self._apply_config()
-
-    def _append_config(self, voters: tuple, learners: tuple = ()) -> int:
-        voters = tuple(sorted(voters))
-        idx = self.log.append_control(self.term, EntryKind.CONFIG, encode_config(voters, learners))
-        self._flush_to = idx
-        self._add_config(idx, voters, learners)
-        for pr in self.progress.values():
-            if pr.state != COMPARE:
-                self._send_appends(pr)
-        self._maybe_commit()
-        return idx
-
-    def _check_admin(self) -> None:
-        if self.role != Role.LEADER:
-            raise NotLeaderError(f"{self.id} is not the leader", self.leader_id, self.term)
-        if self.transferee is not None:
-            raise LeaderTransferringError(f"{self.id}: leadership transfer in progress")
-
-    def _check_no_change_in_progress(self, learner_ok: bool = False) -> None:
-        if self.learner is not None and not learner_ok:
-            raise MembershipChangeError(f"membership change in progress: learner {self.learner}")
-        if self.configs[-1][0] > self.commit_index:
-            raise MembershipChangeError(
-                f"membership change in progress: CONFIG entry {self.configs[-1][0]} not committed")
-        if not self._committed_in_term():
-            raise MembershipChangeError("membership change refused until this leader's NOOP commits")
-
-    def _check_learner(self) -> None:
-        """Promote the learner once it has caught up (and the CONFIG entry that made it one
-        has committed): seed 002 §2.4 step 3."""
-        peer = self.learner
-        pr = self.progress.get(peer)
-        if (pr is not None and pr.match >= self.commit_index
-                and self.log.last_index() - pr.match <= self.cfg.learner_max_lag_entries
-                and self.configs[-1][0] <= self.commit_index):
-            pr.is_learner = False
-            self._append_config(self.voters + (peer,), tuple(p for p in self._learners if p != peer))
 
 
 __all__ = ["RaftCore", "RaftConfig", "HardState", "Ready", "RoleChanged", "ReadyToServe",

@@ -41,23 +41,6 @@ class TransferError(RaftError):
     """A leadership transfer was refused (unknown or non-voting target, one already running)."""
 
 
-class DuplicateBatchError(RaftError):
-    """propose(..., producer=(pid, seq)): the log already holds that batch (a client's retry).
-    Nothing was appended; answer the client once commit_index >= last_index and the entry at
-    last_index still has `term` (as for the original proposal)."""
-
-    def __init__(self, message: str, first_index: int, last_index: int, term: int):
-        super().__init__(message)
-        self.first_index = first_index
-        self.last_index = last_index
-        self.term = term
-
-
-class ProducerSequenceError(RaftError, InvalidArgumentError):
-    """propose(..., producer=(pid, seq)): seq is older than every batch of pid the leader still
-    remembers, so it cannot tell whether the batch was written; nothing was appended."""
-
-
 class NotSupportedByLogError(RaftError):
     """The RaftLog in use does not implement an optional capability yet (producer ids, or
     installing a follower from the leader's retained log); docs/raft.md says what it needs."""

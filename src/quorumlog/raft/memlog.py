@@ -38,6 +38,17 @@ class MemPayload:
         return len(self.terms)
 
 
+class ProducerItems(list):
+    """A batch of items that carries its producer (pid, seq): MemLog.append_as_leader stores
+    the tag with it, as the native log's records carry their producer properties (the broker
+    -- quorumlog.node.producers, or the simulator -- decides what to tag; the core does not
+    look)."""
+
+    def __init__(self, items, pid: int, seq: int):
+        super().__init__(items)
+        self.producer = (pid, seq)
+
+
 def _size_of(item) -> int:
     try:
         return RECORD_HEADER_BYTES + len(item)
@@ -170,6 +181,9 @@ class MemLog:
                 f"{op}: term {term} is below the log's last term {self.last_term()}")
 
     def append_as_leader(self, term: int, batch) -> int:
+        producer = getattr(batch, "producer", None)
+        if producer is not None:
+            return self.append_producer_batch(term, batch, *producer)
         self._check_term("append_as_leader", term)
         first = self.last_index() + 1
         for item in batch:
@@ -322,6 +336,14 @@ class MemLog:
     def flushed_index(self) -> int:
         """Highest index whose entry (and every one before it) is durable as it is now."""
         return self._first - 1 + min(len(self._d_terms), self._dirty_from, len(self._terms))
+
+    def unflush_tail(self, k: int) -> None:
+        """Testing (the simulator's lying disk): the last k entries that flush() just made
+        durable are not durable after all (a crash drops them)."""
+        keep = max(min(self._dirty_from, len(self._d_terms)) - k, 0)
+        for d in (self._d_terms, self._d_kinds, self._d_datas, self._d_sizes, self._d_prods):
+            del d[keep:]
+        self._dirty_from = keep
 
     def crash(self) -> None:
         """Lose everything not flushed (including unflushed truncations)."""

@@ -32,6 +32,8 @@ class VoteResult(IntEnum):
     REJECT_EXPIRED_LEDGER_TERM = 9
     REJECT_SMALL_LEDGER_END_INDEX = 10
     REJECT_TAKING_LEADERSHIP = 11
+    # not DLedger's: the voter may have lost entries it acknowledged (raft/recovery.py)
+    REJECT_RECOVERING = 12
 
 
 class ParseResult(IntEnum):

@@ -30,8 +30,8 @@ one of them:
 
 Producer ids (docs/raft.md "The producer table"): every record of a producer batch carries
 the reserved properties QL_PID, QL_SEQ, QL_N and QL_I (producer_properties); producers()
-reads them back for a new leader's ProducerTable, which attach_producer_table keeps here for
-the driver of a store's log.
+reads them back for a new leader's producer table (quorumlog.node.producers: the node's,
+not the log's).
 """
 from __future__ import annotations
 
@@ -187,7 +187,6 @@ class NativeRaftLog:
         self._stager = None           # follower: the install being staged
         self._image_crc: list = []    # leader: the last image's checksum (describe_image)
         self._rtype = {EntryKind.NOOP: NOOP, EntryKind.CONFIG: CONFIG, EntryKind.META: META}
-        self.producer_table = None      # the leader's ProducerTable (attach_producer_table)
 
     def first_index(self) -> int:
         f = self.cl.first_index
@@ -245,11 +244,6 @@ class NativeRaftLog:
         return last
 
     # -- producer ids (docs/raft.md "The producer table") -------------------------------------
-    def attach_producer_table(self, table) -> None:
-        """ProducerTable.rebuild hands the new leader's table to the log: the driver of a
-        store's log reads and updates it here (raft/producers.py)."""
-        self.producer_table = table
-
     def append_producer_batch(self, term: int, batch, pid: int, seq: int) -> int:
         """Standalone: append_as_leader with producer_properties(pid, seq, ...) merged into
         each message's properties (a caller's QL_* property: InvalidArgumentError)."""

@@ -6,6 +6,9 @@ delivered message and every event is logged as a stable one-line string (scenari
 
 Persistence is automatic by default (each Ready's flush is done and reported at once);
 `manual_persist(node)` turns that off for one node so tests can check the durability hook.
+`async_flush(node)` makes a node acknowledge at page-cache level (flush = "async": reported at
+once, nothing flushed until `sync_disk(node)`); `crash` is then a kill -9 (the page cache
+survives) and `power_loss` drops everything not synced.
 """
 from __future__ import annotations
 
@@ -53,17 +56,18 @@ class ManualCluster:
         self.committed: dict[str, int] = {}
         self._manual: set = set()
         self._unflushed: dict[str, int] = {}
+        self._async: set = set()
         self.incarnation = {i: 0 for i in self.ids}
         for i in self.ids:
             self._boot(i)
 
-    def _boot(self, i, vote_guard=False):
+    def _boot(self, i, vote_guard=False, recovering=False):
         self.incarnation[i] += 1
         hist = self.logs[i].config_history(self.voters)
         rng = random.Random(f"{self.seed}/{i}/{self.incarnation[i]}")
         self.cores[i] = RaftCore(i, self.logs[i], rng, self.cfg, hard_state=self.hard[i],
                                  config_history=hist, peers=self.ids, now_ms=self.now,
-                                 restarted=vote_guard)
+                                 restarted=vote_guard, recovering=recovering)
         self.committed[i] = 0
 
     # -- driving ---------------------------------------------------------------------
@@ -80,7 +84,9 @@ class ManualCluster:
                 if (m.src, m.dst) not in self.blocked:
                     self.queue.append(m)
             if r.flush_to is not None:
-                if i in self._manual:
+                if i in self._async:
+                    c.on_persisted(self.logs[i].last_index(), r.flush_gen)
+                elif i in self._manual:
                     self._unflushed[i] = r.flush_to
                 else:
                     c.on_persisted(self.logs[i].flush(), r.flush_gen)
@@ -149,18 +155,34 @@ class ManualCluster:
             c.on_persisted(self.logs[i].flush())
             self.drain(i)
 
+    def async_flush(self, i, on=True):
+        (self._async.add if on else self._async.discard)(i)
+
+    def sync_disk(self, i):
+        """The async log's background flush: everything appended so far reaches the disk."""
+        self.logs[i].flush()
+
     def crash(self, i):
         self.down.add(i)
-        self.logs[i].crash()
+        if i not in self._async:  # (async: kill -9, the page cache survives the process)
+            self.logs[i].crash()
         self._unflushed.pop(i, None)
         self.out.append(f"{i} crashed")
 
-    def restart(self, i, vote_guard=False):
+    def power_loss(self, i):
+        """i loses its power: whatever its log had not flushed is gone."""
+        self.down.add(i)
+        self.logs[i].crash()
+        self._unflushed.pop(i, None)
+        self.out.append(f"{i} lost power")
+
+    def restart(self, i, vote_guard=False, recovering=False):
         """Start i again from its log and hard state. vote_guard=True tells the core it ran
         before (RaftCore(restarted=True)), as a real driver does after a crash; scenario set-ups
-        that prepare logs by hand and reboot leave it off."""
+        that prepare logs by hand and reboot leave it off. recovering=True: the driver found
+        that this open may have lost acknowledged entries (async, power loss)."""
         self.down.discard(i)
-        self._boot(i, vote_guard)
+        self._boot(i, vote_guard, recovering)
         self.out.append(f"{i} restarted t{self.hard[i].term} vote={self.hard[i].voted_for}")
 
     def partition(self, *groups):

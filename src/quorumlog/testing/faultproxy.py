@@ -223,6 +223,13 @@ class _Pump:
                         continue
                     d = await self._unstalled()
                 await d.take(len(data))
+                # and while the token bucket held them back (a cut must stop the stream at
+                # once: no chunk may pass after it)
+                if self.dir.faults.mode == "blackhole":
+                    self.dir.stats["bytes_discarded"] += len(data)
+                    self.conn.tainted = True
+                    continue
+                d = await self._unstalled()
                 self.writer.write(data)
                 d.stats["bytes_out"] += len(data)
                 await self.writer.drain()

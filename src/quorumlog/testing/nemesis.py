@@ -22,13 +22,16 @@ import numpy as np
 from ..errors import InvalidArgumentError, QuorumlogError
 from ..format import (CHECKPOINT_SIZE, HEADER_SIZE, INDEX_ENTRY_SIZE, TYPE_MESSAGE,
                       decode_checkpoint, decode_index_entry)
+from .clockskew import ClockSkew
+from .syscall_faults import DiskError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["read_checkpoint", "lose_unflushed_tail", "dirty_pages", "flip_committed_bit",
            "undo_flip", "wipe_log", "fill_disk",
            "Nemesis", "Kill", "Pause", "Partition", "SlowNetwork", "ResetConnections",
-           "PowerCut", "BitFlip", "DiskFull", "LaggingPowerLoss", "NEMESES"]
+           "PowerCut", "BitFlip", "DiskFull", "DiskError", "ClockSkew", "LaggingPowerLoss",
+           "NEMESES"]
 
 CQ_ENTRY = np.dtype([("position", "<i8"), ("size", "<i4"), ("tag_hash", "<i8")])
 assert CQ_ENTRY.itemsize == 20
@@ -160,6 +163,18 @@ def _numbered_files(d: str) -> list[str]:
     return [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.isdigit()]
 
 
+def _new_boot(data_dir) -> None:
+    """A power loss is a new boot: the abort marker's page-cache identity (docs/format.md,
+    Recovery 1) no longer matches, so the store knows unflushed writes may be gone (and an
+    async replica recovers what it acknowledged from its peers: raft/recovery.py)."""
+    path = os.path.join(data_dir, "abort")
+    if os.path.exists(path):
+        with open(path, "wb") as fh:
+            fh.write(f"boot=power-loss-{os.urandom(8).hex()} dev=0 ino=0\n".encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
     """What a power loss does to a killed replica (call it only on a stopped replica).
 
@@ -177,6 +192,7 @@ def lose_unflushed_tail(data_dir, model: str = "checkpoint") -> dict:
       the kernel wrote it back just in time (a possible outcome). Needs root.
     """
     cp = read_checkpoint(data_dir)
+    _new_boot(data_dir)
     out = {"model": model, "flushed_position": cp.flushed_position,
            "flushed_index": cp.flushed_index, "log_bytes_zeroed": 0, "log_zeroed_from": None,
            "index_entries_zeroed": 0, "cq_entries_zeroed": 0}
@@ -713,4 +729,6 @@ NEMESES = {
     "bit-flip": BitFlip,
     "disk-full": DiskFull,
     "lagging-power-loss": LaggingPowerLoss,
+    "disk-error": DiskError,
+    "clock-skew": ClockSkew,
 }

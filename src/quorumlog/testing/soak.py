@@ -12,26 +12,44 @@ leader in N benign runs and reports crash -> next commit p50/p99 (docs/benchmark
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
 import os
 import sys
 import time
 
-from .sim import Simulator, benign_faults, failover_run, run_seed, silent_ms
+from .sim import (Simulator, benign_faults, failover_run, lagging_power_loss_run, run_seed,
+                  silent_ms)
+
+
+def _one(s, a):
+    if a.mix == "lagging-power-loss":
+        return lagging_power_loss_run(s, a.flush, recovery=not a.no_recovery,
+                                      lying_flush=a.lying_flush, flush_fail=a.flush_fail)
+    return run_seed(s, recovery=not a.no_recovery)
 
 
 def _run_range(args):
-    lo, hi = args
+    lo, hi, a = args
+    # (the cores log recovery at WARNING: thousands of lines over a soak)
+    logging.getLogger("quorumlog").setLevel(logging.ERROR)
     bad = []
     events = elections = acked = 0
+    mix = {}
     for s in range(lo, hi):
-        r = run_seed(s)
+        try:
+            r = _one(s, a)
+        except Exception as e:   # (a crash of the simulator or the core is a finding too)
+            bad.append((s, f"exception: {e!r}"))
+            continue
         events += r.events
         elections += r.elections
         acked += r.acked
+        for k, v in r.mix.items():
+            mix[k] = mix.get(k, 0) + v
         if not r.ok:
             bad.append((s, r.violation))
-    return hi - lo, bad, events, elections, acked
+    return hi - lo, bad, events, elections, acked, mix
 
 
 def _bench(kind: str, seeds: int, start: int, stall: float, lanes: int) -> int:
@@ -81,11 +99,24 @@ def main(argv=None) -> int:
                    help="measure elections / fail-over in benign runs instead of soaking")
     p.add_argument("--stall", type=float, default=0.01, help="--bench: stalled message share")
     p.add_argument("--lanes", type=int, default=1, help="--bench elections: connections per pair")
+    p.add_argument("--no-recovery", action="store_true",
+                   help="the driver does not report power losses to the core (shows what the "
+                        "checker finds without raft/recovery.py)")
+    p.add_argument("--mix", choices=("standard", "lagging-power-loss"), default="standard",
+                   help="lagging-power-loss: sim.lagging_power_loss_run (docs/reliability.md, "
+                        "finding 4) in --flush mode")
+    p.add_argument("--flush", choices=("sync", "async"), default="sync")
+    p.add_argument("--lying-flush", type=float, default=0.0,
+                   help="--mix lagging-power-loss: share of flushes that report 1-3 entries "
+                        "more than they made durable")
+    p.add_argument("--flush-fail", type=float, default=0.0,
+                   help="--mix lagging-power-loss: share of flushes that fail (the node stops)")
     a = p.parse_args(argv)
     if a.bench:
         return _bench(a.bench, a.seeds, a.start, a.stall, a.lanes)
     if a.seed is not None:
-        r = run_seed(a.seed, trace=a.verbose)
+        r = (_one(a.seed, a) if a.mix != "standard" or not a.verbose
+             else run_seed(a.seed, trace=True, recovery=not a.no_recovery))
         if a.verbose:
             print("\n".join(r.trace))
         print(f"seed {a.seed}: {'ok' if r.ok else 'VIOLATION'} events={r.events} sim_ms={r.sim_ms} "
@@ -95,16 +126,20 @@ def main(argv=None) -> int:
             print(r.violation)
         return 0 if r.ok else 1
     t0 = time.monotonic()
-    ranges = [(s, min(s + a.chunk, a.start + a.seeds)) for s in range(a.start, a.start + a.seeds, a.chunk)]
+    ranges = [(s, min(s + a.chunk, a.start + a.seeds), a)
+              for s in range(a.start, a.start + a.seeds, a.chunk)]
     done = 0
     failures = []
     tot_events = tot_elections = tot_acked = 0
+    mix: dict = {}
     with mp.Pool(a.jobs) as pool:
-        for n, bad, ev, el, ac in pool.imap_unordered(_run_range, ranges):
+        for n, bad, ev, el, ac, mx in pool.imap_unordered(_run_range, ranges):
             done += n
             tot_events += ev
             tot_elections += el
             tot_acked += ac
+            for k, v in mx.items():
+                mix[k] = mix.get(k, 0) + v
             for s, v in bad:
                 failures.append(s)
                 print(f"VIOLATION seed {s}: {v}\n  replay: python -m quorumlog.testing.soak --seed {s} -v",
@@ -114,7 +149,8 @@ def main(argv=None) -> int:
                       f"{time.monotonic() - t0:.0f}s", flush=True)
     dt = time.monotonic() - t0
     print(f"soak: {a.seeds} seeds from {a.start} in {dt:.1f}s: {len(failures)} violations; "
-          f"{tot_events} events, {tot_elections} elections, {tot_acked} acknowledged proposals"
+          f"{tot_events} events, {tot_elections} elections, {tot_acked} acknowledged proposals; "
+          + ", ".join(f"{k} {v}" for k, v in sorted(mix.items()))
           + (f"; failing seeds {sorted(failures)[:50]}" if failures else ""))
     return 1 if failures else 0
 

@@ -27,7 +27,7 @@ from ..references import touch_memory
 
 # Option names as BenchOptions spells them; the CLI shows them as --size, --count, ...
 ALL_OPTIONS = ("size", "count", "duration_s", "producers", "batch", "window", "flush",
-               "replicas", "connect", "secret_file", "kills", "kill_every_s")
+               "replicas", "connect", "secret_file", "kills", "kill_every_s", "rate")
 OPTION_FLAGS = {"duration_s": "--duration", "kill_every_s": "--kill-every"}
 
 
@@ -111,4 +111,4 @@ def not_used(workload: Workload, given: dict) -> list[str]:
 
 
 # Registration order is the order of `quorumlog bench --help` and of the default suite.
-from . import log, store, scan, replicated  # noqa: E402,F401
+from . import log, store, e2e, scan, replicated  # noqa: E402,F401

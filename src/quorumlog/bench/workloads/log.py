@@ -71,7 +71,7 @@ class LogWorkload(Workload):
     name = "log"
     summary = "native CommitLog.append_batch (append with --batch 1), one writer"
     defaults = {"count": 2_000_000, "batch": 1000, "flush": "async", "window": 1}
-    uses = frozenset({"size", "count", "duration_s", "batch", "window", "flush"})
+    uses = frozenset({"size", "count", "duration_s", "batch", "window", "flush", "rate"})
 
     def check(self, r: Resolved) -> None:
         if r.window > 1 and r.flush != "sync":

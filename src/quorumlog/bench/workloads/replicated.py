@@ -32,6 +32,7 @@ import signal
 import time
 
 from ...errors import ConfigError
+from ...net.messages import MAX_PRODUCER_IN_FLIGHT
 from ...node.config import NodeConfig, read_secret
 from ..cluster import (START_TIMEOUT_S, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
                        client_loop_runner, compare_logs, leader_address, read_back, start_local,
@@ -59,6 +60,10 @@ def _read_secret(path: str) -> str:
 
 
 def _check_common(r: Resolved) -> None:
+    if r.window > MAX_PRODUCER_IN_FLIGHT:
+        raise BenchOptionError(f"--window {r.window}: an idempotent producer keeps at most "
+                               f"{MAX_PRODUCER_IN_FLIGHT} batches in flight (what a leader "
+                               "remembers per producer; docs/node.md)")
     held = r.producers * r.window * r.batch * r.size
     if held > MAX_BUFFER_BYTES:
         raise BenchOptionError(f"--producers {r.producers} x --window {r.window} x --batch "

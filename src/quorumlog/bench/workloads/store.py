@@ -118,7 +118,7 @@ class StoreWorkload(Workload):
     name = "store"
     summary = "MessageStore put_batch (put with --batch 1) then get, single node"
     defaults = {"count": 1_000_000, "batch": 1000, "producers": 1, "flush": "async"}
-    uses = frozenset({"size", "count", "duration_s", "producers", "batch", "flush"})
+    uses = frozenset({"size", "count", "duration_s", "producers", "batch", "flush", "rate"})
 
     def describe(self, r):
         return super().describe(r) + f" producers={r.producers}"
@@ -136,7 +136,7 @@ class CommitWorkload(Workload):
     name = "commit"
     summary = "sync group commit: concurrent producers doing single puts, each waits for a flush"
     defaults = {"duration_s": 5.0, "batch": 1, "producers": 8, "flush": "sync"}
-    uses = frozenset({"size", "count", "duration_s", "producers", "batch", "flush"})
+    uses = frozenset({"size", "count", "duration_s", "producers", "batch", "flush", "rate"})
 
     def check(self, r: Resolved) -> None:
         if r.flush != "sync":

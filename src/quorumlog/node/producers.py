@@ -1,15 +1,31 @@
-"""The leader's producer table: (producer id, sequence) -> the batch that holds it, so a retried
-batch the log already holds is answered with the original instead of being written twice -- and
-a batch the log holds only in part is completed, never answered with the part.
+"""The leader's producer table (a broker concern, not consensus: DESIGN.md): (producer id,
+sequence) -> the batch that holds it, so a retried batch the log already holds is answered with
+the original instead of being written twice -- and a batch the log holds only in part is
+completed, never answered with the part. The node's put path checks and records here
+(driver.py); a new leader builds its table from its own log before it takes a producer batch.
+
+Kafka's idempotent producer, learned from (not copied): a producer keeps at most
+`batches_per_producer` (N) batches in flight, the leader remembers each producer's last N
+batches, and sequences are written in order with no gap:
+  * seq above the last written: written if it is the next one (last + 1), or if the client
+    says every earlier batch of its session is resolved (`base` == seq: acknowledged or given
+    up); else OutOfOrderSequenceError (retriable: the predecessor is still in flight, the
+    client resends in sequence order). A producer this leader does not know counts as "last
+    written: none" -- only its `base` batch is written first.
+  * seq among the remembered batches: KnownBatchError (a DuplicateBatchError), answered with
+    the original's positions.
+  * seq at or below the last written and not remembered: ProducerSequenceError, not
+    retriable (whether it was written cannot be told). A client that keeps its window <= N
+    never gets it: every batch it may retry is among the last N.
+  * `base` 0 (a client that does not say): any seq above the last written is taken (gaps
+    allowed: such a client must not pipeline).
 
 Seed 002 §2.6: after a leader change a client that did not get its answer retries, and the new
-leader may already hold (and will commit) the first attempt. Each batch a producer sends carries
-its producer id and a sequence number that grows with every new batch (the leader accepts new
-sequences in increasing order only, so a log holds each producer's batches in that order). The
-leader keeps the last `batches_per_producer` batches of each producer; a new leader rebuilds the
-table from the tail of its own log (RaftLog.producers over the last `window_entries` entries),
-which holds every batch an earlier leader acknowledged and possibly some it did not (those will
-commit with the new leader's NOOP, so answering the retry with them is right).
+leader may already hold (and will commit) the first attempt. The leader keeps the last
+`batches_per_producer` batches of each producer; a new leader rebuilds the table from the tail
+of its own log (RaftLog.producers over the last `window_entries` entries), which holds every
+batch an earlier leader acknowledged and possibly some it did not (those will commit with the
+new leader's NOOP, so answering the retry with them is right).
 
 A batch of N messages is N entries, and a new leader may hold only a prefix of it (the old
 leader's APPENDs are cut by size; a power loss drops a tail). A log that records each message's
@@ -18,8 +34,8 @@ lets the table tell: a `Batch` knows `count` (N, None if the log did not record 
 messages are `held` (always ordinals 0..held-1: every append of a batch's messages is of the
 ones missing, in order, and a replica holds a prefix of its leader's log), and `ranges`, the
 runs of entries [first, last, term] that hold them, in ordinal order. A retry of an incomplete
-batch is answered by appending exactly the missing messages (`record_part`), after which the
-batch spans several ranges.
+batch is answered by appending exactly the missing messages (`place`), after which the batch
+spans several ranges.
 
 Bounded: at most `max_producers` producers (the least recently written is forgotten first) and
 `batches_per_producer` batches each; a retry older than that (or older than the window at a
@@ -29,11 +45,12 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from ..errors import QuorumlogError
-from .errors import DuplicateBatchError, NotSupportedByLogError, ProducerSequenceError
+from ..errors import (DuplicateBatchError, OutOfOrderSequenceError, ProducerSequenceError,
+                      QuorumlogError)
+from ..raft.errors import NotSupportedByLogError
 
 __all__ = ["Batch", "BatchMismatchError", "KnownBatchError", "ProducerTable",
-           "UncompletableBatchError"]
+           "UncompletableBatchError", "table_for_term"]
 
 
 class Batch:
@@ -94,11 +111,13 @@ class UncompletableBatchError(ProducerSequenceError):
 
 
 class ProducerTable:
-    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken", "_source")
+    __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken", "_source",
+                 "term")
 
-    def __init__(self, max_producers: int, batches_per_producer: int):
+    def __init__(self, max_producers: int, batches_per_producer: int, term: int = 0):
         self.max_producers = max_producers
         self.batches_per_producer = batches_per_producer
+        self.term = term            # the leader term this table serves (driver.py)
         # pid -> deque of Batch, oldest first; LRU order
         self._by_pid: OrderedDict = OrderedDict()
         # the error that kept rebuild() from reading the log (a damaged record): every
@@ -148,20 +167,28 @@ class ProducerTable:
         batches = self._table().get(pid)
         return batches[-1] if batches else None
 
-    def check(self, pid: int, seq: int) -> None:
-        """Return if seq is new (above every sequence of pid written so far); raise
-        KnownBatchError (a DuplicateBatchError) if (pid, seq) is one of the batches
-        remembered, else ProducerSequenceError. Sequences are accepted in increasing order
-        only, so every log holds a producer's batches in sequence order and "above the
-        highest" is exactly "not written" -- a lost pipelined batch retried after later ones
-        is refused, not guessed (a remembered window that had lost an old batch once let a
-        retry be written twice: simulation seed 967)."""
+    def check(self, pid: int, seq: int, base: int = 0) -> None:
+        """Return if (pid, seq) may be written now (module docstring); raise KnownBatchError
+        (a DuplicateBatchError) if it is one of the batches remembered, OutOfOrderSequenceError
+        if its predecessor is missing while the client still has it in flight (`base`: the
+        client's lowest unresolved sequence, 0: not given), else ProducerSequenceError.
+        Sequences are written in increasing order only, so every log holds a producer's
+        batches in sequence order and "above the highest" is exactly "not written" -- a lost
+        pipelined batch retried after later ones is refused, not guessed (a remembered window
+        that had lost an old batch once let a retry be written twice: simulation seed 967)."""
         batches = self._table().get(pid)
         if self.broken is not None:
             raise ProducerSequenceError(
                 f"producer {pid} sequence {seq}: refused, this leader could not read its log's "
                 f"producer ids ({self.broken})")
-        if not batches or seq > batches[-1].seq:
+        last = batches[-1].seq if batches else None
+        if last is None or seq > last:
+            if base and seq != base and (last is None or seq != last + 1):
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} sequence {seq}: out of order, this leader holds "
+                    + ("no batch of the producer" if last is None else f"up to sequence {last}")
+                    + f" and the client has sequences from {base} in flight: resend them in "
+                    "order (nothing appended)")
             return
         for b in batches:
             if b.seq == seq:
@@ -170,9 +197,10 @@ class ProducerTable:
                     f"{b.last_index}] (term {b.term}; {b.held} of "
                     f"{'?' if b.count is None else b.count} messages)", b)
         raise ProducerSequenceError(
-            f"producer {pid}: sequence {seq} is not above the last written ({batches[-1].seq}) "
-            f"and not among the {len(batches)} batches remembered: refused (whether it was "
-            "written is unknown)")
+            f"producer {pid}: sequence {seq} is not above the last written ({last}) "
+            f"and not among the {len(batches)} batches remembered: refused, not retriable "
+            "(whether it was written is unknown; a client keeps at most "
+            f"{self.batches_per_producer} batches in flight)")
 
     def record(self, pid: int, seq: int, first: int, last: int, term: int) -> Batch:
         """A new batch, whole at [first, last] (last = first - 1: not appended yet, see
@@ -224,26 +252,18 @@ class ProducerTable:
         first_ordinal) -- a run of ordinals first_ordinal.. of a batch of `count` messages
         (count None: not recorded).
 
-        A log that supports it is handed this table (`log.attach_producer_table(table)`):
-        its driver reads and updates it there, and the window is read later, by the
-        driver's read_step calls or at the table's first use, rather than now. The core
-        rebuilds the table while it becomes leader, before its first heartbeat; reading a
-        65,536-entry window then (a quarter of a second on a busy machine) held the
-        heartbeats back until the next election began, over and over (a Jepsen run's terms
-        climbed to 800 with no leader serving). Nothing between the two changes [lo, hi]: a
-        leader does not truncate, and every producer batch it appends goes through this
-        table."""
+        The window is read later, by the driver's read_step calls (a slice per loop
+        iteration) or at the table's first use, not now: reading a 65,536-entry window at
+        once (a quarter of a second on a busy machine) held a new leader's heartbeats back
+        until the next election began, over and over (a Jepsen run's terms climbed to 800
+        with no leader serving). Nothing between the two changes [lo, hi]: a leader does not
+        truncate, and every producer batch it appends goes through this table."""
         self._by_pid.clear()
         self.broken = None
         self._source = None
         self._read_snapshot(log)
-        attach = getattr(log, "attach_producer_table", None)
-        if attach is not None:
-            attach(self)
-            if lo <= hi and self.broken is None:
-                self._source = (log, lo, hi)
-            return
-        self._read(log, lo, hi)
+        if lo <= hi and self.broken is None:
+            self._source = (log, lo, hi)
 
     def _read_snapshot(self, log) -> None:
         try:
@@ -290,3 +310,18 @@ class ProducerTable:
         else:
             b = Batch(seq, count, ordinal + n, [[first, last, term]], prefix_known=ordinal == 0)
         self._add(pid, b)
+
+
+def table_for_term(current: ProducerTable | None, log, term: int, *,
+                   window_entries: int = 1 << 16, batches_per_producer: int = 8,
+                   max_producers: int = 1 << 16) -> ProducerTable:
+    """The leader's table for `term`: `current` if it serves that term, else a new one rebuilt
+    from the last `window_entries` entries of `log` (read lazily: rebuild). Called by a leader
+    before it takes a producer batch of its term, so every producer batch it appends in the
+    term goes through the table and the rebuild sees all the earlier ones its log holds."""
+    if current is not None and current.term == term:
+        return current
+    t = ProducerTable(max_producers, batches_per_producer, term)
+    last = log.last_index()
+    t.rebuild(log, max(log.first_index(), last - window_entries + 1), last)
+    return t

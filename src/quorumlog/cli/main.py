@@ -1,9 +1,8 @@
-"""The `quorumlog` command: benchmarks and store inspection for operators.
+"""The `quorumlog` command: the click group and its inspection commands.
 
 A click group: `bench` (quorumlog.bench.command), `info`, `verify` (read-only inspection,
-quorumlog.inspection); servers and repair tools
-join it as further subcommands (`main.add_command`). Library code never configures logging;
-this entry point does.
+quorumlog.inspection), `serve` and `cluster` (cli/node.py), `repair` (cli/repair.py). Library
+code never configures logging; this entry point does.
 """
 import json
 import logging
@@ -11,7 +10,7 @@ import os
 
 import click
 
-from . import __version__
+from .. import __version__
 
 
 @click.group("quorumlog", context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,7 +44,7 @@ class DamageError(InspectionError):
 def _inspect(fn, path, segment_size_bytes):
     """Run a read-only inspection; NotAStoreError and OSError (permissions, I/O) become exit
     code 2 with one line, damage that stops `info` exit code 1."""
-    from .errors import CorruptLogError, NotAStoreError
+    from ..errors import CorruptLogError, NotAStoreError
     try:
         return fn(path, segment_size_bytes=segment_size_bytes)
     except NotAStoreError as exc:
@@ -115,7 +114,7 @@ def info(path, segment_size_bytes, as_json):
     PATH: the store directory. Log positions and indexes, checkpoint, topics with each
     queue's min/max offset, consumer-group offsets, delay progress, a replica's term and
     vote (raft-state), disk use. Exit code 2: not a store, or a file cannot be read."""
-    from . import inspection
+    from .. import inspection
     d = _inspect(inspection.describe, path, segment_size_bytes)
     if as_json:
         click.echo(json.dumps(d, indent=1, sort_keys=True))
@@ -136,7 +135,7 @@ def verify(ctx, path, segment_size_bytes, as_json):
     its file and offset), 2 not a store or a file cannot be read. What the next open
     repairs by itself (a torn tail, index entries past the checkpoint) is printed as a note
     and is not damage."""
-    from . import inspection
+    from .. import inspection
     rep = _inspect(inspection.verify, path, segment_size_bytes)
     if as_json:
         click.echo(json.dumps({"ok": rep.ok, "problems": rep.problems, "notes": rep.notes,
@@ -157,9 +156,9 @@ def verify(ctx, path, segment_size_bytes, as_json):
 
 def _add_subcommands():
     """The commands that live in their own modules: bench, serve, cluster, repair."""
-    from .bench.command import bench
-    from .cli_node import cluster, serve
-    from .cli_repair import repair
+    from ..bench.command import bench
+    from .node import cluster, serve
+    from .repair import repair
     for command in (bench, serve, cluster, repair):
         cli.add_command(command)
 

@@ -1,4 +1,4 @@
-"""`quorumlog repair PATH`: the click command over quorumlog.repair (cli.py adds it to the group).
+"""`quorumlog repair PATH`: the click command over quorumlog.repair (cli/main.py adds it).
 
 Exit codes: 0 the log opens (repaired, or nothing to repair), 1 no repair is known for the
 damage or the store is open elsewhere; --dry-run reports the first problem and the fix it
@@ -24,8 +24,8 @@ def repair(ctx, path, dry_run, segment_size_bytes, as_json):
     The log is cut at the last intact record before the damage; everything removed is kept in
     PATH/repair-<time>/ with report.json. Records after the cut are lost to this store (on a
     Raft replica the leader replicates them again)."""
-    from .errors import LockedError, QuorumlogError
-    from .repair import repair as run_repair
+    from ..errors import LockedError, QuorumlogError
+    from ..repair import repair as run_repair
     settings = {} if segment_size_bytes is None else {"segment_size_bytes": segment_size_bytes}
     try:
         report = run_repair(path, dry_run=dry_run, **settings)

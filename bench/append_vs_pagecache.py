@@ -1,0 +1,108 @@
+"""append_batch against a plain page-cache write of the same bytes, alternating in one run.
+
+Each round writes NBYTES twice into new files in DIR: once with os.write of 4 MiB blocks
+(the fresh page-cache reference) and once as CommitLog.append_batch calls of --batch
+records of --size bytes (async flush: nothing waits for the disk). It prints per round the
+throughput of both and the log's fraction of the reference, then the medians, plus the CPU
+seconds per GB of this process (all threads: the log's preparer and flusher included).
+The order alternates between rounds, so a drift of the machine's speed hits both sides, and
+each phase first faults in (and frees) twice the memory it will write, as `quorumlog bench`
+does: on this VM freed guest memory goes back to the host within seconds and its first touch
+again costs ~5x (whichever side ran second would otherwise get the memory the first freed).
+
+    python bench/append_vs_pagecache.py --size 4096 --rounds 5 --mib 512 [--dir DIR]
+
+Any venv's quorumlog can run it (A/B of two builds: run it with each venv's python).
+"""
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from quorumlog.bench.references import touch_memory
+from quorumlog.commitlog import CommitLog
+
+MiB = 1 << 20
+
+
+def _cpu():
+    t = os.times()
+    return t.user + t.system
+
+
+def page_cache_write(directory, nbytes):
+    """Seconds and CPU seconds of writing nbytes with 4 MiB os.write calls into a new file."""
+    buf = os.urandom(4 * MiB)
+    path = os.path.join(directory, "ref")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        c, t = _cpu(), time.perf_counter()
+        for _ in range(nbytes // len(buf)):
+            os.write(fd, buf)
+        return time.perf_counter() - t, _cpu() - c
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def log_append(directory, nbytes, size, batch):
+    """Seconds and CPU seconds of append_batch calls writing nbytes of bodies."""
+    bodies = [os.urandom(size) for _ in range(batch)]
+    path = os.path.join(directory, "log")
+    log = CommitLog(path, segment_size_bytes=1 << 30, flush="async")
+    calls = max(1, nbytes // (size * batch))
+    try:
+        c, t = _cpu(), time.perf_counter()
+        for k in range(calls):
+            log.append_batch("bench", bodies, queue_ids=0, queue_offsets=k * batch, term=1)
+        return time.perf_counter() - t, _cpu() - c
+    finally:
+        log.close()
+        shutil.rmtree(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    nbytes = a.mib * MiB
+    d = tempfile.mkdtemp(prefix="append-vs-pc-", dir=a.dir)
+    ratios, refs, logs, ref_cpu, log_cpu = [], [], [], [], []
+    try:
+        for r in range(a.rounds):
+            order = ("ref", "log") if r % 2 == 0 else ("log", "ref")
+            got = {}
+            for what in order:
+                touch_memory(2 * nbytes)
+                if what == "ref":
+                    got[what] = page_cache_write(d, nbytes)
+                else:
+                    got[what] = log_append(d, nbytes, a.size, a.batch)
+            ref_gbps = nbytes / got["ref"][0] / 1e9
+            log_gbps = nbytes / got["log"][0] / 1e9
+            refs.append(ref_gbps)
+            logs.append(log_gbps)
+            ratios.append(log_gbps / ref_gbps)
+            ref_cpu.append(got["ref"][1] / (nbytes / 1e9))
+            log_cpu.append(got["log"][1] / (nbytes / 1e9))
+            print(f"round {r}: page-cache write {ref_gbps:.2f} GB/s, append_batch "
+                  f"{log_gbps:.2f} GB/s of bodies ({a.size} B x {a.batch}) = "
+                  f"{ratios[-1]:.0%}; CPU s/GB {ref_cpu[-1]:.2f} vs {log_cpu[-1]:.2f}",
+                  flush=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"median: page-cache write {statistics.median(refs):.2f} GB/s, append_batch "
+          f"{statistics.median(logs):.2f} GB/s, ratio {statistics.median(ratios):.0%} "
+          f"(rounds {', '.join(f'{x:.0%}' for x in ratios)}); CPU s/GB "
+          f"{statistics.median(ref_cpu):.2f} vs {statistics.median(log_cpu):.2f}; "
+          f"load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
