@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench microbench install clean soak soak-node cluster-soak soak-cluster
+.PHONY: test bench microbench install clean soak soak-node cluster-soak soak-cluster flood
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,11 @@ soak-cluster: $(STAMP)
 	$(VPY) -m quorumlog.testing.faults $(if $(SEED),--seed $(SEED)) --flush sync --kills 500 \
 		--kill-target mixed --all-nemeses --rate 50 --disk-size-mb 1536 --duration 3600 \
 		$(SOAK_ARGS)
+
+# floods (connections, stalled frames, handshakes) against 3 replicas under load;
+# not part of `make test` (3 minutes per flood by default: FLOOD_S=60 for a shorter run)
+flood: $(STAMP)
+	$(VPY) -m quorumlog.testing.flood --duration $(or $(FLOOD_S),180)
 
 clean:
 	rm -rf build $(VENV) src/*.egg-info

@@ -39,7 +39,8 @@ import random
 import threading
 from typing import NamedTuple
 
-from .errors import InvalidArgumentError, OutOfOrderSequenceError, QuorumlogError
+from .errors import (AuthenticationError, ConnectionLimitError, InvalidArgumentError,
+                     OutOfOrderSequenceError, QuorumlogError)
 from ._clientframe import decode_fetched, encode_bodies
 from .net import codec
 from .net import messages as m
@@ -389,12 +390,16 @@ class AsyncClient:
                     ch = await connect_client(host, port, self.auth,
                                               timeout=self.connect_timeout,
                                               config=self._tconfig)
+                except AuthenticationError:
+                    raise        # every member shares the credentials: no retry can succeed
                 except (OSError, TimeoutError, NetError) as e:
                     last = e
                     continue
                 self._channel, self._channel_addr = ch, (host, port)
                 self.stats["reconnects"] += 1
                 return ch
+            if isinstance(last, ConnectionLimitError):
+                raise last       # (the last member tried is full: say so, not "unreachable")
             raise ConnectionError(f"no server reachable among {order}: {last}")
         finally:
             self._connecting.release()

@@ -132,6 +132,18 @@ class TopicNotFoundError(QuorumlogError, KeyError):
     """Topic does not exist and auto-creation is off."""
 
 
+class AuthenticationError(QuorumlogError):
+    """The server refused this client's credentials: a wrong secret, cluster id or client id,
+    or a secured server and an insecure client. Not retried: every member shares the
+    credentials, so another attempt fails the same way."""
+
+
+class ConnectionLimitError(QuorumlogError):
+    """The server refused the connection because it is at a connection limit
+    (max_client_connections); nothing was sent. Other members, or a later attempt, may
+    accept it."""
+
+
 class ConfigError(QuorumlogError, ValueError):
     """Invalid configuration (file, environment or arguments)."""
 

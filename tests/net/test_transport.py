@@ -261,7 +261,8 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
 
     async def body():
         # 1.5 s: the third connection must be accepted while the first two still wait
-        b = Node("b", "ab", config=fast_config(handshake_timeout_ms=1500, max_unauthenticated=2))
+        b = Node("b", "ab", config=fast_config(handshake_timeout_ms=1500, max_unauthenticated=2,
+                                               hello_timeout_ms=30_000))
         try:
             await b.t.start()
             loop = asyncio.get_running_loop()
@@ -269,7 +270,8 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
             def silent_clients():
                 raws = [RawPeer(b.t.address) for _ in range(3)]
                 try:
-                    # the third is over the cap: closed at once; the first two time out
+                    # the third is over the cap: it evicts the oldest (no HELLO sent);
+                    # the other two time out
                     return [r.closed_by_peer(5) for r in raws]
                 finally:
                     for r in raws:
@@ -277,8 +279,9 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
             assert await loop.run_in_executor(None, silent_clients) == [True, True, True]
             await wait_until(lambda: caplog.text.count("HandshakeTimeoutError") == 2, 5,
                              "two timeouts logged")
-            assert "too many unauthenticated connections (max_unauthenticated=2)" in caplog.text
+            assert "in its handshake: handshake slots full: oldest evicted" in caplog.text
             assert b.t.stats()["unauthenticated"] == 0
+            assert b.t.stats()["rejected"]["handshake slots full: oldest evicted"] == 1
         finally:
             await b.t.close()
     run(loop_factory, body)

@@ -30,8 +30,8 @@ import os
 
 from . import messages as m
 from .errors import (AuthConfigError, AuthError, AuthRejectedError, BadProofError,
-                     GeometryMismatchError, HandshakeTimeoutError, UnknownNodeError,
-                     WrongClusterError)
+                     CredentialsRejectedError, GeometryMismatchError, HandshakeTimeoutError,
+                     TooManyConnectionsError, UnknownNodeError, WrongClusterError)
 from .messages import PEER_ROLES, AuthMode, RejectReason, Role
 
 __all__ = ["AuthConfig", "Handshake", "MIN_SECRET_BYTES", "transcript", "proof", "DIR_INITIATOR",
@@ -42,6 +42,13 @@ _LABEL = b"quorumlog-auth-v1\x00"
 # direction labels: a proof is good for one direction only (no reflection)
 DIR_INITIATOR = b"initiator->responder\x00"
 DIR_RESPONDER = b"responder->initiator\x00"
+
+# what an AUTH_REJECT's reason means to the side that receives it: credentials refused can
+# never succeed on a retry (a client gives up at once); a connection limit may clear
+_REJECT_ERRORS = {reason: CredentialsRejectedError for reason in (
+    RejectReason.WRONG_CLUSTER, RejectReason.UNKNOWN_NODE, RejectReason.BAD_PROOF,
+    RejectReason.MODE_MISMATCH, RejectReason.ROLE_REFUSED)}
+_REJECT_ERRORS[RejectReason.TOO_MANY_CONNECTIONS] = TooManyConnectionsError
 
 
 def _secret_bytes(secret, what: str) -> bytes | None:
@@ -174,6 +181,16 @@ class Handshake:
         return [m.AuthHello(c.mode, self.role, c.cluster_id, c.node_id, self.target_id,
                             self.nonce, c.segment_size_bytes)]
 
+    @property
+    def waiting_hello(self) -> bool:
+        """A responder that has not received the initiator's AUTH_HELLO yet."""
+        return self._state == _WAIT_HELLO
+
+    def refuse(self, err: AuthError, reason: RejectReason, text: str):
+        """Fail the handshake for a reason of the caller's (a limit of the transport's):
+        `reject` is then the AUTH_REJECT to send. Raises `err`."""
+        self._fail(err, reason, text)
+
     def check_timeout(self, now: float) -> None:
         """Raise HandshakeTimeoutError if the deadline passed before the handshake finished."""
         if self._state in (_DONE, _FAILED) or self.deadline is None or now < self.deadline:
@@ -189,8 +206,8 @@ class Handshake:
             raise AuthError("receive() before start()")
         if isinstance(msg, m.AuthReject):
             self._state = _FAILED
-            self.error = AuthRejectedError(
-                f"peer rejected the handshake: {msg.reason.name}: {msg.text}")
+            klass = _REJECT_ERRORS.get(msg.reason, AuthRejectedError)
+            self.error = klass(f"peer rejected the handshake: {msg.reason.name}: {msg.text}")
             raise self.error
         st = self._state
         if st == _WAIT_HELLO and type(msg) is m.AuthHello:

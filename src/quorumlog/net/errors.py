@@ -7,7 +7,8 @@ They live here (as the Raft core's live in raft/errors.py) so the package stays 
 """
 from __future__ import annotations
 
-from ..errors import ConfigError, InvalidArgumentError, QuorumlogError
+from ..errors import (AuthenticationError, ConfigError, ConnectionLimitError,
+                      InvalidArgumentError, QuorumlogError)
 
 
 class NetError(QuorumlogError):
@@ -79,10 +80,27 @@ class AuthRejectedError(AuthError):
     reason = "rejected by peer"
 
 
+class CredentialsRejectedError(AuthRejectedError, AuthenticationError):
+    """The other side refused our credentials (bad proof, wrong cluster id, unknown id, auth
+    mode mismatch, role refused): retrying with the same settings cannot succeed."""
+
+
+class TooManyConnectionsError(AuthError, ConnectionLimitError):
+    """The responder is at its limit of client connections (max_clients) and refused this
+    one at its AUTH_HELLO (raised on both sides: the refusal names the limit)."""
+
+    reason = "too many client connections"
+
+
 class HandshakeTimeoutError(AuthError):
     """The handshake did not complete within handshake_timeout_ms."""
 
     reason = "handshake timeout"
+
+
+class FrameTimeoutError(ProtocolError):
+    """A frame was not received whole within frame_timeout_ms of its header (a peer that
+    announces a large frame and stalls): the connection is dropped and its buffer freed."""
 
 
 class AuthConfigError(NetError, ConfigError):

@@ -22,6 +22,7 @@ Layout (little-endian; docs/net.md has the table and a golden vector):
 """
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from typing import NamedTuple
@@ -42,6 +43,9 @@ DEFAULT_MAX_FRAME_BYTES = (16 << 20) + HEADER_SIZE
 KNOWN_FLAGS = 0                # no flag is defined in version 1: a set bit is refused
 DEFAULT_LARGE_PAYLOAD_BYTES = 64 << 10
 DEFAULT_RECV_BUFFER_BYTES = 256 << 10
+# lazy_big_buffers: payloads from this size are received into an anonymous mmap (smaller
+# ones are not worth an mmap/munmap pair)
+LAZY_BUFFER_FROM_BYTES = 1 << 20
 
 _PREFIX = struct.Struct("<HBBHHQI")      # the 20 bytes the checksum covers
 _CRC = struct.Struct("<I")
@@ -141,7 +145,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
-                 "one_at_a_time", "_buf", "_mv",
+                 "one_at_a_time", "reserve", "waiting", "lazy_big_buffers", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
                  "frames", "bytes")
@@ -160,6 +164,16 @@ class FrameDecoder:
         self.limit_name = "max_frame_bytes"
         self.large_payload_bytes = large_payload_bytes
         self.one_at_a_time = False
+        # reserve(n) -> bool, asked before a large payload's buffer is allocated: False
+        # leaves the header unparsed and sets `waiting` (the caller stops reading, and calls
+        # parse_buffered() once it can grant the bytes) -- a budget across connections
+        self.reserve = None
+        self.waiting = False
+        # payloads of 1 MiB or more in anonymous mmaps: pages are backed only once received,
+        # and given back to the OS when the buffer dies (a bytearray is zero-filled -- every
+        # page resident at once -- and malloc keeps freed 16 MiB chunks); for connections
+        # that may announce big frames and stall
+        self.lazy_big_buffers = False
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
         # move bytes inside it (same-size slice assignment is allowed with exports).
@@ -180,6 +194,26 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         """Bytes received but not yet part of a complete frame."""
         return (self._end - self._start) + self._big_filled
+
+    @property
+    def big_pending_bytes(self) -> int:
+        """The length of the large payload being received (0: none)."""
+        return len(self._big) if self._big is not None else 0
+
+    def resize(self, recv_buffer_bytes: int, large_payload_bytes: int) -> None:
+        """Use a receive buffer of another size (a new one: the old may still be exported)
+        and another large-payload threshold, keeping the bytes not parsed yet. The transport
+        starts a connection with a buffer the size of a handshake frame and sizes it for its
+        role once it has authenticated."""
+        if large_payload_bytes < 1:
+            raise ValueError("large_payload_bytes must be >= 1")
+        pending = bytes(self._mv[self._start:self._end])
+        size = max(recv_buffer_bytes, large_payload_bytes + HEADER_SIZE, len(pending))
+        self._buf = bytearray(size)
+        self._mv = memoryview(self._buf)
+        self._buf[:len(pending)] = pending
+        self._start, self._end = 0, len(pending)
+        self.large_payload_bytes = large_payload_bytes
 
     @property
     def failed(self) -> bool:
@@ -260,11 +294,17 @@ class FrameDecoder:
                     buf, start, max_frame_bytes=self.max_frame_bytes,
                     known_types=self.known_types, limit_name=self.limit_name)
                 body = start + HEADER_SIZE
-                self._after_big = large = length >= self.large_payload_bytes
+                large = length >= self.large_payload_bytes
+                if large and self.reserve is not None and not self.reserve(length):
+                    self.waiting = True        # the header stays: parsed again when granted
+                    break
+                self.waiting = False
+                self._after_big = large
                 if large:
                     # Allocate only now that the length is known to be within the limit.
                     have = min(end - body, length)
-                    big = bytearray(length)
+                    big = mmap.mmap(-1, length) if self.lazy_big_buffers and \
+                        length >= LAZY_BUFFER_FROM_BYTES else bytearray(length)
                     big[:have] = mv[body:body + have]
                     self._big, self._big_view = big, memoryview(big)
                     self._big_filled, self._big_head = have, (ftype, flags, rid)
@@ -289,6 +329,12 @@ class FrameDecoder:
             start = end = 0
         self._start, self._end = start, end
         return out
+
+    def release(self) -> None:
+        """Drop the partial large payload (the connection is gone): its memory goes back
+        at once, not when the connection object is collected."""
+        self._big = self._big_view = self._big_head = None
+        self._big_filled = 0
 
     def _fail(self, e: FrameError) -> None:
         self._error = e

@@ -74,6 +74,7 @@ class RejectReason(IntEnum):
     ROLE_REFUSED = 5
     DUPLICATE = 6     # a connection to this peer already exists and wins
     GEOMETRY = 7      # the peer's log has another segment size: it cannot hold our bytes
+    TOO_MANY_CONNECTIONS = 8   # the responder is at max_clients
 
 
 @dataclass(slots=True)
@@ -256,6 +257,8 @@ class ErrorCode(IntEnum):
     TIMEOUT = 19
     OUT_OF_ORDER_SEQUENCE = 20     # retriable: resend the producer's in-flight batches in order
     PRODUCER_SEQUENCE = 21         # not retriable: a sequence too old to tell (node/producers.py)
+    MALFORMED_REQUEST = 22
+
 
 
 class RequestTimeoutError(ne.NetError):
@@ -265,6 +268,12 @@ class RequestTimeoutError(ne.NetError):
 
 class UnsupportedRequestError(ne.NetError):
     """The server does not serve this request type."""
+
+
+class MalformedRequestError(qe.InvalidArgumentError):
+    """The server could not decode the request (a field out of range, e.g. a negative
+    offset or max_messages 0, a short or over-long payload): nothing was done, and the
+    connection stays usable. The message names the field."""
 
 
 class LeaderRedirectError(raft_errors.NotLeaderError):
@@ -301,6 +310,7 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.TIMEOUT: RequestTimeoutError,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: qe.OutOfOrderSequenceError,
     ErrorCode.PRODUCER_SEQUENCE: qe.ProducerSequenceError,
+    ErrorCode.MALFORMED_REQUEST: MalformedRequestError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}
 _CODE_OF_CLASS[raft_errors.NotLeaderError] = ErrorCode.NOT_LEADER

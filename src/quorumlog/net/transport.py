@@ -19,8 +19,11 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
   APPEND payload lands in a buffer of its own and reaches on_message as a memoryview of it.
 * Every connection authenticates first (HMAC handshake, handshake_timeout_ms), with small
   frames only (handshake_max_frame_bytes), and at most max_unauthenticated inbound
-  connections may be in that state at once. Every refused connection is logged as one line
-  naming the peer address and the reason.
+  connections may be in that state at once: a newcomer evicts the oldest that has not sent
+  its HELLO (within hello_timeout_ms), so a flood cannot lock replicas or clients out.
+  At most max_clients client connections (the one idle longest gives way); their large
+  frames share a budget (max_buffered_frame_bytes) and must finish in frame_timeout_ms.
+  Refused connections are logged rate-limited (net/ratelog.py), naming address and reason.
 * Flow control: per peer, the bytes we hold for it (our queue + the transport's write
   buffer) never exceed max_send_queue_bytes (+ control_reserve_bytes for small Raft
   control messages, which also jump the queue of bulk APPENDs); past that `send` drops the
@@ -42,10 +45,14 @@ from ..errors import ConfigError
 from ..raft.messages import CONTROL, DATA, Append
 from . import codec
 from .auth import AuthConfig, Handshake
-from .errors import (AuthError, FrameTooLargeError, HandshakeTimeoutError, NetError,
-                     ProtocolError, TransportClosedError)
-from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, FrameDecoder, encode_header
-from .messages import PEER_ROLES, Role, check_node_id
+from . import messages as m
+from .errors import (AuthError, CodecError, FrameTimeoutError, FrameTooLargeError,
+                     HandshakeTimeoutError, NetError, ProtocolError, TooManyConnectionsError,
+                     TransportClosedError)
+from .framing import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_RECV_BUFFER_BYTES, HEADER_SIZE,
+                      FrameDecoder, encode_header)
+from .messages import PEER_ROLES, RejectReason, Role, check_node_id
+from .ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +85,32 @@ class TransportConfig:
     control_lane: bool = False
     control_max_frame_bytes: int = 4096            # a vote or a heartbeat is under 100 bytes
     control_max_send_queue_bytes: int = 256 << 10  # per peer, on its control connection
+    # -- limits against floods (docs/net.md "Limits") -------------------------------------
+    max_clients: int = 1024               # client connections past their HELLO, at once
+    # at max_clients, a new client takes the place of the one idle longest (nothing received
+    # or sent) if that one has been idle this long; else it is refused
+    client_idle_evict_ms: int = 5000
+    hello_timeout_ms: int = 1000          # accept -> the initiator's AUTH_HELLO
+    max_handshakes_per_peer: int = 2      # inbound handshakes claiming one peer id and role
+    # per listener: bytes reserved for large client frames not received whole yet; past it
+    # a connection stops being read until another's frame ends (or times out)
+    max_buffered_frame_bytes: int = 32 << 20
+    frame_timeout_ms: int = 10_000        # a large client frame's header -> its last byte
+    client_recv_buffer_bytes: int = 16 << 10  # a client connection's receive buffer
+    client_large_payload_bytes: int = 8 << 10
+    log_interval_ms: int = 10_000         # connection-event lines: a summary per interval
+    log_burst: int = 5                    # lines logged one by one per interval
 
     def validate(self) -> "TransportConfig":
         for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
                      "max_unauthenticated", "max_send_queue_bytes", "write_high_water_bytes",
                      "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
                      "large_payload_bytes", "replace_silent_after_ms",
-                     "control_max_frame_bytes", "control_max_send_queue_bytes"):
+                     "control_max_frame_bytes", "control_max_send_queue_bytes",
+                     "max_clients", "client_idle_evict_ms", "hello_timeout_ms",
+                     "max_handshakes_per_peer",
+                     "max_buffered_frame_bytes", "frame_timeout_ms", "client_recv_buffer_bytes",
+                     "client_large_payload_bytes", "log_interval_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TransportConfig.{name} must be > 0")
         if self.handshake_max_frame_bytes < HEADER_SIZE + 256:
@@ -106,6 +132,12 @@ class TransportConfig:
         if self.control_max_send_queue_bytes < self.control_max_frame_bytes:
             raise ConfigError("TransportConfig.control_max_send_queue_bytes < "
                               "control_max_frame_bytes: a control frame could never be sent")
+        if self.max_buffered_frame_bytes < self.max_frame_bytes:
+            raise ConfigError(f"TransportConfig.max_buffered_frame_bytes="
+                              f"{self.max_buffered_frame_bytes} < max_frame_bytes="
+                              f"{self.max_frame_bytes}: a full frame could never be received")
+        if self.log_burst < 0:
+            raise ConfigError("TransportConfig.log_burst must be >= 0")
         return self
 
 
@@ -134,8 +166,11 @@ class _Conn(asyncio.BufferedProtocol):
         deadline = loop.time() + self.cfg.handshake_timeout_ms / 1000
         self.hs = Handshake.initiator(owner.auth, target, role=role, deadline=deadline) \
             if outbound else Handshake.responder(owner.auth, deadline=deadline)
-        self.decoder = FrameDecoder(self.cfg.handshake_max_frame_bytes, known_types=_AUTH_TYPES,
-                                    large_payload_bytes=self.cfg.large_payload_bytes)
+        # a handshake-sized receive buffer until authenticated (a flood of connections
+        # costs little memory); sized for the role after (_authenticated)
+        hs_max = self.cfg.handshake_max_frame_bytes
+        self.decoder = FrameDecoder(hs_max, known_types=_AUTH_TYPES, large_payload_bytes=hs_max,
+                                    recv_buffer_bytes=hs_max)
         self.decoder.limit_name = "handshake_max_frame_bytes"
         # the frame that completes the handshake changes the types and limits allowed
         self.decoder.one_at_a_time = True
@@ -154,7 +189,11 @@ class _Conn(asyncio.BufferedProtocol):
         self.max_held_bytes = 0
         self.send_budget = self._budget(role)
         self.last_heard = 0.0          # loop time of the last bytes received (after auth)
+        self.last_sent = 0.0           # loop time of the last frames sent (client sessions)
         self._uv = False
+        self.hello_deadline = loop.time() + self.cfg.hello_timeout_ms / 1000
+        self.reserved = 0              # bytes of the listener's frame budget this one holds
+        self._frame_timer = None
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -174,7 +213,8 @@ class _Conn(asyncio.BufferedProtocol):
                                           self.cfg.write_low_water_bytes)
         if not self.owner._conn_opened(self):
             return
-        self._timer = self.owner.loop.call_at(self.hs.deadline, self._on_timeout)
+        first = self.hs.deadline if self.outbound else min(self.hs.deadline, self.hello_deadline)
+        self._timer = self.owner.loop.call_at(first, self._on_timeout)
         try:
             for msg in self.hs.start():
                 self._write(codec.encode(msg, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
@@ -198,15 +238,7 @@ class _Conn(asyncio.BufferedProtocol):
             frames = self.decoder.buffer_updated(nbytes)
             while frames:
                 handshake = not self.authenticated
-                for fr in frames:
-                    if self.closed:
-                        return
-                    if self.authenticated:
-                        msg = codec.decode(fr.type, fr.payload, self.peer_id,
-                                           self.owner.node_id, channels=self.channels)
-                        self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
-                    else:
-                        self._on_handshake_frame(fr)
+                self._on_frames(frames)
                 if not handshake or self.closed:
                     break
                 # one handshake frame per call: what follows it in this read (the peer's
@@ -214,6 +246,32 @@ class _Conn(asyncio.BufferedProtocol):
                 frames = self.decoder.parse_buffered()
         except (ProtocolError, AuthError) as e:
             self._reject(e)
+            return
+        self._frame_budget_check()
+
+    def _on_frames(self, frames) -> None:
+        for fr in frames:
+            if self.closed:
+                return
+            if not self.authenticated:
+                self._on_handshake_frame(fr)
+                continue
+            try:
+                msg = codec.decode(fr.type, fr.payload, self.peer_id, self.owner.node_id,
+                                   channels=self.channels)
+            except CodecError as e:
+                if self.outbound or self.role != Role.CLIENT:
+                    raise
+                # a client's bad request: answered with an error, the stream is intact
+                self._bad_request(fr.request_id, e)
+                continue
+            self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
+
+    def _bad_request(self, request_id: int, err: CodecError) -> None:
+        self.owner._count("malformed request")
+        log.debug("client %r at %s: malformed request %d: %s", self.peer_id, self.peername,
+                  request_id, err)
+        self.reply(request_id, m.ErrorResponse.from_exception(m.MalformedRequestError(str(err))))
 
     def eof_received(self):
         return False   # close our side too
@@ -223,14 +281,17 @@ class _Conn(asyncio.BufferedProtocol):
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()
+        self._release_frame()
+        self.decoder.release()
         self._ctrl.clear()
         self._bulk.clear()
         self.queued_bytes = 0
         if not self.finished.done():
             self.finished.set_result(False)
         if not self.authenticated and not was_closed and self.hs.error is None:
-            log.info("connection %s %s closed during the handshake%s", self._dir(), self.peername,
-                     f": {exc}" if exc else "")
+            self.owner._event(logging.INFO, "closed during the handshake",
+                              "connection %s %s closed during the handshake%s", self._dir(),
+                              self.peername, f": {exc}" if exc else "")
         self.owner._conn_lost(self)
 
     def pause_writing(self) -> None:
@@ -244,8 +305,14 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _on_handshake_frame(self, fr) -> None:
         msg = codec.decode(fr.type, fr.payload, channels=_CH_AUTH)
-        for out in self.hs.receive(msg):
-            self._write(codec.encode(out, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
+        hello = not self.outbound and self.hs.waiting_hello
+        if hello and type(msg) is m.AuthHello and msg.role == Role.CLIENT:
+            self.owner._check_client_slot(self)
+        out = self.hs.receive(msg)
+        if hello:
+            self.owner._hello_received(self)   # (it passed: ids, cluster and mode checked)
+        for o in out:
+            self._write(codec.encode(o, max_frame_bytes=self.cfg.handshake_max_frame_bytes))
         if self.hs.done:
             self._authenticated()
 
@@ -265,6 +332,15 @@ class _Conn(asyncio.BufferedProtocol):
             limit, limit_name = self.cfg.control_max_frame_bytes, "control_max_frame_bytes"
         else:
             self.channels, types = _CH_CLIENT, _CLIENT_REQ_TYPES
+        if self.role == Role.CLIENT and not self.outbound:
+            # many clients: a small receive buffer each, and a shared budget for the
+            # large frames they are sending (docs/net.md "Limits")
+            self.decoder.resize(self.cfg.client_recv_buffer_bytes,
+                                self.cfg.client_large_payload_bytes)
+            self.decoder.reserve = self._reserve_frame
+            self.decoder.lazy_big_buffers = True
+        else:
+            self.decoder.resize(DEFAULT_RECV_BUFFER_BYTES, self.cfg.large_payload_bytes)
         self.send_budget = self._budget(self.role)
         self.decoder.known_types = types
         self.decoder.max_frame_bytes = limit
@@ -278,10 +354,67 @@ class _Conn(asyncio.BufferedProtocol):
         self._timer = None
         if self.closed or self.authenticated:
             return
+        now = self.owner.loop.time()
+        if not self.outbound and self.hs.waiting_hello and now >= self.hello_deadline:
+            # a connection that has not even said who it is within hello_timeout_ms holds
+            # a handshake slot for nothing (a slow-loris flood): free the slot at once
+            self._reject(HandshakeTimeoutError(
+                f"no AUTH_HELLO within hello_timeout_ms={self.cfg.hello_timeout_ms}"))
+            return
         try:
-            self.hs.check_timeout(self.owner.loop.time())
+            self.hs.check_timeout(now)
         except HandshakeTimeoutError as e:
             self._reject(e)
+            return
+        self._timer = self.owner.loop.call_at(self.hs.deadline, self._on_timeout)
+
+    # -- the listener's budget for large client frames -----------------------------------------
+
+    def _reserve_frame(self, nbytes: int) -> bool:
+        """FrameDecoder.reserve: may a large frame of `nbytes` be buffered? No: stop reading
+        until the listener's budget has room (the owner calls _retry_frame)."""
+        self._release_frame()       # (the decoder asks only once the previous one ended)
+        if not self.owner._reserve_frame(self, nbytes):
+            if self.transport is not None:
+                self.transport.pause_reading()
+            return False
+        self.reserved = nbytes
+        self._frame_timer = self.owner.loop.call_later(self.cfg.frame_timeout_ms / 1000,
+                                                       self._on_frame_timeout)
+        return True
+
+    def _release_frame(self) -> None:
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+        if self.reserved:
+            n, self.reserved = self.reserved, 0
+            self.owner._release_frame(n)
+
+    def _frame_budget_check(self) -> None:
+        if self.reserved and not self.decoder.big_pending_bytes:
+            self._release_frame()
+
+    def _retry_frame(self) -> None:
+        """The budget has room again: parse the waiting header, read on if it was granted."""
+        if self.closed:
+            return
+        try:
+            self._on_frames(self.decoder.parse_buffered())
+        except (ProtocolError, AuthError) as e:
+            self._reject(e)
+            return
+        if not self.decoder.waiting and not self.closed and self.transport is not None:
+            self.transport.resume_reading()
+        self._frame_budget_check()
+
+    def _on_frame_timeout(self) -> None:
+        self._frame_timer = None
+        if self.closed or not self.decoder.big_pending_bytes:
+            return
+        self._reject(FrameTimeoutError(
+            f"frame of {self.reserved} bytes not received whole within frame_timeout_ms="
+            f"{self.cfg.frame_timeout_ms} ({self.decoder.buffered_bytes} bytes received)"))
 
     def _reject(self, err: NetError) -> None:
         """Log one line naming the peer and the reason, tell the peer (handshake failures)
@@ -290,8 +423,13 @@ class _Conn(asyncio.BufferedProtocol):
             return
         who = f"{self.role.name.lower()} {self.peer_id!r} at {self.peername}" \
             if self.peer_id else self.peername
-        log.warning("%s connection %s %s: %s: %s", "dropped" if self.authenticated else "refused",
-                    self._dir(), who, type(err).__name__, err)
+        reason = getattr(err, "reason", None) or type(err).__name__
+        args = ("dropped" if self.authenticated else "refused", self._dir(), who,
+                type(err).__name__, err)
+        if self.authenticated and self.role in PEER_ROLES:
+            log.warning("%s connection %s %s: %s: %s", *args)   # a replica: always logged
+        else:
+            self.owner._event(logging.WARNING, reason, "%s connection %s %s: %s: %s", *args)
         self.owner._count_reject(err)
         reject = getattr(self.hs, "reject", None)
         if isinstance(err, AuthError) and reject is not None and not self.authenticated:
@@ -327,6 +465,8 @@ class _Conn(asyncio.BufferedProtocol):
         budget, reserve = self.send_budget
         if held + n > budget + (reserve if control else 0):
             return False
+        if self.role == Role.CLIENT:
+            self.last_sent = self.owner.loop.time()
         if not self._paused and not self._ctrl and not self._bulk:
             self._write(parts, n)
         else:
@@ -465,12 +605,18 @@ class PeerTransport:
         self._server = None
         self._peers: dict[str, _Peer] = {}
         self._init_peers = dict(peers or {})
-        self._unauth: set = set()
+        self._unauth: dict = {}        # inbound connections in their handshake, oldest first
         self._clients: set = set()
+        self._client_slots: set = set()   # client connections past their HELLO
         self._all: set = set()
         self._started = False
         self._closed = False
         self._rejects: collections.Counter = collections.Counter()
+        self._buffered_frames = 0      # bytes reserved by large client frames in progress
+        self._frame_waiters: collections.deque = collections.deque()
+        # refused/evicted/timed-out connections and client connects: rate-limited lines
+        self._events = RateLimitedLog(log, f"node {node_id!r} connections",
+                                      self.config.log_interval_ms / 1000, self.config.log_burst)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -479,6 +625,7 @@ class PeerTransport:
             raise NetError("transport already started")
         self._started = True
         self.loop = asyncio.get_running_loop()
+        self._events.loop = self.loop
         if self.listen is not None:
             host, port = self.listen
             self._server = await self.loop.create_server(
@@ -513,6 +660,7 @@ class PeerTransport:
             await asyncio.sleep(0.001)
         if self._server is not None:
             await self._server.wait_closed()
+        self._events.close()
 
     @property
     def closed(self) -> bool:
@@ -647,7 +795,9 @@ class PeerTransport:
             peers[pid] = s
         return {"node_id": self.node_id, "address": self.address, "peers": peers,
                 "connections": len(self._all), "unauthenticated": len(self._unauth),
-                "clients": len(self._clients),
+                "clients": len(self._clients), "client_slots": len(self._client_slots),
+                "buffered_frame_bytes": self._buffered_frames,
+                "frame_waiters": len(self._frame_waiters),
                 "rejected": dict(self._rejects)}
 
     async def wait_connected(self, peer_id: str, timeout: float, lane: int = DATA) -> None:
@@ -674,23 +824,115 @@ class PeerTransport:
         self._all.add(c)
         if not c.outbound:
             if len(self._unauth) >= self.config.max_unauthenticated:
-                log.warning("refused connection from %s: too many unauthenticated connections "
-                            "(max_unauthenticated=%d)", c.peername,
-                            self.config.max_unauthenticated)
-                self._rejects["too many unauthenticated"] += 1
-                c.abort()
-                return False
-            self._unauth.add(c)
+                # Full. A flood of connections that never finish their handshake must not
+                # lock out a replica or a client: the newcomer takes the slot of the oldest
+                # one that has not sent its HELLO yet (a real peer or client sends it at
+                # once), else of the oldest client handshake. Peers past their HELLO are
+                # never evicted here (their number is capped per peer id: _hello_received).
+                victim = next((o for o in self._unauth if o.hs.waiting_hello), None) or \
+                    next((o for o in self._unauth if o.hs.role == Role.CLIENT), None)
+                if victim is None:
+                    self._event(logging.WARNING, "handshake slots full",
+                                "refused connection from %s: too many unauthenticated "
+                                "connections (max_unauthenticated=%d)", c.peername,
+                                self.config.max_unauthenticated)
+                    self._rejects["too many unauthenticated"] += 1
+                    c.abort()
+                    return False
+                self._evict(victim, "handshake slots full: oldest evicted")
+            self._unauth[c] = None
         return True
+
+    def _evict(self, c: _Conn, reason: str) -> None:
+        self._event(logging.WARNING, reason, "closed connection from %s in its handshake: %s",
+                    c.peername, reason)
+        self._rejects[reason] += 1
+        self._unauth.pop(c, None)
+        c.abort()
+
+    def _event(self, level: int, reason: str, msg: str, *args) -> None:
+        self._events.log(level, reason, msg, *args)
+
+    def _count(self, reason: str) -> None:
+        self._rejects[reason] += 1
 
     def _count_reject(self, err: Exception) -> None:
         self._rejects[getattr(err, "reason", None) or type(err).__name__] += 1
 
+    def _check_client_slot(self, c: _Conn) -> None:
+        """At a client's HELLO: refuse it (AUTH_REJECT TOO_MANY_CONNECTIONS) when max_clients
+        client connections are open or past their HELLO already."""
+        n = self.config.max_clients
+        if len(self._client_slots) >= n and not self._evict_idle_client():
+            c.hs.refuse(TooManyConnectionsError(
+                f"too many client connections (max_clients={n}): refused {c.peername}"),
+                RejectReason.TOO_MANY_CONNECTIONS, f"too many client connections ({n})")
+
+    def _evict_idle_client(self) -> bool:
+        """Close the client connection idle longest, if idle for client_idle_evict_ms: a
+        flood of idle authenticated connections then cannot lock new clients out (a client
+        whose connection was closed reconnects on its next request)."""
+        victim, since = None, None
+        for o in self._clients:
+            t = max(o.last_heard, o.last_sent)
+            if since is None or t < since:
+                victim, since = o, t
+        if victim is None or self.loop.time() - since < self.config.client_idle_evict_ms / 1000:
+            return False
+        self._event(logging.WARNING, "idle client evicted (max_clients)",
+                    "closed idle client %r at %s: max_clients=%d reached", victim.peer_id,
+                    victim.peername, self.config.max_clients)
+        self._rejects["idle client evicted (max_clients)"] += 1
+        self._clients.discard(victim)
+        self._client_slots.discard(victim)
+        victim.close()
+        return True
+
+    def _hello_received(self, c: _Conn) -> None:
+        if c.hs.role == Role.CLIENT:
+            self._client_slots.add(c)
+            return
+        # Peer ids are not secret: a flood may claim to be a known peer and stall. Keep the
+        # newest max_handshakes_per_peer handshakes per (peer id, role); a real peer's fresh
+        # dial then always finds room.
+        same = [o for o in self._unauth if o is not c and not o.hs.waiting_hello
+                and o.hs.peer_id == c.hs.peer_id and o.hs.role == c.hs.role]
+        for o in same[:max(0, len(same) + 1 - self.config.max_handshakes_per_peer)]:
+            self._evict(o, "more handshakes for one peer id than max_handshakes_per_peer")
+
+    def _reserve_frame(self, c: _Conn, nbytes: int) -> bool:
+        if self._buffered_frames + nbytes > self.config.max_buffered_frame_bytes:
+            if c not in self._frame_waiters:
+                self._frame_waiters.append(c)
+                self._event(logging.INFO, "client frame waits for the buffer budget",
+                            "client %r at %s: frame of %d bytes waits (max_buffered_frame_bytes"
+                            "=%d in use)", c.peer_id, c.peername, nbytes,
+                            self.config.max_buffered_frame_bytes)
+            return False
+        self._buffered_frames += nbytes
+        return True
+
+    def _release_frame(self, nbytes: int) -> None:
+        self._buffered_frames -= nbytes
+        if self._frame_waiters and self.loop is not None and not self._closed:
+            self.loop.call_soon(self._wake_frame_waiters)
+
+    def _wake_frame_waiters(self) -> None:
+        waiters = self._frame_waiters
+        while waiters:
+            c = waiters[0]
+            c._retry_frame()          # (asks _reserve_frame again: still first in line)
+            if c.decoder.waiting and not c.closed:
+                return                # no room yet: wait for the next release
+            if waiters and waiters[0] is c:
+                waiters.popleft()
+
     def _conn_authenticated(self, c: _Conn) -> None:
-        self._unauth.discard(c)
+        self._unauth.pop(c, None)
         if c.role == Role.CLIENT:
             self._clients.add(c)
-            log.info("client %r connected from %s", c.peer_id, c.peername)
+            self._event(logging.INFO, "client connected", "client %r connected from %s",
+                        c.peer_id, c.peername)
             return
         p = self._peers.get(c.peer_id)
         if p is None:  # removed during the handshake
@@ -729,8 +971,11 @@ class PeerTransport:
 
     def _conn_lost(self, c: _Conn) -> None:
         self._all.discard(c)
-        self._unauth.discard(c)
+        self._unauth.pop(c, None)
         self._clients.discard(c)
+        self._client_slots.discard(c)
+        if c in self._frame_waiters:
+            self._frame_waiters.remove(c)
         if c.role not in PEER_ROLES or c.peer_id is None:
             return
         p = self._peers.get(c.peer_id)
@@ -925,6 +1170,15 @@ class _ClientOwner:
 
     def _count_reject(self, err) -> None:
         self.rejects[type(err).__name__] += 1
+
+    def _count(self, reason: str) -> None:
+        self.rejects[reason] += 1
+
+    @staticmethod
+    def _event(level: int, reason: str, msg: str, *args) -> None:
+        # the caller gets the error itself (connect_client raises it): a line at DEBUG only,
+        # so a client that retries does not flood its application's log
+        log.debug(msg, *args)
 
     def _deliver(self, c, frame, msg, nbytes) -> None:
         if self.channel is not None:

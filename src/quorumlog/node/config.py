@@ -44,7 +44,12 @@ class NodeConfig:
     put_timeout_ms: int = 30_000       # a thread-side call gives up after this
     max_frame_bytes: int = (16 << 20) + 24
     handshake_timeout_ms: int = 5000
-    max_client_connections: int = 1024
+    max_client_connections: int = 1024  # clients past their HELLO at once; more are refused
+    client_idle_evict_ms: int = 5000    # ... unless one has been idle this long (it is closed)
+    # a client connection's large frames not received whole: bytes buffered for all of
+    # them at once (past it reading stops), and how long one may take (docs/net.md "Limits")
+    max_client_buffered_bytes: int = 32 << 20
+    client_frame_timeout_ms: int = 10_000
     max_fetch_wait_ms: int = 30_000    # longest long-poll a client may ask for
     coalesce_puts: bool = True         # puts of one loop iteration -> one proposal per queue
     # idempotent producers (node/producers.py): a new leader rebuilds its table from the last
@@ -69,7 +74,10 @@ _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "producer_window_entries": (1, 1 << 24),
                # (fewer than a client's window: a retry within it could be refused as too old)
                "producer_batches_remembered": (MAX_PRODUCER_IN_FLIGHT, 1024),
-               "max_producers": (1, 1 << 24)}
+               "max_producers": (1, 1 << 24),
+               "max_client_buffered_bytes": (1 << 16, 1 << 40),
+               "client_frame_timeout_ms": (1, 3_600_000),
+               "client_idle_evict_ms": (1, 86_400_000)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 
-from ..errors import InvalidArgumentError, QuorumlogError
+from ..errors import ConfigError, InvalidArgumentError, QuorumlogError
 from ..net import codec
 from ..net import messages as m
 from ..net.auth import AuthConfig
@@ -52,7 +52,12 @@ class ClientService:
         host, port = parse_address(cfg.client_addr, "client_addr")
         tcfg = TransportConfig(max_frame_bytes=cfg.max_frame_bytes,
                                handshake_timeout_ms=cfg.handshake_timeout_ms,
-                               max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes))
+                               max_send_queue_bytes=max(64 << 20, cfg.max_frame_bytes),
+                               max_clients=cfg.max_client_connections,
+                               client_idle_evict_ms=cfg.client_idle_evict_ms,
+                               max_buffered_frame_bytes=max(cfg.max_client_buffered_bytes,
+                                                            cfg.max_frame_bytes),
+                               frame_timeout_ms=cfg.client_frame_timeout_ms)
         self.transport = PeerTransport(cfg.node_id, auth, self._on_peer_message,
                                        listen=(host, port), peers={}, config=tcfg,
                                        on_client_request=self._on_request)
@@ -251,6 +256,10 @@ class ClientService:
         elif op == m.AdminOp.ADD_MEMBER:
             if not req.node_id or not req.address:
                 raise InvalidArgumentError("add_member needs a node id and its peer address")
+            try:   # bad input is the caller's: INVALID_ARGUMENT naming it, nothing changed
+                parse_address(req.address, f"peer address of {req.node_id!r}")
+            except ConfigError as e:
+                raise InvalidArgumentError(str(e)) from None
             node.add_member(req.node_id, req.address)
         elif op == m.AdminOp.REMOVE_MEMBER:
             if not req.node_id:
