@@ -16,11 +16,9 @@ import logging
 import os
 import signal
 
-from .node.clock import MonotonicClock
 from .node.config import NodeConfig
 from .node.driver import Node
 from .node.service import ClientService
-from .node.wiring import tcp_transport
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +36,9 @@ async def run_server(path, cfg: NodeConfig, raft_cfg, store_cfg, *, stop_event=N
             loop.add_signal_handler(sig, stop_event.set)
         except (NotImplementedError, RuntimeError):
             pass
-    node = Node(path, cfg, raft_cfg, store_cfg=store_cfg, transport=tcp_transport(cfg),
-                clock=MonotonicClock())
+    # transport and clock left out: the production ones (node/wiring.py); the node builds
+    # the TCP transport once its log is open, so the handshake carries the log's geometry
+    node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
     await node.start()
     service = None
     try:

@@ -32,10 +32,8 @@ from typing import Callable, NamedTuple
 from ..errors import LogClosedError, NotAStoreError
 from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
 from .config import load_node_config, split_settings
-from .clock import MonotonicClock
 from .driver import Node
 from .service import ClientService
-from .wiring import tcp_transport
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +75,9 @@ class Replica:
         self.node = None
         self.service = None
         try:
-            self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg,
-                             transport=tcp_transport(cfg), clock=MonotonicClock())
+            # transport and clock left out: the production ones, the transport built once
+            # the log is open (its handshake carries the log's geometry)
+            self.node = Node(path, cfg, raft_cfg, store_cfg=store_cfg)
             self._call(self._start(), start_timeout)
         except BaseException:
             self._stop_loop()

@@ -25,7 +25,7 @@ def tcp_transport(cfg: NodeConfig, *, transport_config: TransportConfig | None =
     nid = cfg.node_id
     auth = AuthConfig(cfg.cluster_id, nid, read_secret(cfg),
                       peers=[p for p in cfg.peers if p != nid], insecure=cfg.insecure,
-                      segment_size_bytes=segment_size_bytes)
+                      segment_size_bytes=segment_size_bytes or 0)
     host, port = parse_address(cfg.peers[nid], f"peers[{nid!r}]")
     tcfg = transport_config or TransportConfig(
         max_frame_bytes=cfg.max_frame_bytes,
