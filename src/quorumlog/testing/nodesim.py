@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from ..client import AsyncClient, _ProducerWindow
 from ..config import load_config
 from ..errors import InvalidArgumentError, QuorumlogError
 from ..net.simnet import SimNetwork, SimTransport
@@ -89,11 +90,11 @@ class SeedResult:
 
 
 class _Batch:
-    __slots__ = ("pid", "seq", "bodies", "reached", "state", "unresolved")
+    __slots__ = ("pid", "seq", "bodies", "reached", "state", "window")
 
-    def __init__(self, pid, seq, bodies, unresolved):
+    def __init__(self, pid, seq, bodies, window):
         self.pid, self.seq, self.bodies = pid, seq, bodies
-        self.unresolved = unresolved   # the producer's sequences not acknowledged or given up
+        self.window = window       # the producer's unresolved sequences (the real client's)
         self.reached = False       # an attempt got past the node's checks: maybe written
         self.state = "open"        # open | acked | refused | abandoned
 
@@ -295,19 +296,23 @@ class NodeSim:
     async def producer(self, k: int) -> None:
         rng = random.Random(self.rng.getrandbits(32))
         pid = rng.getrandbits(62) | 1
-        seq = 0
+        # The real client's window (client.py): a new sequence only while it is less than
+        # `window` above the lowest unresolved one, so a retry is always among the batches the
+        # leader remembers; after a failure the batches are resent oldest first (turn).
+        w = _ProducerWindow(self.window)
         inflight: set = set()
-        unresolved: set = set()
         while not self.stop_new:
             if len(inflight) >= self.window:
                 await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
                 inflight = {t for t in inflight if not t.done()}
                 continue
+            seq = await w.acquire()
+            if self.stop_new:
+                w.release(seq)           # (numbered, never sent: given up)
+                break
             n = rng.choice((1, 1, 2, 3, 5))
             b = _Batch(pid, seq, [f"p{k}-{pid:x}-s{seq}-m{i}-".encode() + b"x" * rng.randrange(64)
-                                  for i in range(n)], unresolved)
-            unresolved.add(seq)
-            seq += 1
+                                  for i in range(n)], w)
             self.batches.append(b)
             inflight.add(self.loop.create_task(self.send_batch(b, rng)))
             await asyncio.sleep(rng.uniform(0.0, 0.03))
@@ -318,7 +323,7 @@ class NodeSim:
         try:
             await self._send_batch(b, rng)
         finally:
-            b.unresolved.discard(b.seq)
+            b.window.release(b.seq)
 
     async def _send_batch(self, b: _Batch, rng) -> None:
         for _ in range(MAX_ATTEMPTS):
@@ -330,6 +335,10 @@ class NodeSim:
                 self._rotate()
                 await asyncio.sleep(rng.uniform(0.02, 0.1))
                 continue
+            try:     # (no batch goes while an older one of the producer waits to be resent)
+                await b.window.turn(b.seq, min(self.deadline, self.loop.time() + 5))
+            except TimeoutError:
+                continue
             outcome = await self._attempt(b, node)
             if outcome is True:
                 return
@@ -337,6 +346,12 @@ class NodeSim:
                 b.state = "refused"
                 self.stats["refused"] = self.stats.get("refused", 0) + 1
                 return
+            try:     # the real client's rule: an older failed batch leads the way
+                if await AsyncClient._after_producer_error(
+                        b.window, b.seq, outcome, min(self.deadline, self.loop.time() + 5)):
+                    continue
+            except (QuorumlogError, TimeoutError):
+                pass                     # (the older batch did not move in time: go anyway)
             await asyncio.sleep(rng.uniform(0.01, 0.08))
         b.state = "abandoned"
 
@@ -344,12 +359,12 @@ class NodeSim:
         try:
             # base_sequence: the producer's lowest unresolved sequence, as the client sends
             fut = node.put_batch_future(TOPIC, list(b.bodies), producer_id=b.pid,
-                                        sequence=b.seq, base_sequence=min(b.unresolved))
+                                        sequence=b.seq, base_sequence=b.window.base())
         except InvalidArgumentError as e:
             return self._refused(e)   # (a sequence the table refuses: outcome unknown)
         except QuorumlogError as e:
             self._redirect(e)
-            return False
+            return e
         b.reached = True
         try:
             res = await asyncio.wait_for(asyncio.shield(fut), PUT_TIMEOUT_S)
@@ -357,7 +372,7 @@ class NodeSim:
             return self._refused(e)
         except (QuorumlogError, TimeoutError) as e:
             self._redirect(e)
-            return False
+            return e
         b.state = "acked"
         self.checker.acknowledged(b, node, res)
         return True
