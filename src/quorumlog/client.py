@@ -191,6 +191,23 @@ class _ProducerWindow:
     def older_failed(self, seq: int) -> bool:
         return any(s < seq for s in self._failed)
 
+    async def after_error(self, seq: int, e: BaseException, deadline: float) -> bool:
+        """Batch `seq`'s attempt failed with a retriable error -> True if an older batch of
+        the producer leads the way (its resend goes first: turn holds this one until then),
+        False if this batch handles the error itself (redirect, backoff). (Also used by the
+        simulated producers of testing/nodesim.py.)"""
+        self.failed(seq)
+        try:
+            if self.older_failed(seq):
+                return True
+            if isinstance(e, OutOfOrderSequenceError) and self.base() < seq:
+                # an older batch is still in flight (not failed yet): once it moves
+                await self.changed(deadline)
+                return True
+        except TimeoutError:
+            raise e from None
+        return False
+
     async def turn(self, seq: int, deadline: float) -> None:
         """Until no batch older than `seq` waits to be sent again; then `seq` is being sent
         (TimeoutError at `deadline`, loop time)."""
@@ -429,8 +446,7 @@ class AsyncClient:
                     await window.turn(msg.seq, deadline)
                 return await self._request(msg, prefer, timeout)
             except _RETRYABLE as e:
-                if window is not None and await self._after_producer_error(window, msg.seq,
-                                                                           e, deadline):
+                if window is not None and await window.after_error(msg.seq, e, deadline):
                     self.stats["retries"] += 1
                     continue
                 if isinstance(e, OutOfOrderSequenceError):
@@ -464,24 +480,6 @@ class AsyncClient:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
-
-    @staticmethod
-    async def _after_producer_error(window: "_ProducerWindow", seq: int, e: BaseException,
-                                    deadline: float) -> bool:
-        """A producer batch's attempt failed with a retriable error -> True if an older batch
-        of the producer leads the way (its resend goes first: window.turn holds this one
-        until then), False if this batch handles the error itself (redirect, backoff)."""
-        window.failed(seq)
-        try:
-            if window.older_failed(seq):
-                return True
-            if isinstance(e, OutOfOrderSequenceError) and window.base() < seq:
-                # an older batch is still in flight (not failed yet): once it moves
-                await window.changed(deadline)
-                return True
-        except TimeoutError:
-            raise e from None
-        return False
 
     def _next_address(self):
         cur = self._channel_addr or self._leader_addr

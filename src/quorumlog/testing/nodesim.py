@@ -41,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ..client import AsyncClient, _ProducerWindow
+from ..client import _ProducerWindow
 from ..config import load_config
 from ..errors import InvalidArgumentError, QuorumlogError
 from ..net.simnet import SimNetwork, SimTransport
@@ -347,8 +347,8 @@ class NodeSim:
                 self.stats["refused"] = self.stats.get("refused", 0) + 1
                 return
             try:     # the real client's rule: an older failed batch leads the way
-                if await AsyncClient._after_producer_error(
-                        b.window, b.seq, outcome, min(self.deadline, self.loop.time() + 5)):
+                if await b.window.after_error(b.seq, outcome,
+                                              min(self.deadline, self.loop.time() + 5)):
                     continue
             except (QuorumlogError, TimeoutError):
                 pass                     # (the older batch did not move in time: go anyway)
