@@ -11,7 +11,11 @@ As the run goes:
     the same (queue, offset), and its offsets are dense.
 After the last heal (`converge`, then `final`):
   * the group converges: every replica up, one leader ready to serve, every replica applied
-    to the same last index of the same term;
+    to the same last index of the same term. A group that does not is told apart as
+    "stopped for recovery" when no replica that may campaign has, in its own latest
+    configuration, a quorum of voters that are not recovering and whose logs are not newer
+    than its own (docs/raft.md "Recovery after power loss": the documented stop until a
+    peer returns or an operator runs end_recovery) -- else it is a liveness bug;
   * the replicas' logs are byte-identical up to the commit index, and so are their queues;
   * every queue's offsets are dense; every acknowledged message is there exactly once at its
     acknowledged (queue, offset); no message of a batch that never reached a node's log path
@@ -25,10 +29,11 @@ import hashlib
 from ..errors import IndexOutOfRangeError, QuorumlogError
 from ..raft.messages import Role
 
-__all__ = ["HistoryChecker"]
+__all__ = ["HistoryChecker", "STOPPED_FOR_RECOVERY"]
 
 TOPIC = "sim"
-_HELD_ENTRIES = 4096       # a downed replica's log, remembered for the majority check
+_HELD_ENTRIES = 4096
+STOPPED_FOR_RECOVERY = "stopped for recovery"       # a downed replica's log, remembered for the majority check
 
 
 class HistoryChecker:
@@ -148,12 +153,39 @@ class HistoryChecker:
         sim = self.sim
         while not self.converged():
             if sim.loop.time() > deadline:
-                self.violation("no convergence after the last heal: " + self.states())
+                why = self.recovery_stop()
+                if why is not None:
+                    sim.stats["stopped_for_recovery"] = 1
+                self.violation("no convergence after the last heal: " + self.states()
+                               + (f" [{STOPPED_FOR_RECOVERY}: {why}]" if why else ""))
                 return False
             await asyncio.sleep(0.05)
             await sim.reap_failed()
             await sim.restart_due(0, force=True)
         return True
+
+    def recovery_stop(self) -> str | None:
+        """Why no leader can be elected by the recovery rules (R2), or None if some replica
+        could win: a live one that may campaign, with a quorum of its latest voters live, not
+        recovering and with logs not newer than its own (itself included if a voter)."""
+        live = {m.id: m.node for m in self.sim.live()}
+
+        def end(n):
+            cl = n.store.commitlog
+            return (cl.last_term, cl.last_index)
+        for cid, c in live.items():
+            core = c.core
+            if not core.may_campaign():
+                continue
+            ok = [v for v in core.voters if v in live and not live[v].core.recovering_term
+                  and end(live[v]) <= end(c)]
+            if len(ok) >= core.quorum:
+                return None
+        rec = sorted(i for i, n in live.items() if n.core.recovering_term)
+        if not rec:
+            return None
+        configs = sorted({f"{i}:{'+'.join(sorted(n.core.voters))}" for i, n in live.items()})
+        return f"recovering {rec}, latest voters {configs}"
 
     def states(self) -> str:
         out = []
@@ -165,6 +197,7 @@ class HistoryChecker:
             cl = n.store.commitlog
             out.append(f"{m.id}: {n.role.name} term {n.term} commit {n.core.commit_index} "
                        f"applied {n.applied_index} last {cl.last_index}/{cl.last_term}"
+                       f"{f' floor {n.core.recovering_term}' if n.core.recovering_term else ''}"
                        f"{' FAILED' if n.status()['failed'] else ''}")
         return "; ".join(out)
 
