@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from quorumlog.bench.workloads.scan import QUERIES
+
 
 def _ok(run):
     assert run.exit_code == 0, run.output + run.stderr
@@ -103,7 +105,8 @@ def test_quick_suite_without_spark_runs_every_local_workload(bench, monkeypatch)
 @pytest.mark.spark
 def test_scan_as_a_user_runs_it(tmp_path):
     """`python -m quorumlog bench scan` in its own process (Spark wants one session per
-    process; the Spark tests keep theirs): both readers return every message."""
+    process; the Spark tests keep theirs): every query's two readers agree, and the full
+    scan and the metadata query account for every message."""
     pytest.importorskip("pyspark", reason="pyspark is the optional [spark] extra")
     out = tmp_path / "scan.json"
     proc = subprocess.Popen(
@@ -123,13 +126,19 @@ def test_scan_as_a_user_runs_it(tmp_path):
     assert proc.returncode == 0, stdout + stderr
     import json
     doc = json.loads(out.read_text())
-    rs, pq = doc["results"]
-    assert (rs["op"], pq["op"]) == ("read_store", "parquet")
-    for r in (rs, pq):
-        assert r["integrity"]["ok"] and r["integrity"]["read_back"] == 3000
-        assert r["latency"]["unit"] == "query" and r["messages"] == 3000
-    assert rs["reference"]["name"] == "parquet" and rs["reference"]["ratio"] > 0
-    assert "spark-jvm" in rs["cpu_seconds"]
+    results = doc["results"]
+    # one read_store row and one parquet row per query, in the order of QUERIES
+    assert [r["op"] for r in results] == [f"{q[0]} {k}" for q in QUERIES
+                                          for k in ("read_store", "parquet")]
+    for r in results:
+        assert r["integrity"]["ok"], r
+        assert r["latency"]["unit"] == "query" and r["messages"] == 3000   # --quick: 1 repeat
+    for q, rs in zip(QUERIES, results[::2]):
+        assert rs["reference"]["name"] == "parquet" and rs["reference"]["ratio"] > 0, q
+        assert "spark-jvm" in rs["cpu_seconds"], q
+    # the full scan and the metadata query each account for every message written
+    assert results[0]["integrity"]["read_back"] == 3000
+    assert results[8]["integrity"]["read_back"] == 3000
 
 
 def test_e2e_delivers_every_message_and_times_send_to_delivery(bench):
