@@ -27,6 +27,7 @@ import logging
 import multiprocessing as mp
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -314,7 +315,9 @@ async def run_flood(c: LocalCluster, kind: str, duration: float, load: Load) -> 
 
 
 async def _main_async(args) -> list:
-    c = LocalCluster(args.dir or tempfile.mkdtemp(prefix="qflood-"), 3, flush="async")
+    # a directory of our own (no --dir) is removed at the end: 3 replicas preallocate GiBs
+    own = None if args.dir else tempfile.mkdtemp(prefix="qflood-")
+    c = LocalCluster(args.dir or own, 3, flush="async")
     results = []
     try:
         c.start()
@@ -334,6 +337,8 @@ async def _main_async(args) -> list:
             await load.client.close()
     finally:
         c.kill_all()
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
     return results
 
 
