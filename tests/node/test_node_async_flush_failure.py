@@ -9,8 +9,6 @@ writable leader. Real Node drivers and stores over the simulated network, on vir
 import asyncio
 import shutil
 
-import pytest
-
 from quorumlog.errors import QuorumlogError
 from quorumlog.raft.messages import Role
 from quorumlog.testing.nodesim import NodeSim
@@ -36,12 +34,15 @@ async def _scenario(sim):
         await lead.node.put("t", b"before")
         lead.disk.fail_next = True                 # the next background flush: EIO
         await asyncio.sleep(0.2)                   # (it runs every 50 ms)
-        with pytest.raises(QuorumlogError):
+        refused = None
+        try:
             await lead.node.put("t", b"refused")
-        assert lead.node.status()["failed"], "the node goes on with a failed log"
+        except QuorumlogError as e:
+            refused = e
+        failed = lead.node.status()["failed"]
         new = await _leader(sim, exclude=(lead.id,))
         r = await asyncio.wait_for(new.node.put("t", b"after"), 5)
-        assert r.queue_offset >= 0
+        return lead.id, refused, failed, new.id, r.queue_offset
     finally:
         for m in sim.live():
             await m.node.stop()
@@ -54,7 +55,11 @@ def test_a_failed_async_flush_on_the_leader_stops_it_and_another_leads():
     sim = NodeSim(5, mode="async")
     loop = VirtualTimeLoop()
     try:
-        loop.run_until_complete(_scenario(sim))
+        old_leader, refused, failed, new_leader, offset = loop.run_until_complete(_scenario(sim))
     finally:
         loop.close()
         shutil.rmtree(sim.root, ignore_errors=True)
+    assert isinstance(refused, QuorumlogError), "a put on a leader with a failed log succeeded"
+    assert failed, "the node goes on with a failed log"
+    assert new_leader != old_leader
+    assert offset >= 0
