@@ -69,10 +69,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..errors import ConfigError, InvalidArgumentError
+from ..errors import ConfigError
 from .election import ElectionRules
 from .errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
-                     NotSupportedByLogError, ProposalLimitError, RaftInvariantError)
+                     ProposalLimitError, RaftInvariantError)
 from .install import InstallRules
 from .lease import LeaseRules
 from .log import EntryKind, RaftLog, decode_voters
