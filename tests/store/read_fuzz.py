@@ -16,6 +16,7 @@ Usage: read_fuzz.py MODE MAX_EXAMPLES SEED. Exit status 0: every example held.
 """
 import logging
 import os
+import shutil
 import sys
 import tempfile
 
@@ -164,8 +165,11 @@ def main(mode, max_examples, seed_value):
     def fuzz(k, bits):
         one(k, bits)
 
-    fuzz()
-    s.close()
+    try:
+        fuzz()
+    finally:
+        s.close()
+        shutil.rmtree(d, ignore_errors=True)
     print(f"OK {mode} {checked}")
 
 
