@@ -271,15 +271,15 @@ class LocalCluster:
         kw.setdefault("groups", self.groups)
         return Client(self.client_addresses(), secret=self.secret(), **kw)
 
-    def statuses(self, client=None) -> dict:
-        """{node id: AdminResponse or the error} asked of each member."""
+    def _ask_each(self, client, ask) -> dict:
+        """{node id: ask(client, its client address) or the error} for each member."""
         own = client is None
         c = client or self.client(request_timeout=2.0, retry_timeout=2.0)
         out = {}
         try:
             for nid in self.ids:
                 try:
-                    out[nid] = c.status(self.clients[nid])
+                    out[nid] = ask(c, self.clients[nid])
                 except Exception as e:  # a dead member: report it, do not stop
                     out[nid] = e
         finally:
@@ -287,21 +287,14 @@ class LocalCluster:
                 c.close()
         return out
 
+    def statuses(self, client=None) -> dict:
+        """{node id: AdminResponse or the error} asked of each member."""
+        return self._ask_each(client, lambda c, addr: c.status(addr))
+
     def group_statuses(self, client=None) -> dict:
         """{node id: [GroupAdminResponse of each group] or the error} asked of each member."""
-        own = client is None
-        c = client or self.client(request_timeout=2.0, retry_timeout=2.0)
-        out = {}
-        try:
-            for nid in self.ids:
-                try:
-                    out[nid] = [c.group_status(g, self.clients[nid]) for g in range(self.groups)]
-                except Exception as e:  # a dead member: report it, do not stop
-                    out[nid] = e
-        finally:
-            if own:
-                c.close()
-        return out
+        return self._ask_each(client, lambda c, addr: [c.group_status(g, addr)
+                                                       for g in range(self.groups)])
 
     def group_leaders(self, client=None) -> list:
         """[the member leading group g (its own word), or None] for every group."""

@@ -19,6 +19,7 @@ import os
 import signal
 
 from .node.config import NodeConfig
+from .node.driver import Node
 from .node.host import NodeHost
 from .node.service import ClientService
 
@@ -41,7 +42,8 @@ async def run_server(path, cfg: NodeConfig, raft_cfg, store_cfg, *, stop_event=N
             pass
     # transport and clock left out: the production ones (node/wiring.py); the node builds
     # the TCP transport once its log is open, so the handshake carries the log's geometry
-    node = NodeHost(path, cfg, raft_cfg, store_cfg=store_cfg)
+    # (Node by this module's name: the benchmark's replica serves with a subclass)
+    node = NodeHost(path, cfg, raft_cfg, store_cfg=store_cfg, node_class=Node)
     await node.start()
     service = None
     try:

@@ -94,7 +94,8 @@ class NodeHost:
     def __init__(self, path, cfg: NodeConfig, raft_cfg: RaftConfig | None = None, *,
                  store_cfg=None, groups: int | None = None,
                  transport_config: TransportConfig | None = None,
-                 rng: random.Random | None = None, balance: bool = True):
+                 rng: random.Random | None = None, balance: bool = True,
+                 node_class: type = Node):
         self.path = path
         self.cfg = cfg
         self.groups = check_groups(groups if groups is not None else cfg.groups)
@@ -103,6 +104,7 @@ class NodeHost:
         self.transport_config = transport_config
         self.rng = rng or random.Random()
         self.balance = balance and self.groups > 1
+        self.node_class = node_class     # (the benchmark's replica counts with a subclass)
         self.transport = None
         self.nodes: list[Node] = []
         self._links: list[GroupLink] = []
@@ -116,8 +118,9 @@ class NodeHost:
         self._events.loop = asyncio.get_running_loop()
         check_layout(self.path, self.groups)
         if self.groups == 1:
-            node = Node(self.path, self.cfg, self.raft_cfg, store_cfg=self.store_cfg,
-                        transport_config=self.transport_config, rng=self.rng)
+            node = self.node_class(self.path, self.cfg, self.raft_cfg,
+                                   store_cfg=self.store_cfg,
+                                   transport_config=self.transport_config, rng=self.rng)
             await node.start()
             self.nodes = [node]
             self.transport = node.transport
@@ -132,9 +135,9 @@ class NodeHost:
         try:
             for g in range(self.groups):
                 link = GroupLink(self, g)
-                node = Node(group_dir(self.path, g, self.groups), gcfg, self.raft_cfg,
-                            store_cfg=self.store_cfg, rng=random.Random(self.rng.random()),
-                            transport=link)
+                node = self.node_class(group_dir(self.path, g, self.groups), gcfg,
+                                       self.raft_cfg, store_cfg=self.store_cfg,
+                                       rng=random.Random(self.rng.random()), transport=link)
                 self._links.append(link)
                 await node.start()
                 self.nodes.append(node)
