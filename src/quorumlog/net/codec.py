@@ -603,6 +603,15 @@ _raft(0x18, InstallSegmentResponse, [("code", Enum(Code)), ("next_offset", INDEX
                                      ("match_index", INDEX), ("image_last", INDEX),
                                      ("epoch", INDEX)])
 
+# many groups per process (node/host.py): heartbeats and their answers, batched per peer
+GROUP_ID = Fixed("H", 0, m.MAX_GROUPS - 1)
+register(0x19, m.HeartbeatBatch,
+         [("entries", List(Tuple(GROUP_ID, TERM, INDEX, INDEX), m.MAX_BATCH_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.HeartbeatBatch(s, d, v["entries"]))
+register(0x1A, m.HeartbeatResponseBatch,
+         [("entries", List(Tuple(GROUP_ID, TERM, Enum(Code), INDEX), m.MAX_BATCH_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.HeartbeatResponseBatch(s, d, v["entries"]))
+
 # handshake
 NONCE = Blob(m.NONCE_BYTES, exact=m.NONCE_BYTES, view=False)
 PROOF = Blob(m.PROOF_BYTES, allowed={0, m.PROOF_BYTES}, view=False)
@@ -651,7 +660,6 @@ register(0x47, m.AdminResponse, [("role", U8), ("term", TERM), ("commit_index", 
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS),
                                  ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
          build=lambda v, s, d: m.AdminResponse(**{**v, "voters": tuple(v["voters"])}))
-GROUP_ID = Fixed("H", 0, m.MAX_GROUPS - 1)
 register(0x4C, m.GroupAdminRequest, [("group", GROUP_ID), ("op", Enum(m.AdminOp)),
                                      ("node_id", OPT_NODE_ID), ("address", ADDRESS)],
          channel=CLIENT)

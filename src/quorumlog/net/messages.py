@@ -305,6 +305,35 @@ class MalformedRequestError(qe.InvalidArgumentError):
     connection stays usable. The message names the field."""
 
 
+class HeartbeatBatch:
+    """The heartbeats of many Raft groups from one process to another in one frame (a
+    process hosting many groups, node/host.py): entries (group, term, commit_index, seq),
+    each one group's Heartbeat. A control-lane message; at most MAX_BATCH_GROUPS entries."""
+
+    __slots__ = ("src", "dst", "entries")
+    type_name = "HEARTBEAT_BATCH"
+    lane = 0     # raft.messages.CONTROL
+
+    def __init__(self, src, dst, entries):
+        self.src, self.dst, self.entries = src, dst, tuple(entries)
+
+    def describe(self) -> str:
+        return f"{self.src}->{self.dst} {self.type_name} x{len(self.entries)}"
+
+
+class HeartbeatResponseBatch(HeartbeatBatch):
+    """The answers to a HeartbeatBatch's heartbeats (or several): entries (group, term,
+    code, seq), each one group's HeartbeatResponse."""
+
+    __slots__ = ()
+    type_name = "HEARTBEAT_RESP_BATCH"
+
+
+# heartbeats per batch frame: 26 bytes each, so a batch stays under the control lane's
+# 4 KiB frames (a host with more groups sends several)
+MAX_BATCH_GROUPS = 128
+
+
 class UnknownGroupError(qe.InvalidArgumentError):
     """A request or a peer frame names a Raft group this process does not host (outside
     0..groups-1, or a group it did not open): refused, nothing changed."""

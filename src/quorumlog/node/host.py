@@ -26,11 +26,13 @@ import random
 import time
 
 from ..config import load_config
-from ..net.messages import UnknownGroupError
+from ..net.messages import (MAX_BATCH_GROUPS, HeartbeatBatch, HeartbeatResponseBatch,
+                            UnknownGroupError)
 from ..net.ratelog import RateLimitedLog
 from ..net.transport import DATA, TransportConfig
 from ..raft.core import RaftConfig
-from ..raft.messages import Role
+from ..raft.messages import Heartbeat, HeartbeatResponse, Role
+from .clock import MonotonicClock
 from .config import NodeConfig
 from .driver import Node
 from .groups import check_groups, check_layout, group_dir, group_of, preferred_leader
@@ -39,6 +41,10 @@ from .wiring import tcp_transport
 log = logging.getLogger(__name__)
 
 __all__ = ["NodeHost", "GroupLink"]
+
+# a tick's heartbeats (and a batch's answers) of every group to one peer: one frame
+_BATCHED = {Heartbeat: HeartbeatBatch, HeartbeatResponse: HeartbeatResponseBatch}
+_UNBATCH = frozenset(_BATCHED.values())
 
 _BALANCE_EVERY_MS = 500         # how often a host looks for a group to give back
 _BALANCE_RETRY_MS = 5000        # a group whose transfer was asked is not asked again sooner
@@ -69,6 +75,8 @@ class GroupLink:
         t = self.host.transport
         if t is None or t.closed:
             return False
+        if type(message) in _BATCHED:
+            return self.host._batch(peer_id, self.group, message)
         return t.send(peer_id, message, self.group)
 
     def add_peer(self, peer_id: str, address) -> None:
@@ -109,8 +117,12 @@ class NodeHost:
         self.nodes: list[Node] = []
         self._links: list[GroupLink] = []
         self._balancer: asyncio.Task | None = None
+        self._ticker: asyncio.Task | None = None
+        self.clock = MonotonicClock()
         self._asked: dict[int, float] = {}      # group -> when its transfer was asked
-        self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0}
+        self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
+                      "batched_heartbeats": 0, "heartbeat_batches": 0}
+        self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
         self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -127,6 +139,7 @@ class NodeHost:
             return
         # the groups serve /metrics together (metrics.GroupsCollector), not one each
         gcfg = dataclasses.replace(self.cfg, metrics_addr=None)
+        rcfg = dataclasses.replace(self.raft_cfg, align_heartbeats=True)
         # an auto-created topic spans every group: at least G queues (clients assume the
         # same when they choose a queue: client.py topic_queues)
         scfg = self.store_cfg if self.store_cfg is not None else load_config(None, {})
@@ -136,8 +149,9 @@ class NodeHost:
             for g in range(self.groups):
                 link = GroupLink(self, g)
                 node = self.node_class(group_dir(self.path, g, self.groups), gcfg,
-                                       self.raft_cfg, store_cfg=self.store_cfg,
-                                       rng=random.Random(self.rng.random()), transport=link)
+                                       rcfg, store_cfg=self.store_cfg,
+                                       rng=random.Random(self.rng.random()), transport=link,
+                                       clock=self.clock, own_ticker=False)
                 self._links.append(link)
                 await node.start()
                 self.nodes.append(node)
@@ -147,8 +161,10 @@ class NodeHost:
         except BaseException:
             await self._stop_nodes()
             raise
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.create_task(self._tick_loop())
         if self.balance:
-            self._balancer = asyncio.get_running_loop().create_task(self._balance_loop())
+            self._balancer = loop.create_task(self._balance_loop())
         log.info("node %s: hosting %d Raft groups in %s", self.cfg.node_id, self.groups,
                  self.path)
 
@@ -163,14 +179,25 @@ class NodeHost:
                              segment_size_bytes=self.nodes[0].store.commitlog.segment_size_bytes)
 
     async def stop(self) -> None:
-        if self._balancer is not None:
-            self._balancer.cancel()
-            try:
-                await self._balancer
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._balancer = None
+        for t in (self._balancer, self._ticker):
+            if t is not None:
+                t.cancel()
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._balancer = self._ticker = None
         await self._stop_nodes()
+
+    async def _tick_loop(self) -> None:
+        """One timer ticks every group (a task per group woke 100 times a second each)."""
+        clock = self.clock
+        interval = self.cfg.tick_ms
+        while True:
+            await clock.sleep_ms(interval)
+            now = clock.now_ms()
+            for node in self.nodes:
+                node.tick(now)
 
     async def _stop_nodes(self) -> None:
         for node in self.nodes:
@@ -198,7 +225,47 @@ class NodeHost:
         return self.nodes[group_of(topic, queue_id, self.groups)] if self.groups > 1 \
             else self.nodes[0]
 
+    # ---------------------------------------------------------------------------- heartbeats
+    def _batch(self, peer: str, group: int, msg) -> bool:
+        """Queue one group's heartbeat (or answer) for `peer`: every one queued in this loop
+        turn goes in one frame at its end (the host ticks every group in one turn, and the
+        cores align their heartbeats to the same ticks: RaftConfig.align_heartbeats)."""
+        key = (peer, _BATCHED[type(msg)])
+        q = self._out.get(key)
+        if q is None:
+            if not self._out:
+                asyncio.get_running_loop().call_soon(self._send_batches)
+            q = self._out[key] = []
+        if type(msg) is Heartbeat:
+            q.append((group, msg.term, msg.commit_index, msg.seq))
+        else:
+            q.append((group, msg.term, msg.code, msg.seq))
+        return True
+
+    def _send_batches(self) -> None:
+        out, self._out = self._out, {}
+        t = self.transport
+        if t is None or t.closed:
+            return
+        me = self.cfg.node_id
+        for (peer, cls), entries in out.items():
+            self.stats["batched_heartbeats"] += len(entries)
+            for i in range(0, len(entries), MAX_BATCH_GROUPS):
+                self.stats["heartbeat_batches"] += 1
+                t.send(peer, cls(me, peer, entries[i:i + MAX_BATCH_GROUPS]))
+
+    def _unbatch(self, peer: str, msg) -> None:
+        me = self.cfg.node_id
+        hb = type(msg) is HeartbeatBatch
+        for group, term, x, seq in msg.entries:
+            one = Heartbeat(term, peer, me, x, seq) if hb else \
+                HeartbeatResponse(term, peer, me, x, seq)
+            self._on_group_message(peer, group, one)
+
     def _on_group_message(self, peer: str, group: int, msg) -> None:
+        if type(msg) in _UNBATCH:
+            self._unbatch(peer, msg)
+            return
         if group < len(self._links):
             on = self._links[group].on_message
             if on is not None:

@@ -57,11 +57,16 @@ class RaftConfig:
     max_clock_rate_skew_permille: int = 50
     lease_guard_ms: int = 30
     max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
+    # heartbeats at multiples of heartbeat_interval_ms of the clock, not interval after the
+    # last: the groups of one process (node/host.py) then send theirs in the same tick and
+    # the host carries them to each peer in one frame
+    align_heartbeats: bool = False
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote"):
+            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote",
+                          "align_heartbeats"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")
