@@ -1,8 +1,9 @@
 """Many Raft groups per process: the placement rule, the limit on groups, the directory
-layout, and three NodeHosts of two groups each in one process (real TCP): both groups elect,
+layout, and three NodeHosts of six groups each in one process (real TCP): both groups elect,
 a frame naming a group the receiver does not host is refused and counted and changes
-nothing, the client learns the group count and routes by it, and an unknown group in a
-request is a specific error."""
+nothing, the groups' heartbeats to a peer share frames (one host timer, aligned heartbeats),
+the client learns the group count and routes by it, and an unknown group in a request is a
+specific error."""
 from __future__ import annotations
 
 import asyncio
@@ -120,15 +121,15 @@ async def _hosts(tmp_path, groups=2):
 
 def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
     async def run():
-        hosts, clients = await _hosts(tmp_path)
+        hosts, clients = await _hosts(tmp_path, groups=6)
         svcs = []
         try:
             h1, h2 = hosts[0], hosts[1]
             assert all(n.transport.stats() is not None for n in h1.nodes)
-            assert os.path.isdir(tmp_path / "n1" / "groups" / "1" / "commitlog")
+            assert os.path.isdir(tmp_path / "n1" / "groups" / "5" / "commitlog")
             before = [(n.core.term, n.core.role, n.core.commit_index) for n in h1.nodes]
-            # a frame for group 5 from n2 (n1 hosts 0..1): refused, counted, nothing changed
-            assert h2.transport.send("n1", Heartbeat(999, "n2", "n1", 10_000, 1), 5)
+            # a frame for group 9 from n2 (n1 hosts 0..5): refused, counted, nothing changed
+            assert h2.transport.send("n1", Heartbeat(999, "n2", "n1", 10_000, 1), 9)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
             while h1.stats["unknown_group"]["n2"] < 1:
@@ -137,6 +138,19 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
             assert all(n.core.term < 999 for n in h1.nodes)
             assert [(n.core.term, n.core.role) for n in h1.nodes] == [b[:2] for b in before]
             assert h1.status()["unknown_group"] == {"n2": 1}
+            # heartbeats: once each member leads its 2 preferred groups, both groups' go to a
+            # peer in one frame (one timer ticks every group; aligned heartbeats)
+            assert all(n._ticker is None for n in h1.nodes)    # (the host's timer ticks)
+            deadline = loop.time() + 30
+            while [h.leaders().count(h.cfg.node_id) for h in hosts] != [2, 2, 2]:
+                assert loop.time() < deadline, [h.leaders() for h in hosts]
+                await asyncio.sleep(0.02)
+            b0, n0 = h1.stats["heartbeat_batches"], h1.stats["batched_heartbeats"]
+            while h1.stats["heartbeat_batches"] < b0 + 40:
+                assert loop.time() < deadline + 30, "no heartbeats"
+                await asyncio.sleep(0.02)
+            per_frame = (h1.stats["batched_heartbeats"] - n0) / (h1.stats["heartbeat_batches"] - b0)
+            assert per_frame > 1.5, per_frame
             # the client learns the group count and routes; an unknown group is refused
             for h in hosts:          # (a redirect may name any member)
                 svcs.append(ClientService(h, h.cfg))
@@ -148,15 +162,42 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
                     assert r.queue_id == q
                     f = await c.fetch("t", q, r.first_queue_offset, wait_ms=5000)
                     assert [bytes(x.body) for x in f.messages] == [b"a%d" % q, b"b"]
-                assert c.groups == 2
-                assert set(c._subs) == {0, 1}       # one sub-client per group
+                assert c.groups == 6
+                assert set(c._subs) == {group_of("t", q, 6) for q in range(4)}
                 st = await c.group_status(1)
-                assert (st.groups, st.group) == (2, 1)
-                with pytest.raises(m.UnknownGroupError, match="hosts groups 0..1"):
-                    await c.group_status(5)
+                assert (st.groups, st.group) == (6, 1)
+                with pytest.raises(m.UnknownGroupError, match="hosts groups 0..5"):
+                    await c.group_status(9)
         finally:
             for svc in svcs:
                 await svc.stop()
             for h in hosts:
                 await h.stop()
     asyncio.run(run())
+
+
+def _heartbeat_times(align: bool) -> list:
+    """When n1, elected at an odd time and ticked every 7 ms, sends heartbeats to n2."""
+    from quorumlog.raft import RaftConfig
+    from quorumlog.testing.cluster import ManualCluster
+    cl = ManualCluster(config=RaftConfig(align_heartbeats=align))
+    cl.elect("n1", start_ms=1234)
+    times = []
+    for _ in range(200):
+        cl.tick(cl.now + 7)
+        times += [cl.now for x in cl.queue if type(x) is Heartbeat and x.dst == "n2"]
+        cl.deliver()
+    return times[1:]
+
+
+def test_aligned_heartbeats_go_at_multiples_of_the_interval():
+    # RaftConfig.align_heartbeats (what a NodeHost's groups use): every heartbeat in the
+    # first tick of a heartbeat_interval_ms slot of the clock, one per slot -- so the groups
+    # of a process, ticked together, send theirs in the same tick (one frame per peer)
+    aligned = _heartbeat_times(True)
+    assert len(aligned) > 10
+    assert all(t % 100 < 7 for t in aligned), aligned
+    assert [t // 100 for t in aligned] == list(range(aligned[0] // 100,
+                                                     aligned[0] // 100 + len(aligned)))
+    # (the default: interval after the last one, at any phase)
+    assert not all(t % 100 < 7 for t in _heartbeat_times(False))
