@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.request
 
 import pytest
 
@@ -106,7 +107,8 @@ async def _hosts(tmp_path, groups=2):
     for i in ids:
         cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers, secret="s" * 16,
                                            client_addrs=clients, client_addr=clients[i],
-                                           groups=groups, store=dict(profile="small"))
+                                           groups=groups, store=dict(profile="small"),
+                                           metrics_addr="127.0.0.1:0")
         h = NodeHost(tmp_path / i, cfg, rcfg, store_cfg=scfg)
         await h.start()
         hosts.append(h)
@@ -117,6 +119,11 @@ async def _hosts(tmp_path, groups=2):
         assert loop.time() < deadline, "not every group elected a leader"
         await asyncio.sleep(0.01)
     return hosts, clients
+
+
+def _scrape(address) -> str:
+    with urllib.request.urlopen(f"http://{address[0]}:{address[1]}/metrics", timeout=10) as r:
+        return r.read().decode()
 
 
 def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
@@ -138,6 +145,14 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
             assert all(n.core.term < 999 for n in h1.nodes)
             assert [(n.core.term, n.core.role) for n in h1.nodes] == [b[:2] for b in before]
             assert h1.status()["unknown_group"] == {"n2": 1}
+            # one /metrics for every group, each sample labelled with its group
+            text = await loop.run_in_executor(None, _scrape, h1.metrics_address)
+            for g in range(6):
+                roles = [ln for ln in text.splitlines() if ln.startswith("quorumlog_raft_role{")
+                         and f'group="{g}"' in ln and ln.endswith(" 1.0")]
+                assert len(roles) == 1, (g, roles)          # one role per group
+                assert f'quorumlog_raft_term{{group="{g}"}}' in text
+            assert 'group="6"' not in text
             # heartbeats: once each member leads its 2 preferred groups, both groups' go to a
             # peer in one frame (one timer ticks every group; aligned heartbeats)
             assert all(n._ticker is None for n in h1.nodes)    # (the host's timer ticks)

@@ -26,6 +26,7 @@ import random
 import time
 
 from ..config import load_config
+from ..metrics import GroupsCollector, serve_collector
 from ..net.messages import (MAX_BATCH_GROUPS, HeartbeatBatch, HeartbeatResponseBatch,
                             UnknownGroupError)
 from ..net.ratelog import RateLimitedLog
@@ -33,7 +34,7 @@ from ..net.transport import DATA, TransportConfig
 from ..raft.core import RaftConfig
 from ..raft.messages import Heartbeat, HeartbeatResponse, Role
 from .clock import MonotonicClock
-from .config import NodeConfig
+from .config import NodeConfig, parse_address
 from .driver import Node
 from .groups import check_groups, check_layout, group_dir, group_of, preferred_leader
 from .wiring import tcp_transport
@@ -119,6 +120,8 @@ class NodeHost:
         self._balancer: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
         self.clock = MonotonicClock()
+        self._metrics_server = None
+        self.metrics_address: tuple | None = None
         self._asked: dict[int, float] = {}      # group -> when its transfer was asked
         self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
                       "batched_heartbeats": 0, "heartbeat_batches": 0}
@@ -162,6 +165,11 @@ class NodeHost:
             await self._stop_nodes()
             raise
         loop = asyncio.get_running_loop()
+        if self.cfg.metrics_addr is not None:
+            mhost, mport = parse_address(self.cfg.metrics_addr, "metrics_addr")
+            collector = GroupsCollector(lambda: [(n.store, n.metrics) for n in self.nodes])
+            self._metrics_server, port = serve_collector(collector, mport, mhost)
+            self.metrics_address = (mhost, port)
         self._ticker = loop.create_task(self._tick_loop())
         if self.balance:
             self._balancer = loop.create_task(self._balance_loop())
@@ -187,6 +195,10 @@ class NodeHost:
                 except (asyncio.CancelledError, Exception):
                     pass
         self._balancer = self._ticker = None
+        if self._metrics_server is not None:
+            server, self._metrics_server = self._metrics_server, None
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: (server.shutdown(), server.server_close()))
         await self._stop_nodes()
 
     async def _tick_loop(self) -> None:
