@@ -26,6 +26,7 @@ from quorumlog.node.groups import (MAX_GROUPS, check_layout, group_dir, group_of
                                    preferred_leader)
 from quorumlog.node.host import NodeHost
 from quorumlog.node.service import ClientService
+from quorumlog.raft.core import RoleChanged
 from quorumlog.raft.messages import Heartbeat, Role
 
 
@@ -110,6 +111,8 @@ async def _hosts(tmp_path, groups=2):
                                            groups=groups, store=dict(profile="small"),
                                            metrics_addr="127.0.0.1:0")
         h = NodeHost(tmp_path / i, cfg, rcfg, store_cfg=scfg)
+        h.events = []
+        h.add_listener(lambda g, ev, h=h: h.events.append((g, ev)))
         await h.start()
         hosts.append(h)
     loop = asyncio.get_running_loop()
@@ -156,6 +159,10 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
             # heartbeats: once each member leads its 2 preferred groups, both groups' go to a
             # peer in one frame (one timer ticks every group; aligned heartbeats)
             assert all(n._ticker is None for n in h1.nodes)    # (the host's timer ticks)
+            # role events name their group: every group's leader announced its role
+            won = {(h.cfg.node_id, g) for h in hosts for g, ev in h.events
+                   if type(ev) is RoleChanged and ev.role == Role.LEADER}
+            assert {g for _, g in won} == set(range(6))
             deadline = loop.time() + 30
             while [h.leaders().count(h.cfg.node_id) for h in hosts] != [2, 2, 2]:
                 assert loop.time() < deadline, [h.leaders() for h in hosts]

@@ -126,6 +126,7 @@ class NodeHost:
         self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
                       "batched_heartbeats": 0, "heartbeat_batches": 0}
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
+        self._listeners: list = []
         self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -136,6 +137,7 @@ class NodeHost:
             node = self.node_class(self.path, self.cfg, self.raft_cfg,
                                    store_cfg=self.store_cfg,
                                    transport_config=self.transport_config, rng=self.rng)
+            self._listen(node, 0)
             await node.start()
             self.nodes = [node]
             self.transport = node.transport
@@ -156,6 +158,7 @@ class NodeHost:
                                        rng=random.Random(self.rng.random()), transport=link,
                                        clock=self.clock, own_ticker=False)
                 self._links.append(link)
+                self._listen(node, g)
                 await node.start()
                 self.nodes.append(node)
             self.transport = self._shared_transport()
@@ -330,6 +333,14 @@ class NodeHost:
                      pref)
             return g
         return None
+
+    def add_listener(self, fn) -> None:
+        """fn(group, event) on the loop for every core event of every group (RoleChanged,
+        ReadyToServe, ...: the group says whose); call before start() to miss none."""
+        self._listeners.append(fn)
+
+    def _listen(self, node, group: int) -> None:
+        node.add_listener(lambda ev: [fn(group, ev) for fn in self._listeners])
 
     # ---------------------------------------------------------------------------- status
     def leaders(self) -> list:
