@@ -35,7 +35,7 @@
   redirects and numbers its own producer's batches (a group's leader keeps the producer
   table of its own log). A produce with queue_id -1 picks the queue here: round-robin over
   `topic_queues` (default max(4, G): what an auto-created topic gets on a G-group member),
-  32 single messages in a row to one queue (they coalesce), one batch per queue.
+  32 small produces in a row to one queue (they coalesce), one large batch per queue.
 """
 from __future__ import annotations
 
@@ -297,6 +297,7 @@ def _encode_produce_parts(topic, bodies, queue_id, tags, producer_id, sequence,
 
 
 _COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
+_SMALL_PRODUCE = 64              # (the leader coalesces puts of fewer messages: node.md)
 _COALESCE_MAX_BYTES = 1 << 20
 
 
@@ -526,13 +527,14 @@ class AsyncClient:
                                               groups=1, **self._sub_kw)
         return sub
 
-    def _choose_queue(self, topic: str, single: bool) -> int:
-        """queue_id -1 with many groups: round-robin over the topic's queues, 32 single
-        messages in a row to one queue (so they coalesce), one batch per queue."""
+    def _choose_queue(self, topic: str, small: bool) -> int:
+        """queue_id -1 with many groups: round-robin over the topic's queues, 32 small
+        produces (under 64 messages) in a row to one queue -- concurrent ones coalesce,
+        here and in the leader (node.md "Coalescing") -- and one large batch per queue."""
         k = self._rr.get(topic, 0)
         self._rr[topic] = k + 1
         nq = self.topic_queues or max(4, self.groups)
-        return ((k >> 5) if single else k) % nq
+        return ((k >> 5) if small else k) % nq
 
     async def group_status(self, group: int, address=None) -> m.GroupAdminResponse:
         """The status of `group` on `address` (default: the member we are connected to)."""
@@ -577,12 +579,13 @@ class AsyncClient:
         Waits first while max_in_flight batches of this client are unresolved (module
         docstring); its sequence is taken when it is sent."""
         if self.groups != 1:
-            single = isinstance(bodies, (bytes, bytearray, memoryview))
+            small = isinstance(bodies, (bytes, bytearray, memoryview)) or \
+                len(bodies) < _SMALL_PRODUCE
             if self.groups is None:
                 await self._learn_groups()
             if self.groups > 1:
                 if queue_id < 0:
-                    queue_id = self._choose_queue(topic, single)
+                    queue_id = self._choose_queue(topic, small)
                 sub = await self._route(topic, queue_id)
                 return await sub.produce(topic, bodies, queue_id=queue_id, tags=tags)
         if isinstance(bodies, (bytes, bytearray, memoryview)):

@@ -100,7 +100,7 @@ def test_layout_single_group_directory_and_group_count_checked(tmp_path):
             check_layout(multi, other)
 
 
-async def _hosts(tmp_path, groups=2):
+async def _hosts(tmp_path, groups=2, flush="async"):
     ids = ["n1", "n2", "n3"]
     peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{free_port()}" for i in ids}
@@ -108,7 +108,8 @@ async def _hosts(tmp_path, groups=2):
     for i in ids:
         cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers, secret="s" * 16,
                                            client_addrs=clients, client_addr=clients[i],
-                                           groups=groups, store=dict(profile="small"),
+                                           groups=groups,
+                                           store=dict(profile="small", flush=flush),
                                            metrics_addr="127.0.0.1:0")
         h = NodeHost(tmp_path / i, cfg, rcfg, store_cfg=scfg)
         h.events = []
@@ -223,3 +224,38 @@ def test_aligned_heartbeats_go_at_multiples_of_the_interval():
                                                      aligned[0] // 100 + len(aligned)))
     # (the default: interval after the last one, at any phase)
     assert not all(t % 100 < 7 for t in _heartbeat_times(False))
+
+
+def test_sync_mode_one_flush_thread_for_every_group(tmp_path):
+    """flush = "sync": one flush thread per process whose rounds cover every group's log
+    (a round flushes each log with a waiting request), and every put still returns only
+    once a majority flushed it."""
+    import threading
+
+    async def run():
+        hosts, clients = await _hosts(tmp_path, groups=4, flush="sync")
+        try:
+            names = [t.name for t in threading.enumerate()]
+            assert names.count("quorumlog-group-flusher") == 3      # one per process
+            assert "quorumlog-flusher" not in names                  # (none per group)
+            puts = []
+            for q in range(4):                     # every group (consecutive queues)
+                node = hosts[0].node_for("t", q)
+                leader = next(h.node_for("t", q) for h in hosts
+                              if h.node_for("t", q).role == Role.LEADER)
+                puts.append(leader.put_batch("t", [b"x%d" % q] * 5, queue_id=q))
+                assert node is hosts[0].nodes[group_of("t", q, 4)]
+            results = await asyncio.gather(*puts)
+            assert [len(r.positions) for r in results] == [5] * 4
+            for h in hosts:
+                f = h.flusher
+                assert f.flushes >= 4 and f.rounds >= 1
+                for n in h.nodes:          # every group's log flushed to its end
+                    cl = n.store.commitlog
+                    assert cl.flushed_position > 0
+        finally:
+            for h in hosts:
+                await h.stop()
+        assert not [t for t in threading.enumerate() if t.name == "quorumlog-group-flusher"
+                    and t.is_alive()]
+    asyncio.run(run())

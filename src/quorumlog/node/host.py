@@ -36,6 +36,7 @@ from ..raft.messages import Heartbeat, HeartbeatResponse, Role
 from .clock import MonotonicClock
 from .config import NodeConfig, parse_address
 from .driver import Node
+from .flusher import SharedFlusher
 from .groups import check_groups, check_layout, group_dir, group_of, preferred_leader
 from .wiring import tcp_transport
 
@@ -77,7 +78,7 @@ class GroupLink:
         if t is None or t.closed:
             return False
         if type(message) in _BATCHED:
-            return self.host._batch(peer_id, self.group, message)
+            return self.host.queue_heartbeat(peer_id, self.group, message)
         return t.send(peer_id, message, self.group)
 
     def add_peer(self, peer_id: str, address) -> None:
@@ -122,6 +123,7 @@ class NodeHost:
         self.clock = MonotonicClock()
         self._metrics_server = None
         self.metrics_address: tuple | None = None
+        self.flusher: SharedFlusher | None = None
         self._asked: dict[int, float] = {}      # group -> when its transfer was asked
         self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
                       "batched_heartbeats": 0, "heartbeat_batches": 0}
@@ -145,6 +147,8 @@ class NodeHost:
         # the groups serve /metrics together (metrics.GroupsCollector), not one each
         gcfg = dataclasses.replace(self.cfg, metrics_addr=None)
         rcfg = dataclasses.replace(self.raft_cfg, align_heartbeats=True)
+        # sync mode: one flush thread for every group (a round flushes each waiting log)
+        self.flusher = SharedFlusher() if self.store_cfg.flush == "sync" else None
         # an auto-created topic spans every group: at least G queues (clients assume the
         # same when they choose a queue: client.py topic_queues)
         scfg = self.store_cfg if self.store_cfg is not None else load_config(None, {})
@@ -156,7 +160,8 @@ class NodeHost:
                 node = self.node_class(group_dir(self.path, g, self.groups), gcfg,
                                        rcfg, store_cfg=self.store_cfg,
                                        rng=random.Random(self.rng.random()), transport=link,
-                                       clock=self.clock, own_ticker=False)
+                                       clock=self.clock, own_ticker=False,
+                                       flusher=self.flusher.handle() if self.flusher else None)
                 self._links.append(link)
                 self._listen(node, g)
                 await node.start()
@@ -241,7 +246,7 @@ class NodeHost:
             else self.nodes[0]
 
     # ---------------------------------------------------------------------------- heartbeats
-    def _batch(self, peer: str, group: int, msg) -> bool:
+    def queue_heartbeat(self, peer: str, group: int, msg) -> bool:
         """Queue one group's heartbeat (or answer) for `peer`: every one queued in this loop
         turn goes in one frame at its end (the host ticks every group in one turn, and the
         cores align their heartbeats to the same ticks: RaftConfig.align_heartbeats)."""
