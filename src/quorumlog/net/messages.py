@@ -12,6 +12,7 @@ from enum import IntEnum
 
 from .. import errors as qe
 from ..raft import errors as raft_errors
+from ..raft.messages import CONTROL
 from . import errors as ne
 
 MAX_NODE_ID_BYTES = 64          # node ids and client ids, UTF-8
@@ -312,7 +313,7 @@ class HeartbeatBatch:
 
     __slots__ = ("src", "dst", "entries")
     type_name = "HEARTBEAT_BATCH"
-    lane = 0     # raft.messages.CONTROL
+    lane = CONTROL
 
     def __init__(self, src, dst, entries):
         self.src, self.dst, self.entries = src, dst, tuple(entries)
