@@ -155,8 +155,9 @@ class LeaseRules:
         self.last_send_heartbeat_ms = self.now_ms
         self._hb_sent[self._hb_seq] = self.now_ms
         self._hb_sent.pop(self._hb_seq - 256, None)  # (answers that late no longer matter)
-        for peer in self.progress:
-            self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
+        for peer, pr in self.progress.items():
+            self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq,
+                                        pr.boot, pr.boot_end))
         if self._hb_succ >= self.quorum:  # a group of one
             self._hb_open = False
             self.last_succ_heartbeat_ms = self.now_ms
@@ -171,6 +172,9 @@ class LeaseRules:
         if m.code == Code.SUCCESS:
             pr = self.progress.get(m.src)
             if pr is not None and m.term == self.term:
+                if m.boot != pr.boot and m.boot:
+                    self._new_boot(pr, m.boot)
+                pr.floor = m.floor
                 pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
                 if m.seq > pr.acked_seq:
                     pr.acked_seq = m.seq
