@@ -173,7 +173,7 @@ class LeaseRules:
             pr = self.progress.get(m.src)
             if pr is not None and m.term == self.term:
                 if m.boot != pr.boot and m.boot:
-                    self._new_boot(pr, m.boot)
+                    self._new_boot(pr, m.boot, m.floor)
                 pr.floor = m.floor
                 pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
                 if m.seq > pr.acked_seq:

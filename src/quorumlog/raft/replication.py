@@ -201,7 +201,7 @@ class ReplicationRules:
         self._msgs.append(Append(self.term, self.id, pr.peer, prev, prev_term, prev + 1, prev,
                                  0, None, 0, self.commit_index, (), pr.epoch))
 
-    def _new_boot(self, pr: Progress, boot: int) -> None:
+    def _new_boot(self, pr: Progress, boot: int, floor: int) -> None:
         """A follower answered with another incarnation id: note where our log ends (recovery
         R3b) and, if it restarted under us, probe it at once. Its restart reset what it knew
         to match us (leader_match) and may have cut its tail (a power loss); without the probe
@@ -212,6 +212,11 @@ class ReplicationRules:
         restarted = pr.boot != 0
         pr.boot = boot
         pr.boot_end = self.log.last_index()
+        if floor:
+            # tell it now, not at the next round (seq 0: counted in no round), so a recovering
+            # follower leaves recovery as soon as its appends have caught up
+            self._msgs.append(Heartbeat(self.term, self.id, pr.peer, self.commit_index, 0,
+                                        boot, pr.boot_end))
         if restarted and pr.state != INSTALL:
             pr.epoch += 1
             pr.gap_probe_epoch = pr.epoch
