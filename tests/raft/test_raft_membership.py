@@ -6,7 +6,8 @@ from quorumlog.raft import HardState, RaftConfig, Role, VoteResult
 from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.errors import MembershipChangeError, NotLeaderError, TransferError
 from quorumlog.raft.log import EntryKind, decode_config, decode_voters
-from quorumlog.raft.messages import Heartbeat, HeartbeatResponse, VoteRequest, VoteResponse
+from quorumlog.raft.messages import (Heartbeat, HeartbeatResponse, TakeLeadership, VoteRequest,
+                                     VoteResponse)
 
 
 def cluster(ids=("n1", "n2", "n3"), spare=(), cfg=None):
@@ -367,3 +368,25 @@ def test_remove_member_is_refused_while_a_voter_left_is_recovering():
     cl.settle(cl.now + 500)           # n3 catches up with n1 and recovers (recovery R3b)
     assert not cl.core("n3").recovering
     c.remove_member("n2")
+
+
+def test_a_leader_whose_transfer_was_abandoned_after_take_leadership_serves_again_in_a_new_term():
+    """Nodesim seed 3583: TAKE_LEADERSHIP went out (so no lease for the rest of the term: the
+    transferee may still win it) and never arrived; the transfer timed out and the leader led
+    on in its term without a lease -- never ready to serve again while the term lasted (for
+    good, in a stable group). Now it runs again in a new term and serves. Failed before
+    (lease_valid() False 3 s later, same term)."""
+    cl = cluster()
+    c = cl.core("n1")
+    t0 = c.term
+    c.transfer_leadership("n2")
+    cl.drain("n1")
+    deadline = cl.now + cl.cfg.transfer_timeout_ms + 3000
+    while cl.now < deadline:
+        cl.tick(cl.now + 10)
+        while cl.queue:
+            cl.drop(match=lambda m: isinstance(m, TakeLeadership))
+            cl.deliver(limit=1)
+    assert any("TransferAborted" in line for line in cl.out)
+    (ld,) = cl.leaders()
+    assert cl.core(ld).term > t0 and cl.core(ld).lease_valid()

@@ -134,6 +134,14 @@ class LeaseRules:
                 self._events.append(TransferAborted(self.term, self.transferee, "timeout"))
                 self.transferee = None
                 self._next_preferred_try_ms = now + 2 * c.transfer_timeout_ms
+                if self._handed_over:
+                    # TAKE_LEADERSHIP went out: the transferee may still win this term, so
+                    # this leader has no lease in it again -- and never became ready to
+                    # serve for the rest of a stable term (nodesim seed 3583). Run again in a
+                    # new term, at once (its log is the group's best).
+                    self._step_down_to(self.term)
+                    self.next_time_to_request_vote = now
+                    return
             else:
                 self._check_transfer()
         elif (c.preferred_leader_id is not None and c.preferred_leader_id != self.id
