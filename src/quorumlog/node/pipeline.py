@@ -168,7 +168,6 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
-_METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
 
 
 
@@ -300,7 +299,7 @@ class Pipeline:
                                        f"{self._node.store_cfg.max_queues_per_topic}]")
         self._check_topic(name)
         req = self._node.seam.prepare_meta(meta.encode_topic(name, queues))
-        return await self._submit(req)
+        return await self.submit(req)
 
     def _check_topic(self, name) -> None:
         # a name that passed once passes again: remembered (a bounded set) so that the
@@ -313,7 +312,9 @@ class Pipeline:
             ok.clear()
         ok.add(name)
 
-    async def _submit(self, req):
+    async def submit(self, req):
+        """Propose a prepared request (the seam's prepare_put / prepare_meta) -> its result
+        once applied here."""
         return await self._propose(req)
 
     async def put_batch(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
@@ -641,4 +642,4 @@ class Pipeline:
         seam = self._node.seam
         self._node.store.commit_offsets(group, offsets,
                                         propose=lambda p: reqs.append(seam.prepare_meta(p)))
-        return await self._submit(reqs[0])
+        return await self.submit(reqs[0])
