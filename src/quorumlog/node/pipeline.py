@@ -168,10 +168,6 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
-
-
-
-
 class Pipeline:
     """The proposal pipeline of one node (see the module docstring). `node`: the driver
     (its core, seam, store, configs, loop, stats and wait_applied are read from it); `wake()`
