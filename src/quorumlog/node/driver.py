@@ -87,6 +87,7 @@ __all__ = ["Node", "config_history", "PRODUCTION_FLUSHER"]
 PRODUCTION_FLUSHER = "production"   # Node(flusher=...) default: see Node.__init__
 _METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
 
+
 def _stop_http(server) -> None:
     server.shutdown()
     server.server_close()
