@@ -214,7 +214,7 @@ class ClientService:
             k = self._rr.get(req.topic, 0)
             self._rr[req.topic] = k + 1
             # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
-            # into one proposal (Node._queue_put); over time every queue gets its share
+            # into one proposal (Pipeline._queue_put); over time every queue gets its share
             qid = (k >> 5) % nq
             if host is not None and host.groups > 1:
                 qid = self._led_queue(req.topic, nq, k >> 5)

@@ -61,12 +61,15 @@ class RaftConfig:
     # last: the groups of one process (node/host.py) then send theirs in the same tick and
     # the host carries them to each peer in one frame
     align_heartbeats: bool = False
+    # remove_member refuses a configuration without a quorum of healthy voters (membership.py;
+    # etcd's --strict-reconfig-check); False lets an operator (or a test) do it anyway
+    strict_reconfig_check: bool = True
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote",
-                          "align_heartbeats"):
+                          "align_heartbeats", "strict_reconfig_check"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")
