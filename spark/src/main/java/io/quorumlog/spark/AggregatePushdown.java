@@ -3,8 +3,9 @@
  * Spark merges the rows, count -> sum, sum -> sum, min -> min, max -> max):
  *
  *   count(*) / count(col not null), min/max of queue_offset, position, store_timestamp,
- *   born_timestamp, raft_index, term, queue_id; grouped by nothing, topic and/or queue_id.
- *   (Spark 4.3 does not offer sum(length(body)): it translates length() of strings only.)
+ *   born_timestamp, raft_index, term, queue_id; sum(_body_length) (what BodyLengthRule makes
+ *   of sum(length(body)): Spark 4.3 translates length() of strings only); grouped by nothing,
+ *   topic and/or queue_id.
  *
  * Two ways to answer them:
  *  - from the consume queues alone (fromQueues): count, min/max of queue_offset and position
@@ -41,6 +42,7 @@ import org.apache.spark.sql.connector.expressions.aggregate.Count;
 import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.expressions.aggregate.Max;
 import org.apache.spark.sql.connector.expressions.aggregate.Min;
+import org.apache.spark.sql.connector.expressions.aggregate.Sum;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.DataTypes;
@@ -50,7 +52,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 final class AggregatePushdown implements Serializable {
     private static final long serialVersionUID = 1L;
-    static final int COUNT = 0, MIN = 1, MAX = 2;
+    static final int COUNT = 0, MIN = 1, MAX = 2, SUM = 3;
     private static final List<String> GROUPABLE = List.of("topic", "queue_id");
     private static final List<String> MIN_MAXABLE = List.of("queue_offset", "position",
         "store_timestamp", "born_timestamp", "raft_index", "term", "queue_id");
@@ -94,6 +96,8 @@ final class AggregatePushdown implements Serializable {
             if (k == MIN || k == MAX) {
                 cols[i] = column(fs[i] instanceof Min ? ((Min) fs[i]).column()
                     : ((Max) fs[i]).column());
+            } else if (k == SUM) {
+                cols[i] = BodyLengthRule.COLUMN;
             }
             d.append(i == 0 ? "" : ", ").append(fs[i].describe());
             fields.add(DataTypes.createStructField(fs[i].describe(), k == MIN || k == MAX
@@ -118,6 +122,10 @@ final class AggregatePushdown implements Serializable {
             }
             return COUNT;
         }
+        if (f instanceof Sum) {
+            Sum s = (Sum) f;
+            return !s.isDistinct() && BodyLengthRule.COLUMN.equals(column(s.column())) ? SUM : -1;
+        }
         if (f instanceof Min || f instanceof Max) {
             String col = column(f instanceof Min ? ((Min) f).column() : ((Max) f).column());
             if (col == null || !MIN_MAXABLE.contains(col)) return -1;
@@ -135,7 +143,8 @@ final class AggregatePushdown implements Serializable {
     /** Can the consume queues alone answer every aggregate? */
     boolean fromQueues() {
         for (int i = 0; i < kinds.length; i++) {
-            if ((kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
+            if (kinds[i] == SUM
+                    || (kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
                 return false;
             }
         }
@@ -182,6 +191,7 @@ final class AggregatePushdown implements Serializable {
             case "raft_index": return r.raftIndex();
             case "term": return r.term();
             case "queue_id": return r.queueId();
+            case BodyLengthRule.COLUMN: return r.bodyLength();
             default: throw new IllegalStateException(col);
         }
     }
@@ -190,6 +200,7 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             switch (kinds[i]) {
                 case COUNT: acc[i]++; break;
+                case SUM: acc[i] += field(r, columns[i]); break;
                 case MIN: {
                     long v = field(r, columns[i]);
                     if (!seen[0] || v < acc[i]) acc[i] = v;
@@ -246,8 +257,8 @@ final class AggregatePushdown implements Serializable {
             System.arraycopy(g, 0, v, 0, g.length);
             boolean any = seen.get(e.getKey())[0];
             for (int i = 0; i < kinds.length; i++) {
-                boolean minMax = kinds[i] == MIN || kinds[i] == MAX;
-                v[g.length + i] = minMax && !any ? null : value(i, e.getValue()[i]);
+                // min / max / sum of no record is null (count is 0)
+                v[g.length + i] = kinds[i] != COUNT && !any ? null : value(i, e.getValue()[i]);
             }
             rows.add(new GenericInternalRow(v));
         }

@@ -30,6 +30,8 @@ import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.MetadataColumn;
+import org.apache.spark.sql.connector.catalog.SupportsMetadataColumns;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -55,6 +57,7 @@ import org.apache.spark.sql.internal.connector.PredicateUtils;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -79,6 +82,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType, false), false),
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
+
+    /** Hidden column (SupportsMetadataColumns): the body's length from the record header,
+     *  what BodyLengthRule turns length(body) into. Not in select *. */
+    public static final StructField BODY_LENGTH = DataTypes.createStructField(
+        BodyLengthRule.COLUMN, DataTypes.IntegerType, false);
+
+    /** The field of a column a scan may be asked for (the schema's or the hidden one). */
+    static StructField field(String name) {
+        return name.equals(BODY_LENGTH.name()) ? BODY_LENGTH : SCHEMA.apply(name);
+    }
 
     /** spark.read.format("quorumlog"): registered through META-INF/services, so the name
      *  works in any session whose classpath has the jar. */
@@ -138,7 +151,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
      * every action on it plans its scan from the same committed positions -- count() and
      * agg() agree while a writer appends; a new load() sees the new records.
      */
-    static final class StoreTable implements Table, SupportsRead {
+    static final class StoreTable implements Table, SupportsRead, SupportsMetadataColumns {
         private final Path[] roots;
         private final StoreMeta[] metas;
 
@@ -160,6 +173,14 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override public String name() { return "quorumlog:" + joined(roots); }
         @Override public StructType schema() { return SCHEMA; }
+        @Override public MetadataColumn[] metadataColumns() {
+            return new MetadataColumn[] { new MetadataColumn() {
+                @Override public String name() { return BODY_LENGTH.name(); }
+                @Override public DataType dataType() { return BODY_LENGTH.dataType(); }
+                @Override public boolean isNullable() { return false; }
+                @Override public String comment() { return "length of body, from the header"; }
+            } };
+        }
         @Override public Set<TableCapability> capabilities() {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
