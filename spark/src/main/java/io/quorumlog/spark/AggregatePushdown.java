@@ -27,6 +27,10 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
@@ -158,25 +162,73 @@ final class AggregatePushdown implements Serializable {
 
     // ---- from the records -----------------------------------------------------------
 
-    /** A scan partition whose records are aggregated instead of returned. */
+    /** Scan partitions whose records are aggregated instead of returned: one, or (a
+     *  complete push-down of an ungrouped aggregate, local mode) all of a scan's, read on
+     *  up to `threads` threads and merged into the one row Spark takes as the answer. */
     static final class WalkPart implements InputPartition {
         private static final long serialVersionUID = 1L;
-        final InputPartition inner;
+        final InputPartition[] inners;
         final AggregatePushdown agg;
+        final int threads;
 
         WalkPart(InputPartition inner, AggregatePushdown agg) {
-            this.inner = inner;
-            this.agg = agg;
+            this(new InputPartition[] { inner }, agg, 1);
         }
 
-        @Override public String[] preferredLocations() { return inner.preferredLocations(); }
+        WalkPart(InputPartition[] inners, AggregatePushdown agg, int threads) {
+            this.inners = inners;
+            this.agg = agg;
+            this.threads = threads;
+        }
+
+        @Override public String[] preferredLocations() {
+            return inners.length == 1 ? inners[0].preferredLocations() : new String[0];
+        }
+    }
+
+    /** The rows of w: each inner partition's records aggregated (on w.threads threads),
+     *  ungrouped rows merged into one. */
+    List<InternalRow> aggregate(WalkPart w, Opener open) throws IOException {
+        if (w.inners.length == 1) return aggregate(open.open(w.inners[0]));
+        if (groupBy.length > 0) throw new IllegalStateException("grouped rows are not merged");
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, Math.min(w.threads,
+            w.inners.length)), r -> {
+                Thread t = new Thread(r, "quorumlog-aggregate");
+                t.setDaemon(true);
+                return t;
+            });
+        try {
+            List<Future<List<InternalRow>>> fs = new ArrayList<>();
+            for (InputPartition p : w.inners) fs.add(pool.submit(() -> aggregate(open.open(p))));
+            Object[] total = empty();
+            for (Future<List<InternalRow>> f : fs) {
+                Object[] row = ((GenericInternalRow) f.get().get(0)).values();
+                merge(total, row);
+            }
+            return List.of(new GenericInternalRow(total));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("quorumlog: aggregate interrupted", e);
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            if (c instanceof IOException) throw (IOException) c;
+            if (c instanceof RuntimeException) throw (RuntimeException) c;
+            throw new IOException(c);
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    /** Opens the records of a scan partition (QuorumlogSource.ReaderFactory.open). */
+    interface Opener {
+        RecordSource open(InputPartition p) throws IOException;
     }
 
     /** Aggregates of one group, as the output row's aggregate values. */
     private Object[] empty() {
         Object[] v = new Object[kinds.length];
         for (int i = 0; i < kinds.length; i++) {
-            v[i] = kinds[i] == COUNT ? (Object) 0L : null;
+            v[i] = kinds[i] == COUNT ? (Object) 0L : null;   // sum/min/max of none: null
         }
         return v;
     }
@@ -383,7 +435,8 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             Object a = total[i], b = row[groupBy.length + i];
             if (kinds[i] == COUNT) total[i] = (Long) a + (Long) b;
-            else if (a == null) total[i] = b;
+            else if (a == null || b == null) total[i] = a == null ? b : a;
+            else if (kinds[i] == SUM) total[i] = (Long) a + (Long) b;
             else if (kinds[i] == MIN) total[i] = ((Comparable) b).compareTo(a) < 0 ? b : a;
             else total[i] = ((Comparable) b).compareTo(a) > 0 ? b : a;
         }

@@ -200,6 +200,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private String pushedKeys = "";
         private AggregatePushdown agg;
         private boolean aggFromQueues;
+        private boolean aggComplete;
         private String planned = "";
         private StructType required = SCHEMA;
         private transient Configuration conf;
@@ -294,13 +295,37 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (!pushdown()) return false;
             agg = AggregatePushdown.of(aggregation);
             if (agg == null) return false;
-            aggFromQueues = useIndexes() && filter.onlyTopicsAndQueues() && agg.fromQueues();
-            for (StoreMeta m : metas) {
-                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) {
-                    aggFromQueues = false;
-                }
-            }
+            aggFromQueues = queuesAnswer(agg);
+            aggComplete = supportCompletePushDown(aggregation);
             return true;
+        }
+
+        /** Can the consume queues alone answer a (every store's queues cover its log)? */
+        private boolean queuesAnswer(AggregatePushdown a) {
+            boolean ok = useIndexes() && filter.onlyTopicsAndQueues() && a.fromQueues();
+            for (StoreMeta m : metas) {
+                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) ok = false;
+            }
+            return ok;
+        }
+
+        /**
+         * Are this scan's rows the aggregate's answer, one per group (Spark then drops its
+         * own aggregation and the shuffle before it)? Grouped by topic and queue_id from the
+         * consume queues of one store: each queue is read by one task, one row each.
+         * Ungrouped in local mode: one task reads every split on defaultParallelism threads
+         * and returns the one row (on a cluster the splits stay tasks and Spark merges).
+         */
+        @Override public boolean supportCompletePushDown(Aggregation aggregation) {
+            AggregatePushdown a = pushdown() ? AggregatePushdown.of(aggregation) : null;
+            if (a == null) return false;
+            if (a.groupBy.length == 0) {   // (from the queues: one row per store)
+                return SparkSession.active().sparkContext().isLocal()
+                    && (metas.length == 1 || !queuesAnswer(a));
+            }
+            return metas.length == 1 && queuesAnswer(a)
+                && new java.util.HashSet<>(Arrays.asList(a.groupBy)).equals(
+                    Set.of("topic", "queue_id"));
         }
 
         public Filter[] pushedFilters() { return pushed; }
@@ -310,7 +335,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
         @Override public String description() {
             String read;
-            if (agg != null) read = agg.describe(aggFromQueues);
+            if (agg != null) read = agg.describe(aggFromQueues) + (aggComplete ? ", complete" : "");
             else if (!useIndexes()) read = "ReadVia: log walk";
             else if (filter.keys != null) read = "ReadVia: key index (" + pushedKeys + ")";
             else if (filter.narrowsQueues()) read = "ReadVia: consume queues";
@@ -349,10 +374,12 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                 int parallelism = SparkSession.active().sparkContext().defaultParallelism();
                 if (agg != null && aggFromQueues) {
                     List<InputPartition> parts = new ArrayList<>();
+                    // ungrouped and complete: one task, one row (queues are read cheaply)
+                    int tasks = aggComplete && agg.groupBy.length == 0 ? 1 : parallelism;
                     for (int i = 0; i < roots.length; i++) {
                         parts.addAll(AggregatePushdown.QueuePart.plan(agg, roots[i].toString(),
                             metas[i], IndexPlanner.aggregateRanges(conf(), roots[i], metas[i],
-                                filter), parallelism));
+                                filter), tasks));
                     }
                     planned = "aggregate from consume queues";
                     return parts.toArray(new InputPartition[0]);
@@ -361,6 +388,10 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     options.getLong("splitBytes", -1), parallelism, useIndexes());
                 planned = String.join("; ", plan.how);
                 InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                if (agg != null && aggComplete && agg.groupBy.length == 0) {
+                    return new InputPartition[] {
+                        new AggregatePushdown.WalkPart(parts, agg, parallelism) };
+                }
                 if (agg != null) {   // aggregated from the record headers, one row set per task
                     for (int i = 0; i < parts.length; i++) {
                         parts[i] = new AggregatePushdown.WalkPart(parts[i], agg);
@@ -465,8 +496,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (p instanceof AggregatePushdown.WalkPart) {
                 AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
                 try {
-                    return AggregatePushdown.rowsReader(
-                        w.agg.aggregate(open(w.inner, conf.value().value())));
+                    Configuration c = conf.value().value();
+                    return AggregatePushdown.rowsReader(w.agg.aggregate(w, x -> open(x, c)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
                 }
