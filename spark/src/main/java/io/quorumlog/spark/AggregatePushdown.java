@@ -9,7 +9,7 @@
  *
  * Two ways to answer them:
  *  - from the consume queues alone (fromQueues): count, min/max of queue_offset and position
- *    are the entries themselves, min/max of store_timestamp, raft_index, term and queue_id
+ *    are the queue's first and last entries (found by binary search: StoreIndexes.ends), min/max of store_timestamp, raft_index, term and queue_id
  *    come from the first and last entry's record headers (those fields are constant per
  *    queue or never decrease along the log). No body is read. Taken when the queues cover
  *    every committed record of every store (the checkpoint's dispatched position at or past
@@ -372,8 +372,8 @@ final class AggregatePushdown implements Serializable {
         FileSystem fs = new Path(root).getFileSystem(conf);
         Object[] total = groupBy.length == 0 ? empty() : null;
         for (StoreIndexes.CqRange r : ranges) {
-            StoreIndexes.Entries e = StoreIndexes.read(fs, new Path(root), r);
-            if (e.n == 0) continue;
+            StoreIndexes.Ends e = StoreIndexes.ends(fs, new Path(root), r);
+            if (e.count == 0) continue;
             QuorumlogRecord[] ends = firstAndLast(conf, root, m, r, e);
             Object[] row = queueRow(r, e, ends);
             if (total == null) rows.add(new GenericInternalRow(row));
@@ -385,9 +385,9 @@ final class AggregatePushdown implements Serializable {
 
     /** The records of a queue's first and last entries, read and checked. */
     private static QuorumlogRecord[] firstAndLast(Configuration conf, String root, StoreMeta m,
-            StoreIndexes.CqRange r, StoreIndexes.Entries e) throws IOException {
+            StoreIndexes.CqRange r, StoreIndexes.Ends e) throws IOException {
         QuorumlogRecord[] out = new QuorumlogRecord[2];
-        int[] which = { 0, e.n - 1 };
+        int[] which = { 0, 1 };
         for (int k = 0; k < 2; k++) {
             StoreIndexes.CqRange one = new StoreIndexes.CqRange(r.topic, r.queue,
                 e.offsets[which[k]], e.offsets[which[k]], r.minPos, r.limit, null);
@@ -406,7 +406,7 @@ final class AggregatePushdown implements Serializable {
         return out;
     }
 
-    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Entries e,
+    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Ends e,
             QuorumlogRecord[] ends) {
         Object[] g = groupValues(r.topic, r.queue);
         Object[] v = new Object[groupBy.length + kinds.length];
@@ -414,10 +414,10 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             long x;
             if (kinds[i] == COUNT) {
-                x = e.n;
+                x = e.count;
             } else {
                 int end = kinds[i] == MIN ? 0 : 1;
-                int at = end == 0 ? 0 : e.n - 1;
+                int at = end;
                 switch (columns[i]) {
                     case "queue_offset": x = e.offsets[at]; break;
                     case "position": x = e.positions[at]; break;
