@@ -220,7 +220,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * get(keys, 0) = 'k' for the key index) into the reader's RecordFilter and returns
          * those Spark must still evaluate: the ones the reader does not answer exactly
          * (FilterPushdown.exact). Spark 4.3 offers array_contains to no source, so the first
-         * key is the key lookup it can push (get(): no error for a message without keys).
+         * key is the key lookup it can push (get(): no error for a message without keys);
+         * the reader compares it (RecordFilter.firstKey), so it is exact too.
          */
         @Override public Predicate[] pushPredicates(Predicate[] predicates) {
             List<Filter> used = new ArrayList<>();
@@ -230,10 +231,13 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             for (Predicate p : pushdown() ? predicates : new Predicate[0]) {
                 String key = firstKeyEquality(p);
                 if (key != null) {
-                    filter.andKeys(Collections.singleton(key));
-                    usedV2.add(p);
-                    left.add(p);      // the reader does not compare keys
-                    pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
+                    // the reader checks the first key (exact); a second one Spark checks
+                    if (filter.andFirstKey(key)) {
+                        usedV2.add(p);
+                        pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
+                    } else {
+                        left.add(p);
+                    }
                     continue;
                 }
                 scala.Option<Filter> v1 = PredicateUtils.toV1(p);
