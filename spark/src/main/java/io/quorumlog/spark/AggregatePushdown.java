@@ -26,7 +26,9 @@ import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.HashMap;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -371,11 +373,33 @@ final class AggregatePushdown implements Serializable {
         List<InternalRow> rows = new ArrayList<>();
         FileSystem fs = new Path(root).getFileSystem(conf);
         Object[] total = groupBy.length == 0 ? empty() : null;
+        List<StoreIndexes.CqRange> used = new ArrayList<>();
+        List<StoreIndexes.Ends> ends = new ArrayList<>();
+        TreeSet<Long> positions = new TreeSet<>();
         for (StoreIndexes.CqRange r : ranges) {
             StoreIndexes.Ends e = StoreIndexes.ends(fs, new Path(root), r);
             if (e.count == 0) continue;
-            QuorumlogRecord[] ends = firstAndLast(conf, root, m, r, e);
-            Object[] row = queueRow(r, e, ends);
+            used.add(r);
+            ends.add(e);
+            positions.add(e.positions[0]);
+            positions.add(e.positions[1]);
+        }
+        Map<Long, String> topics = new HashMap<>();
+        Map<Long, long[]> recs = headers(conf, root, m, positions, topics);
+        for (int q = 0; q < used.size(); q++) {
+            StoreIndexes.CqRange r = used.get(q);
+            StoreIndexes.Ends e = ends.get(q);
+            long[][] both = new long[2][];
+            for (int k = 0; k < 2; k++) {
+                both[k] = recs.get(e.positions[k]);
+                if (both[k] == null || !r.topic.equals(topics.get(e.positions[k]))
+                        || both[k][QUEUE] != r.queue || both[k][OFFSET] != e.offsets[k]) {
+                    throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
+                        + " entry at offset " + e.offsets[k] + " names no message of it",
+                        root, e.positions[k]);
+                }
+            }
+            Object[] row = queueRow(r, e, both);
             if (total == null) rows.add(new GenericInternalRow(row));
             else merge(total, row);
         }
@@ -383,31 +407,35 @@ final class AggregatePushdown implements Serializable {
         return rows;
     }
 
-    /** The records of a queue's first and last entries, read and checked. */
-    private static QuorumlogRecord[] firstAndLast(Configuration conf, String root, StoreMeta m,
-            StoreIndexes.CqRange r, StoreIndexes.Ends e) throws IOException {
-        QuorumlogRecord[] out = new QuorumlogRecord[2];
-        int[] which = { 0, 1 };
-        for (int k = 0; k < 2; k++) {
-            StoreIndexes.CqRange one = new StoreIndexes.CqRange(r.topic, r.queue,
-                e.offsets[which[k]], e.offsets[which[k]], r.minPos, r.limit, null);
-            PositionsReader.Part q = new PositionsReader.Part(root, m.segmentSizeBytes,
-                m.minPosition, m.committedPosition, new StoreIndexes.CqRange[] { one }, null,
-                "aggregate");
-            try (PositionsReader rd = new PositionsReader(q, conf, true)) {
-                if (!rd.next()) {
-                    throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
-                        + " entry at offset " + e.offsets[which[k]] + " names no message",
-                        root, e.positions[which[k]]);
-                }
-                out[k] = rd.current();   // each reader has its own buffer
+    private static final int QUEUE = FROM_QUEUES.size(), OFFSET = QUEUE + 1;
+
+    /**
+     * The FROM_QUEUES fields (then queue id, queue offset) of the MESSAGE records at the given
+     * positions, and their topics, read in log order by one reader (each record checked:
+     * header, CRC); a position holding no MESSAGE is missing from the maps.
+     */
+    private static Map<Long, long[]> headers(Configuration conf, String root, StoreMeta m,
+            TreeSet<Long> positions, Map<Long, String> topics) throws IOException {
+        Map<Long, long[]> out = new HashMap<>();
+        if (positions.isEmpty()) return out;
+        long[] ps = positions.stream().mapToLong(Long::longValue).toArray();
+        PositionsReader.Part q = new PositionsReader.Part(root, m.segmentSizeBytes,
+            m.minPosition, m.committedPosition, null, ps, "aggregate");
+        try (PositionsReader rd = new PositionsReader(q, conf, true)) {
+            while (rd.next()) {
+                QuorumlogRecord r = rd.current();
+                long[] v = new long[OFFSET + 1];
+                for (int i = 0; i < FROM_QUEUES.size(); i++) v[i] = field(r, FROM_QUEUES.get(i));
+                topics.put(r.position(), r.topic());
+                v[QUEUE] = r.queueId();
+                v[OFFSET] = r.queueOffset();
+                out.put(r.position(), v);
             }
         }
         return out;
     }
 
-    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Ends e,
-            QuorumlogRecord[] ends) {
+    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Ends e, long[][] ends) {
         Object[] g = groupValues(r.topic, r.queue);
         Object[] v = new Object[groupBy.length + kinds.length];
         System.arraycopy(g, 0, v, 0, g.length);
@@ -421,7 +449,7 @@ final class AggregatePushdown implements Serializable {
                 switch (columns[i]) {
                     case "queue_offset": x = e.offsets[at]; break;
                     case "position": x = e.positions[at]; break;
-                    default: x = field(ends[end], columns[i]);
+                    default: x = ends[end][FROM_QUEUES.indexOf(columns[i])];
                 }
             }
             v[groupBy.length + i] = value(i, x);

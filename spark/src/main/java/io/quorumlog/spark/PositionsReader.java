@@ -13,7 +13,6 @@ import java.io.Serializable;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
@@ -65,7 +64,7 @@ final class PositionsReader implements RecordSource {
     private int curRange;
 
     private long openBase = -1;
-    private FSDataInputStream in;
+    private PositionedFile in;
     private long openLen;
     private String openFile;
     private long winStart, winEnd;      // log positions buf holds: [winStart, winEnd)
@@ -154,8 +153,8 @@ final class PositionsReader implements RecordSource {
         if (base == openBase) return;
         if (in != null) in.close();
         Path seg = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base));
-        in = fs.open(seg);
-        openLen = fs.getFileStatus(seg).getLen();
+        in = PositionedFile.open(fs, seg);
+        openLen = in.length();
         openBase = base;
         openFile = seg.toString();
         winStart = winEnd = -1;

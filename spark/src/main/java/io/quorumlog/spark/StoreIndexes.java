@@ -144,7 +144,7 @@ final class StoreIndexes {
             long count = st.getLen() / CQ_ENTRY;
             long lo = Math.max(first, r.offLo), hi = Math.min(first + count - 1, r.offHi);
             if (lo > hi) continue;
-            try (FSDataInputStream in = fs.open(st.getPath())) {
+            try (PositionedFile in = PositionedFile.open(fs, st.getPath())) {
                 int reads = 0;
                 for (long o = lo; o <= hi; ) {
                     // small reads first: a queue's used entries usually end early in its
@@ -206,7 +206,7 @@ final class StoreIndexes {
             }
             long last = a;
             a = lo;
-            b = last + 1;                                      // first with pos >= minPos
+            b = e.position(lo) >= r.minPos ? lo : last + 1;    // first with pos >= minPos
             while (a < b) {
                 long m = a + (b - a) / 2;
                 if (e.position(m) >= r.minPos) b = m; else a = m + 1;
@@ -236,7 +236,7 @@ final class StoreIndexes {
     /** Single entries of a queue whose files are contiguous, by queue offset. */
     private static final class EntryProbe implements java.io.Closeable {
         final List<FileStatus> files = new ArrayList<>();
-        final List<FSDataInputStream> ins = new ArrayList<>();
+        final List<PositionedFile> ins = new ArrayList<>();
         final FileSystem fs;
         long first, end;                 // offsets the files hold: [first, end)
         private final byte[] b = new byte[CQ_ENTRY];
@@ -273,7 +273,7 @@ final class StoreIndexes {
         private void read(long o) throws IOException {
             int i = files.size() - 1;
             while (Long.parseLong(files.get(i).getPath().getName()) > o) i--;
-            if (ins.get(i) == null) ins.set(i, fs.open(files.get(i).getPath()));
+            if (ins.get(i) == null) ins.set(i, PositionedFile.open(fs, files.get(i).getPath()));
             long f = Long.parseLong(files.get(i).getPath().getName());
             ins.get(i).readFully((o - f) * CQ_ENTRY, b, 0, CQ_ENTRY);
         }
@@ -296,7 +296,7 @@ final class StoreIndexes {
         }
 
         @Override public void close() throws IOException {
-            for (FSDataInputStream in : ins) if (in != null) in.close();
+            for (PositionedFile in : ins) if (in != null) in.close();
         }
     }
 
@@ -363,7 +363,7 @@ final class StoreIndexes {
         byte[] s = new byte[4];
         for (KeyFile f : files) {
             if (f.end <= lo || f.begin >= hi) continue;
-            try (FSDataInputStream in = fs.open(f.path)) {
+            try (PositionedFile in = PositionedFile.open(fs, f.path)) {
                 long slot = Long.remainderUnsigned(h, f.slots);
                 in.readFully(KI_HEADER + 4 * slot, s, 0, 4);
                 long v = Format.u32(s, 0);
