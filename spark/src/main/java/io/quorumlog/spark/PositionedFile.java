@@ -12,7 +12,6 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -29,8 +28,14 @@ abstract class PositionedFile implements Closeable {
     abstract long length() throws IOException;
 
     static PositionedFile open(FileSystem fs, Path p) throws IOException {
-        if (fs instanceof LocalFileSystem || fs instanceof RawLocalFileSystem) {
-            return new Local(FileChannel.open(Paths.get(fs.makeQualified(p).toUri()),
+        // the file system's own path -> file mapping (a Path's URI is not escaped: topics
+        // may hold any character)
+        if (fs instanceof LocalFileSystem) {
+            return new Local(FileChannel.open(((LocalFileSystem) fs).pathToFile(p).toPath(),
+                StandardOpenOption.READ));
+        }
+        if (fs instanceof RawLocalFileSystem) {
+            return new Local(FileChannel.open(((RawLocalFileSystem) fs).pathToFile(p).toPath(),
                 StandardOpenOption.READ));
         }
         return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
