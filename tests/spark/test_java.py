@@ -36,7 +36,8 @@ def java_run(engine_store, log_store, tmp_path_factory):
     seg, _ = st.corrupt_byte(str(corrupt), victim.position + victim.size - 1)
     args = ["selftest", engine_store, "--", "selftest", log_store, "--",
             "selftest", GOLDEN_STORE, "--",
-            "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE]
+            "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE,
+            "--", "cq-ends", tmp]
     dumps = {}
     for name, path in (("engine", engine_store), ("log", log_store), ("golden", GOLDEN_STORE)):
         for sb in SPLITS:

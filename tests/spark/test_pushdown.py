@@ -161,10 +161,15 @@ def test_aggregates_from_consume_queues_equal_spark_aggregating_rows(spark, inde
                "PushedGroupBy: [topic] from record headers" in plan, plan
         assert sorted(map(tuple, q(_pushed(spark, index_store)).collect())) == \
             sorted(map(tuple, q(_walk(spark, index_store)).collect()))
-    # a filter it does not (the key is not compared by the reader): Spark aggregates rows
+    # the first key the reader compares itself: pushed too
     keyed = _pushed(spark, index_store).where(F.get("keys", 0) == "k3").groupBy().count()
-    assert "PushedAggregation" not in _explain(keyed)
+    assert "PushedAggregation: [COUNT(*)]" in _explain(keyed)
     assert keyed.collect()[0][0] == len(st.expected_messages(index_store)) // 100
+    # a filter it does not answer: Spark aggregates rows
+    other = _pushed(spark, index_store).where(F.crc32("body") > 0).groupBy().count()
+    assert "PushedAggregation" not in _explain(other)
+    assert other.collect()[0][0] == _walk(spark, index_store).where(
+        F.crc32("body") > 0).count()
 
 
 def _copy(src, tmp_path, name):
@@ -264,3 +269,104 @@ def test_indexes_behind_the_log_are_completed_from_the_log(spark, index_store, t
     assert "from record headers" in plan and "from consume queues" not in plan, plan
     assert sorted(map(tuple, pushed.collect())) == sorted(map(tuple, agg(
         _walk(spark, index_store)).collect()))
+
+
+def _sizes(F):
+    """count + sum(length(body)) + sum(crc32(body)) would read bodies: the size aggregate
+    alone is what BodyLengthRule turns into SUM(_body_length)."""
+    return [F.count(F.lit(1)), F.sum(F.length("body"))]
+
+
+def _size_and_crc(F, df):
+    return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("body")),
+                        F.sum(F.crc32("body"))).collect()[0])
+
+
+def test_body_lengths_are_pushed_and_equal_spark_measuring_the_bodies(spark, index_store):
+    """sum(length(body)) over every indexed read (and the full scan) is answered by the scan
+    from record headers, as one row (complete push-down: no Spark aggregate, no shuffle);
+    count and sum equal Spark measuring the bodies of the plain walk, whose count and CRC-32
+    sum of the same selection also agree."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    queries = dict(_queries(F, index_store), **{"all": (None, "")})
+    for name, (cond, _) in queries.items():
+        exact = name != "offset IN"     # queue_offset IN (3, 17): read as [3, 17], Spark filters
+        sel = lambda df: df if cond is None else df.where(cond)  # noqa: E731
+        pushed = sel(_pushed(spark, index_store)).agg(*_sizes(F))
+        want = _size_and_crc(F, sel(_walk(spark, index_store)))
+        assert want[0] > 0, name
+        assert tuple(pushed.collect()[0]) == want[:2], name
+        plan = _explain(pushed)
+        assert "_body_length" in plan, (name, plan)
+        if exact:
+            assert ("PushedAggregation: [COUNT(*), SUM(_body_length)] PushedGroupBy: [] "
+                    "from record headers, complete") in plan, (name, plan)
+            assert "Exchange" not in plan and "HashAggregate" not in plan, (name, plan)
+        assert _size_and_crc(F, sel(_pushed(spark, index_store))) == want, name
+        walk_plan = _explain(sel(_walk(spark, index_store)).agg(*_sizes(F)))
+        assert "_body_length" not in walk_plan and "length(body" in walk_plan, walk_plan
+
+
+def test_first_key_is_compared_by_the_reader(spark, engine_store):
+    """get(keys, 0) = k is answered by the reader (not Spark): a record whose SECOND key is
+    k, or that has no key, is not returned; rows and counts equal the walk's (Spark
+    evaluating the predicate)."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    msgs = st.expected_messages(engine_store)
+    two = [r for r in msgs if len(r[9]) == 2]
+    assert two and any(len(r[9]) == 0 for r in msgs)
+    for k in (two[0][9][0], two[0][9][1], "no-such-key"):
+        cond = F.get("keys", 0) == k
+        pushed = _pushed(spark, engine_store).where(cond)
+        plan = _explain(pushed)
+        assert f"keys[0] = {k}" in plan and "Filter" not in plan.split("BatchScan")[0], plan
+        assert st.canon_rows(pushed) == st.canon_rows(_walk(spark, engine_store).where(cond))
+        assert pushed.count() == sum(1 for r in msgs if r[9][:1] == (k,))
+
+
+def test_length_of_body_elsewhere_reads_the_header_and_changes_no_column(spark, index_store):
+    """length(body) in a projection, a filter and a grouped sum reads the hidden header
+    column; the rows equal the walk's (Spark measuring bodies) and select * has no extra
+    column."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    shapes = {
+        "select": lambda df: df.select("queue_offset", F.length("body").alias("n")),
+        "filter": lambda df: df.where(F.length("body") > 200).select("position", "body"),
+        "grouped": lambda df: df.groupBy("topic").agg(F.sum(F.length("body")),
+                                                      F.max(F.length("body"))),
+        "filter *": lambda df: df.where(F.length("body") < 100),
+    }
+    for name, q in shapes.items():
+        pushed = q(_pushed(spark, index_store))
+        assert "_body_length" in _explain(pushed), name
+        assert "_body_length" not in pushed.columns, name
+        assert sorted(map(tuple, pushed.collect())) == sorted(
+            map(tuple, q(_walk(spark, index_store)).collect())), name
+    assert _pushed(spark, index_store).columns == _walk(spark, index_store).columns
+
+
+def test_per_queue_metadata_is_complete_from_queue_ends(spark, index_store, tmp_path):
+    """groupBy(topic, queue_id) from the consume queues is the answer itself (no Spark
+    aggregate); the queue ends are found by binary search, also when the queues hold
+    entries past a dispatched position the checkpoint still covers (limit inside a queue)."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    q = _agg_queries(F)["per queue"]
+    pushed = q(_pushed(spark, index_store))
+    plan = _explain(pushed)
+    assert "from consume queues, complete" in plan and "Exchange" not in plan, plan
+    want = sorted(map(tuple, q(_walk(spark, index_store)).collect()))
+    assert sorted(map(tuple, pushed.collect())) == want
+    by_topic = lambda df: df.where(F.col("topic") == "beta").groupBy(  # noqa: E731
+        "queue_id", "topic").agg(F.count(F.lit(1)), F.max("queue_offset"), F.min("position"))
+    got = by_topic(_pushed(spark, index_store))
+    assert "from consume queues, complete" in _explain(got)
+    assert sorted(map(tuple, got.collect())) == sorted(
+        map(tuple, by_topic(_walk(spark, index_store)).collect()))

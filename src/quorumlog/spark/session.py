@@ -13,7 +13,9 @@ log = logging.getLogger(__name__)
 
 JAR_NAME = "quorumlog-spark.jar"
 PYTHON_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-JVM_READER_VERSION = "2"             # QuorumlogSpark.VERSION: a stale jar is noticed
+JVM_READER_VERSION = "3"             # QuorumlogSpark.VERSION: a stale jar is noticed
+# length(body) read from the record headers (BodyLengthRule), so sum(length(body)) is pushed
+EXTENSIONS = "io.quorumlog.spark.QuorumlogExtensions"
 
 
 def jar_path() -> pathlib.Path | None:
@@ -24,7 +26,8 @@ def jar_path() -> pathlib.Path | None:
 
 def session(app_name: str = "quorumlog", *, master: str = "local[*]", conf: dict | None = None,
             jar: bool = True):
-    """A SparkSession with the quorumlog jar on spark.jars and the Python source registered.
+    """A SparkSession with the quorumlog jar on spark.jars (and its optimizer rule on
+    spark.sql.extensions) and the Python source registered.
 
     The jar must be on the classpath when the JVM starts: if a session already exists in this
     process it is returned as is (Spark reuses it), with a warning when it lacks the jar."""
@@ -37,7 +40,8 @@ def session(app_name: str = "quorumlog", *, master: str = "local[*]", conf: dict
                .config("spark.ui.showConsoleProgress", "false"))
     j = jar_path() if jar else None
     if j is not None:
-        builder = builder.config("spark.jars", str(j))
+        builder = (builder.config("spark.jars", str(j))
+                   .config("spark.sql.extensions", EXTENSIONS))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

@@ -3,12 +3,13 @@
  * Spark merges the rows, count -> sum, sum -> sum, min -> min, max -> max):
  *
  *   count(*) / count(col not null), min/max of queue_offset, position, store_timestamp,
- *   born_timestamp, raft_index, term, queue_id; grouped by nothing, topic and/or queue_id.
- *   (Spark 4.3 does not offer sum(length(body)): it translates length() of strings only.)
+ *   born_timestamp, raft_index, term, queue_id; sum(_body_length) (what BodyLengthRule makes
+ *   of sum(length(body)): Spark 4.3 translates length() of strings only); grouped by nothing,
+ *   topic and/or queue_id.
  *
  * Two ways to answer them:
  *  - from the consume queues alone (fromQueues): count, min/max of queue_offset and position
- *    are the entries themselves, min/max of store_timestamp, raft_index, term and queue_id
+ *    are the queue's first and last entries (found by binary search: StoreIndexes.ends), min/max of store_timestamp, raft_index, term and queue_id
  *    come from the first and last entry's record headers (those fields are constant per
  *    queue or never decrease along the log). No body is read. Taken when the queues cover
  *    every committed record of every store (the checkpoint's dispatched position at or past
@@ -25,7 +26,13 @@ import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.HashMap;
 import java.util.Map;
+import java.util.TreeSet;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
@@ -41,6 +48,7 @@ import org.apache.spark.sql.connector.expressions.aggregate.Count;
 import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
 import org.apache.spark.sql.connector.expressions.aggregate.Max;
 import org.apache.spark.sql.connector.expressions.aggregate.Min;
+import org.apache.spark.sql.connector.expressions.aggregate.Sum;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.DataTypes;
@@ -50,7 +58,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 final class AggregatePushdown implements Serializable {
     private static final long serialVersionUID = 1L;
-    static final int COUNT = 0, MIN = 1, MAX = 2;
+    static final int COUNT = 0, MIN = 1, MAX = 2, SUM = 3;
     private static final List<String> GROUPABLE = List.of("topic", "queue_id");
     private static final List<String> MIN_MAXABLE = List.of("queue_offset", "position",
         "store_timestamp", "born_timestamp", "raft_index", "term", "queue_id");
@@ -94,6 +102,8 @@ final class AggregatePushdown implements Serializable {
             if (k == MIN || k == MAX) {
                 cols[i] = column(fs[i] instanceof Min ? ((Min) fs[i]).column()
                     : ((Max) fs[i]).column());
+            } else if (k == SUM) {
+                cols[i] = BodyLengthRule.COLUMN;
             }
             d.append(i == 0 ? "" : ", ").append(fs[i].describe());
             fields.add(DataTypes.createStructField(fs[i].describe(), k == MIN || k == MAX
@@ -118,6 +128,10 @@ final class AggregatePushdown implements Serializable {
             }
             return COUNT;
         }
+        if (f instanceof Sum) {
+            Sum s = (Sum) f;
+            return !s.isDistinct() && BodyLengthRule.COLUMN.equals(column(s.column())) ? SUM : -1;
+        }
         if (f instanceof Min || f instanceof Max) {
             String col = column(f instanceof Min ? ((Min) f).column() : ((Max) f).column());
             if (col == null || !MIN_MAXABLE.contains(col)) return -1;
@@ -135,7 +149,8 @@ final class AggregatePushdown implements Serializable {
     /** Can the consume queues alone answer every aggregate? */
     boolean fromQueues() {
         for (int i = 0; i < kinds.length; i++) {
-            if ((kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
+            if (kinds[i] == SUM
+                    || (kinds[i] == MIN || kinds[i] == MAX) && !FROM_QUEUES.contains(columns[i])) {
                 return false;
             }
         }
@@ -149,25 +164,73 @@ final class AggregatePushdown implements Serializable {
 
     // ---- from the records -----------------------------------------------------------
 
-    /** A scan partition whose records are aggregated instead of returned. */
+    /** Scan partitions whose records are aggregated instead of returned: one, or (a
+     *  complete push-down of an ungrouped aggregate, local mode) all of a scan's, read on
+     *  up to `threads` threads and merged into the one row Spark takes as the answer. */
     static final class WalkPart implements InputPartition {
         private static final long serialVersionUID = 1L;
-        final InputPartition inner;
+        final InputPartition[] inners;
         final AggregatePushdown agg;
+        final int threads;
 
         WalkPart(InputPartition inner, AggregatePushdown agg) {
-            this.inner = inner;
-            this.agg = agg;
+            this(new InputPartition[] { inner }, agg, 1);
         }
 
-        @Override public String[] preferredLocations() { return inner.preferredLocations(); }
+        WalkPart(InputPartition[] inners, AggregatePushdown agg, int threads) {
+            this.inners = inners;
+            this.agg = agg;
+            this.threads = threads;
+        }
+
+        @Override public String[] preferredLocations() {
+            return inners.length == 1 ? inners[0].preferredLocations() : new String[0];
+        }
+    }
+
+    /** The rows of w: each inner partition's records aggregated (on w.threads threads),
+     *  ungrouped rows merged into one. */
+    List<InternalRow> aggregate(WalkPart w, Opener open) throws IOException {
+        if (w.inners.length == 1) return aggregate(open.open(w.inners[0]));
+        if (groupBy.length > 0) throw new IllegalStateException("grouped rows are not merged");
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, Math.min(w.threads,
+            w.inners.length)), r -> {
+                Thread t = new Thread(r, "quorumlog-aggregate");
+                t.setDaemon(true);
+                return t;
+            });
+        try {
+            List<Future<List<InternalRow>>> fs = new ArrayList<>();
+            for (InputPartition p : w.inners) fs.add(pool.submit(() -> aggregate(open.open(p))));
+            Object[] total = empty();
+            for (Future<List<InternalRow>> f : fs) {
+                Object[] row = ((GenericInternalRow) f.get().get(0)).values();
+                merge(total, row);
+            }
+            return List.of(new GenericInternalRow(total));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("quorumlog: aggregate interrupted", e);
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            if (c instanceof IOException) throw (IOException) c;
+            if (c instanceof RuntimeException) throw (RuntimeException) c;
+            throw new IOException(c);
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    /** Opens the records of a scan partition (QuorumlogSource.ReaderFactory.open). */
+    interface Opener {
+        RecordSource open(InputPartition p) throws IOException;
     }
 
     /** Aggregates of one group, as the output row's aggregate values. */
     private Object[] empty() {
         Object[] v = new Object[kinds.length];
         for (int i = 0; i < kinds.length; i++) {
-            v[i] = kinds[i] == COUNT ? (Object) 0L : null;
+            v[i] = kinds[i] == COUNT ? (Object) 0L : null;   // sum/min/max of none: null
         }
         return v;
     }
@@ -182,6 +245,7 @@ final class AggregatePushdown implements Serializable {
             case "raft_index": return r.raftIndex();
             case "term": return r.term();
             case "queue_id": return r.queueId();
+            case BodyLengthRule.COLUMN: return r.bodyLength();
             default: throw new IllegalStateException(col);
         }
     }
@@ -190,6 +254,7 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             switch (kinds[i]) {
                 case COUNT: acc[i]++; break;
+                case SUM: acc[i] += field(r, columns[i]); break;
                 case MIN: {
                     long v = field(r, columns[i]);
                     if (!seen[0] || v < acc[i]) acc[i] = v;
@@ -246,8 +311,8 @@ final class AggregatePushdown implements Serializable {
             System.arraycopy(g, 0, v, 0, g.length);
             boolean any = seen.get(e.getKey())[0];
             for (int i = 0; i < kinds.length; i++) {
-                boolean minMax = kinds[i] == MIN || kinds[i] == MAX;
-                v[g.length + i] = minMax && !any ? null : value(i, e.getValue()[i]);
+                // min / max / sum of no record is null (count is 0)
+                v[g.length + i] = kinds[i] != COUNT && !any ? null : value(i, e.getValue()[i]);
             }
             rows.add(new GenericInternalRow(v));
         }
@@ -308,11 +373,33 @@ final class AggregatePushdown implements Serializable {
         List<InternalRow> rows = new ArrayList<>();
         FileSystem fs = new Path(root).getFileSystem(conf);
         Object[] total = groupBy.length == 0 ? empty() : null;
+        List<StoreIndexes.CqRange> used = new ArrayList<>();
+        List<StoreIndexes.Ends> ends = new ArrayList<>();
+        TreeSet<Long> positions = new TreeSet<>();
         for (StoreIndexes.CqRange r : ranges) {
-            StoreIndexes.Entries e = StoreIndexes.read(fs, new Path(root), r);
-            if (e.n == 0) continue;
-            QuorumlogRecord[] ends = firstAndLast(conf, root, m, r, e);
-            Object[] row = queueRow(r, e, ends);
+            StoreIndexes.Ends e = StoreIndexes.ends(fs, new Path(root), r);
+            if (e.count == 0) continue;
+            used.add(r);
+            ends.add(e);
+            positions.add(e.positions[0]);
+            positions.add(e.positions[1]);
+        }
+        Map<Long, String> topics = new HashMap<>();
+        Map<Long, long[]> recs = headers(conf, root, m, positions, topics);
+        for (int q = 0; q < used.size(); q++) {
+            StoreIndexes.CqRange r = used.get(q);
+            StoreIndexes.Ends e = ends.get(q);
+            long[][] both = new long[2][];
+            for (int k = 0; k < 2; k++) {
+                both[k] = recs.get(e.positions[k]);
+                if (both[k] == null || !r.topic.equals(topics.get(e.positions[k]))
+                        || both[k][QUEUE] != r.queue || both[k][OFFSET] != e.offsets[k]) {
+                    throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
+                        + " entry at offset " + e.offsets[k] + " names no message of it",
+                        root, e.positions[k]);
+                }
+            }
+            Object[] row = queueRow(r, e, both);
             if (total == null) rows.add(new GenericInternalRow(row));
             else merge(total, row);
         }
@@ -320,45 +407,49 @@ final class AggregatePushdown implements Serializable {
         return rows;
     }
 
-    /** The records of a queue's first and last entries, read and checked. */
-    private static QuorumlogRecord[] firstAndLast(Configuration conf, String root, StoreMeta m,
-            StoreIndexes.CqRange r, StoreIndexes.Entries e) throws IOException {
-        QuorumlogRecord[] out = new QuorumlogRecord[2];
-        int[] which = { 0, e.n - 1 };
-        for (int k = 0; k < 2; k++) {
-            StoreIndexes.CqRange one = new StoreIndexes.CqRange(r.topic, r.queue,
-                e.offsets[which[k]], e.offsets[which[k]], r.minPos, r.limit, null);
-            PositionsReader.Part q = new PositionsReader.Part(root, m.segmentSizeBytes,
-                m.minPosition, m.committedPosition, new StoreIndexes.CqRange[] { one }, null,
-                "aggregate");
-            try (PositionsReader rd = new PositionsReader(q, conf, true)) {
-                if (!rd.next()) {
-                    throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
-                        + " entry at offset " + e.offsets[which[k]] + " names no message",
-                        root, e.positions[which[k]]);
-                }
-                out[k] = rd.current();   // each reader has its own buffer
+    private static final int QUEUE = FROM_QUEUES.size(), OFFSET = QUEUE + 1;
+
+    /**
+     * The FROM_QUEUES fields (then queue id, queue offset) of the MESSAGE records at the given
+     * positions, and their topics, read in log order by one reader (each record checked:
+     * header, CRC); a position holding no MESSAGE is missing from the maps.
+     */
+    private static Map<Long, long[]> headers(Configuration conf, String root, StoreMeta m,
+            TreeSet<Long> positions, Map<Long, String> topics) throws IOException {
+        Map<Long, long[]> out = new HashMap<>();
+        if (positions.isEmpty()) return out;
+        long[] ps = positions.stream().mapToLong(Long::longValue).toArray();
+        PositionsReader.Part q = new PositionsReader.Part(root, m.segmentSizeBytes,
+            m.minPosition, m.committedPosition, null, ps, "aggregate");
+        try (PositionsReader rd = new PositionsReader(q, conf, true)) {
+            while (rd.next()) {
+                QuorumlogRecord r = rd.current();
+                long[] v = new long[OFFSET + 1];
+                for (int i = 0; i < FROM_QUEUES.size(); i++) v[i] = field(r, FROM_QUEUES.get(i));
+                topics.put(r.position(), r.topic());
+                v[QUEUE] = r.queueId();
+                v[OFFSET] = r.queueOffset();
+                out.put(r.position(), v);
             }
         }
         return out;
     }
 
-    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Entries e,
-            QuorumlogRecord[] ends) {
+    private Object[] queueRow(StoreIndexes.CqRange r, StoreIndexes.Ends e, long[][] ends) {
         Object[] g = groupValues(r.topic, r.queue);
         Object[] v = new Object[groupBy.length + kinds.length];
         System.arraycopy(g, 0, v, 0, g.length);
         for (int i = 0; i < kinds.length; i++) {
             long x;
             if (kinds[i] == COUNT) {
-                x = e.n;
+                x = e.count;
             } else {
                 int end = kinds[i] == MIN ? 0 : 1;
-                int at = end == 0 ? 0 : e.n - 1;
+                int at = end;
                 switch (columns[i]) {
                     case "queue_offset": x = e.offsets[at]; break;
                     case "position": x = e.positions[at]; break;
-                    default: x = field(ends[end], columns[i]);
+                    default: x = ends[end][FROM_QUEUES.indexOf(columns[i])];
                 }
             }
             v[groupBy.length + i] = value(i, x);
@@ -372,7 +463,8 @@ final class AggregatePushdown implements Serializable {
         for (int i = 0; i < kinds.length; i++) {
             Object a = total[i], b = row[groupBy.length + i];
             if (kinds[i] == COUNT) total[i] = (Long) a + (Long) b;
-            else if (a == null) total[i] = b;
+            else if (a == null || b == null) total[i] = a == null ? b : a;
+            else if (kinds[i] == SUM) total[i] = (Long) a + (Long) b;
             else if (kinds[i] == MIN) total[i] = ((Comparable) b).compareTo(a) < 0 ? b : a;
             else total[i] = ((Comparable) b).compareTo(a) > 0 ? b : a;
         }

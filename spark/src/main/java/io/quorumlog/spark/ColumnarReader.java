@@ -23,7 +23,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     private static final int C_TOPIC = 0, C_QUEUE_ID = 1, C_QUEUE_OFFSET = 2, C_RAFT_INDEX = 3,
         C_TERM = 4, C_POSITION = 5, C_BORN = 6, C_STORE = 7, C_TAGS = 8, C_KEYS = 9, C_PROPS = 10,
-        C_BODY = 11;
+        C_BODY = 11, C_BODY_LENGTH = 12;
 
     private final RecordSource reader;
     private final int[] codes;
@@ -47,7 +47,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         reader = source;
         codes = new int[required.fields().length];
         for (int i = 0; i < codes.length; i++) {
-            codes[i] = QuorumlogSource.SCHEMA.fieldIndex(required.fields()[i].name());
+            String name = required.fields()[i].name();
+            codes[i] = name.equals(QuorumlogSource.BODY_LENGTH.name()) ? C_BODY_LENGTH
+                : QuorumlogSource.SCHEMA.fieldIndex(name);
         }
         vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, required);
         ColumnVector[] cols = new ColumnVector[codes.length];
@@ -123,6 +125,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                     break;
                 }
                 case C_BODY: body.put(row, b, r.bodyOffset(), r.bodyLength()); break;
+                case C_BODY_LENGTH: v.putInt(row, r.bodyLength()); break;
                 default: throw new IllegalStateException("unknown column " + codes[c]);
             }
         }

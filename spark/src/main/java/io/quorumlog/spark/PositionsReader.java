@@ -13,7 +13,6 @@ import java.io.Serializable;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
@@ -44,6 +43,11 @@ final class PositionsReader implements RecordSource {
         @Override public String toString() { return "PositionsReader.Part(" + describe + ")"; }
     }
 
+    /** Records whose gap is at most this many bytes are read with one read (a run). */
+    static final int RUN_GAP = 16 << 10;
+    /** A run's bytes at most (one record may be longer: it is then read alone). */
+    static final int RUN_BYTES = 4 << 20;
+
     private final Part part;
     private final FileSystem fs;
     private final Path rootPath;
@@ -51,12 +55,19 @@ final class PositionsReader implements RecordSource {
     private final QuorumlogRecord value = new QuorumlogRecord();
     private byte[] buf = new byte[64 << 10];
 
-    private int range = -1;             // consume-queue mode: current range
-    private StoreIndexes.Entries entries;
-    private int at;                     // next entry / position
+    // consume-queue mode: every entry of the task's ranges, sorted by position
+    private long[] pos;
+    private int[] size;                 // the entry's total_size (0: unknown, key mode)
+    private long[] offset;              // queue offset (-1 in key mode)
+    private int[] rangeOf;              // index into part.ranges
+    private int at;                     // next entry
+    private int curRange;
+
     private long openBase = -1;
-    private FSDataInputStream in;
+    private PositionedFile in;
     private long openLen;
+    private String openFile;
+    private long winStart, winEnd;      // log positions buf holds: [winStart, winEnd)
 
     PositionsReader(Part part, Configuration conf) throws IOException {
         this(part, conf, false);
@@ -72,68 +83,142 @@ final class PositionsReader implements RecordSource {
         filter = unfiltered ? new RecordFilter() : RecordFilter.fromConf(conf);
     }
 
-    @Override
-    public boolean next() throws IOException {
-        while (true) {
-            long pos;
-            long expectOffset = -1;
-            if (part.positions != null) {
-                if (at >= part.positions.length) return false;
-                pos = part.positions[at++];
-            } else {
-                while (entries == null || at >= entries.n) {
-                    if (++range >= part.ranges.length) return false;
-                    entries = StoreIndexes.read(fs, rootPath, part.ranges[range]);
-                    at = 0;
-                }
-                pos = entries.positions[at];
-                expectOffset = entries.offsets[at++];
-            }
-            if (pos < part.minPos || pos >= part.committed) continue;
-            if (!readRecord(pos)) continue;
-            if (expectOffset >= 0) confirmQueue(pos, expectOffset);
-            if (filter.accepts(buf, 0)) return true;
+    /**
+     * The task's entries in log order: a task's queues interleave in the log, so reading
+     * them queue after queue would pass over the segments once per queue; sorted, nearby
+     * records are read together (runs) in one forward pass.
+     */
+    private void load() throws IOException {
+        if (part.positions != null) {
+            pos = part.positions;
+            size = new int[pos.length];
+            offset = new long[pos.length];
+            Arrays.fill(offset, -1);
+            rangeOf = new int[pos.length];
+            return;
+        }
+        StoreIndexes.Entries[] es = new StoreIndexes.Entries[part.ranges.length];
+        int n = 0;
+        for (int r = 0; r < es.length; r++) {
+            es[r] = StoreIndexes.read(fs, rootPath, part.ranges[r]);
+            n += es[r].n;
+        }
+        long[] p = new long[n];
+        int[] z = new int[n], rg = new int[n];
+        long[] o = new long[n];
+        int k = 0;
+        for (int r = 0; r < es.length; r++) {
+            System.arraycopy(es[r].positions, 0, p, k, es[r].n);
+            System.arraycopy(es[r].sizes, 0, z, k, es[r].n);
+            System.arraycopy(es[r].offsets, 0, o, k, es[r].n);
+            Arrays.fill(rg, k, k + es[r].n, r);
+            k += es[r].n;
+        }
+        Integer[] order = new Integer[n];
+        for (int i = 0; i < n; i++) order[i] = i;
+        Arrays.sort(order, (a, b) -> Long.compare(p[a], p[b]));
+        pos = new long[n];
+        size = new int[n];
+        offset = new long[n];
+        rangeOf = new int[n];
+        for (int i = 0; i < n; i++) {
+            int j = order[i];
+            pos[i] = p[j];
+            size[i] = z[j];
+            offset[i] = o[j];
+            rangeOf[i] = rg[j];
         }
     }
 
-    /** Reads and checks the record at pos into buf; false when it is not a MESSAGE. */
-    private boolean readRecord(long pos) throws IOException {
-        long base = (pos / part.segmentSize) * part.segmentSize;
-        if (base != openBase) {
-            if (in != null) in.close();
-            Path seg = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base));
-            in = fs.open(seg);
-            openLen = fs.getFileStatus(seg).getLen();
-            openBase = base;
+    @Override
+    public boolean next() throws IOException {
+        if (pos == null) load();
+        while (at < pos.length) {
+            int i = at++;
+            long p = pos[i];
+            if (p < part.minPos || p >= part.committed) continue;
+            if (!readRecord(i)) continue;
+            if (offset[i] >= 0) {
+                curRange = rangeOf[i];
+                confirmQueue(p, offset[i]);
+            }
+            if (filter.accepts(buf, (int) (p - winStart))) return true;
         }
-        long off = pos - base;
-        String file = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base)).toString();
+        return false;
+    }
+
+    /** Opens the segment holding log position p (when another is open). */
+    private void openSegment(long p) throws IOException {
+        long base = (p / part.segmentSize) * part.segmentSize;
+        if (base == openBase) return;
+        if (in != null) in.close();
+        Path seg = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base));
+        in = PositionedFile.open(fs, seg);
+        openLen = in.length();
+        openBase = base;
+        openFile = seg.toString();
+        winStart = winEnd = -1;
+    }
+
+    /** The end of the run that starts with entry i: the following entries in the same
+     *  segment whose gaps are at most RUN_GAP, within RUN_BYTES (entry sizes as given). */
+    private long runEnd(int i) {
+        long end = pos[i] + Math.max(size[i], Format.HEADER_SIZE);
+        long segEnd = openBase + part.segmentSize;
+        for (int j = i + 1; j < pos.length; j++) {
+            if (size[j] <= 0 || pos[j] >= segEnd || pos[j] - end > RUN_GAP
+                    || pos[j] + size[j] - pos[i] > RUN_BYTES) {
+                break;
+            }
+            end = Math.max(end, pos[j] + size[j]);
+        }
+        return Math.min(end, openBase + openLen);
+    }
+
+    /** Makes buf hold [p, p + n) (reads the run from p when it does not). */
+    private void ensure(long p, int n, int entry) throws IOException {
+        if (p >= winStart && p + n <= winEnd) return;
+        long end = Math.max(p + n, entry >= 0 ? runEnd(entry) : p + n);
+        int len = (int) (end - p);
+        if (len > buf.length) buf = Arrays.copyOf(buf, Math.max(len, buf.length * 2));
+        in.readFully(p - openBase, buf, 0, len);
+        winStart = p;
+        winEnd = end;
+    }
+
+    /** Reads and checks the record of entry i into buf; false when it is not a MESSAGE. */
+    private boolean readRecord(int i) throws IOException {
+        long p = pos[i];
+        openSegment(p);
+        long off = p - openBase;
         if (off + Format.HEADER_SIZE > openLen) {
-            throw new CorruptRecordException("an index points past the end of the file", file, off);
+            throw new CorruptRecordException("an index points past the end of the file",
+                openFile, off);
         }
-        in.readFully(off, buf, 0, Format.HEADER_SIZE);
-        String why = Format.checkHeader(buf, 0, pos, openLen - off);
-        if (why != null) throw new CorruptRecordException("index entry: " + why, file, off);
-        int type = Format.u8(buf, Format.OFF_TYPE);
+        ensure(p, Format.HEADER_SIZE, size[i] > 0 ? i : -1);
+        int at0 = (int) (p - winStart);
+        String why = Format.checkHeader(buf, at0, p, openLen - off);
+        if (why != null) throw new CorruptRecordException("index entry: " + why, openFile, off);
+        int type = Format.u8(buf, at0 + Format.OFF_TYPE);
         if (type == Format.TYPE_BLANK) return false;
-        int total = (int) Format.u32(buf, Format.OFF_TOTAL_SIZE);
-        if (pos + total > part.committed) {
+        int total = (int) Format.u32(buf, at0 + Format.OFF_TOTAL_SIZE);
+        if (p + total > part.committed) {
             throw new CorruptRecordException("record crosses the committed position "
-                + part.committed, file, off);
+                + part.committed, openFile, off);
         }
-        if (total > buf.length) buf = Arrays.copyOf(buf, Math.max(total, buf.length * 2));
-        in.readFully(off + Format.HEADER_SIZE, buf, Format.HEADER_SIZE, total - Format.HEADER_SIZE);
-        if (Format.crc32c(buf, 4, total - 4) != Format.u32(buf, 0)) {
-            throw new CorruptRecordException("CRC32C mismatch", file, off);
+        ensure(p, total, -1);
+        at0 = (int) (p - winStart);
+        if (Format.crc32c(buf, at0 + 4, total - 4) != Format.u32(buf, at0)) {
+            throw new CorruptRecordException("CRC32C mismatch", openFile, off);
         }
         if (type != Format.TYPE_MESSAGE) return false;
-        value.load(buf, 0, pos, type, total, file, off);
+        value.load(buf, at0, p, type, total, openFile, off);
         return true;
     }
 
     /** A consume-queue entry must name a record of its own topic, queue and offset. */
     private void confirmQueue(long pos, long offset) throws IOException {
-        StoreIndexes.CqRange r = part.ranges[range];
+        StoreIndexes.CqRange r = part.ranges[curRange];
         if (value.queueId() != r.queue || value.queueOffset() != offset
                 || !value.topic().equals(r.topic)) {
             throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue

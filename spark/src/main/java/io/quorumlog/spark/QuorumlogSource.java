@@ -30,6 +30,8 @@ import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.AnalysisException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.MetadataColumn;
+import org.apache.spark.sql.connector.catalog.SupportsMetadataColumns;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -55,6 +57,7 @@ import org.apache.spark.sql.internal.connector.PredicateUtils;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -79,6 +82,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType, false), false),
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
+
+    /** Hidden column (SupportsMetadataColumns): the body's length from the record header,
+     *  what BodyLengthRule turns length(body) into. Not in select *. */
+    public static final StructField BODY_LENGTH = DataTypes.createStructField(
+        BodyLengthRule.COLUMN, DataTypes.IntegerType, false);
+
+    /** The field of a column a scan may be asked for (the schema's or the hidden one). */
+    static StructField field(String name) {
+        return name.equals(BODY_LENGTH.name()) ? BODY_LENGTH : SCHEMA.apply(name);
+    }
 
     /** spark.read.format("quorumlog"): registered through META-INF/services, so the name
      *  works in any session whose classpath has the jar. */
@@ -138,7 +151,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
      * every action on it plans its scan from the same committed positions -- count() and
      * agg() agree while a writer appends; a new load() sees the new records.
      */
-    static final class StoreTable implements Table, SupportsRead {
+    static final class StoreTable implements Table, SupportsRead, SupportsMetadataColumns {
         private final Path[] roots;
         private final StoreMeta[] metas;
 
@@ -160,6 +173,14 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override public String name() { return "quorumlog:" + joined(roots); }
         @Override public StructType schema() { return SCHEMA; }
+        @Override public MetadataColumn[] metadataColumns() {
+            return new MetadataColumn[] { new MetadataColumn() {
+                @Override public String name() { return BODY_LENGTH.name(); }
+                @Override public DataType dataType() { return BODY_LENGTH.dataType(); }
+                @Override public boolean isNullable() { return false; }
+                @Override public String comment() { return "length of body, from the header"; }
+            } };
+        }
         @Override public Set<TableCapability> capabilities() {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
@@ -179,6 +200,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private String pushedKeys = "";
         private AggregatePushdown agg;
         private boolean aggFromQueues;
+        private boolean aggComplete;
         private String planned = "";
         private StructType required = SCHEMA;
         private transient Configuration conf;
@@ -198,7 +220,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * get(keys, 0) = 'k' for the key index) into the reader's RecordFilter and returns
          * those Spark must still evaluate: the ones the reader does not answer exactly
          * (FilterPushdown.exact). Spark 4.3 offers array_contains to no source, so the first
-         * key is the key lookup it can push (get(): no error for a message without keys).
+         * key is the key lookup it can push (get(): no error for a message without keys);
+         * the reader compares it (RecordFilter.firstKey), so it is exact too.
          */
         @Override public Predicate[] pushPredicates(Predicate[] predicates) {
             List<Filter> used = new ArrayList<>();
@@ -208,10 +231,13 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             for (Predicate p : pushdown() ? predicates : new Predicate[0]) {
                 String key = firstKeyEquality(p);
                 if (key != null) {
-                    filter.andKeys(Collections.singleton(key));
-                    usedV2.add(p);
-                    left.add(p);      // the reader does not compare keys
-                    pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
+                    // the reader checks the first key (exact); a second one Spark checks
+                    if (filter.andFirstKey(key)) {
+                        usedV2.add(p);
+                        pushedKeys += (pushedKeys.isEmpty() ? "" : ", ") + p.describe();
+                    } else {
+                        left.add(p);
+                    }
                     continue;
                 }
                 scala.Option<Filter> v1 = PredicateUtils.toV1(p);
@@ -273,13 +299,37 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (!pushdown()) return false;
             agg = AggregatePushdown.of(aggregation);
             if (agg == null) return false;
-            aggFromQueues = useIndexes() && filter.onlyTopicsAndQueues() && agg.fromQueues();
-            for (StoreMeta m : metas) {
-                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) {
-                    aggFromQueues = false;
-                }
-            }
+            aggFromQueues = queuesAnswer(agg);
+            aggComplete = supportCompletePushDown(aggregation);
             return true;
+        }
+
+        /** Can the consume queues alone answer a (every store's queues cover its log)? */
+        private boolean queuesAnswer(AggregatePushdown a) {
+            boolean ok = useIndexes() && filter.onlyTopicsAndQueues() && a.fromQueues();
+            for (StoreMeta m : metas) {
+                if (!m.hasCheckpoint || m.dispatchedPosition < m.committedPosition) ok = false;
+            }
+            return ok;
+        }
+
+        /**
+         * Are this scan's rows the aggregate's answer, one per group (Spark then drops its
+         * own aggregation and the shuffle before it)? Grouped by topic and queue_id from the
+         * consume queues of one store: each queue is read by one task, one row each.
+         * Ungrouped in local mode: one task reads every split on defaultParallelism threads
+         * and returns the one row (on a cluster the splits stay tasks and Spark merges).
+         */
+        @Override public boolean supportCompletePushDown(Aggregation aggregation) {
+            AggregatePushdown a = pushdown() ? AggregatePushdown.of(aggregation) : null;
+            if (a == null) return false;
+            if (a.groupBy.length == 0) {   // (from the queues: one row per store)
+                return SparkSession.active().sparkContext().isLocal()
+                    && (metas.length == 1 || !queuesAnswer(a));
+            }
+            return metas.length == 1 && queuesAnswer(a)
+                && new java.util.HashSet<>(Arrays.asList(a.groupBy)).equals(
+                    Set.of("topic", "queue_id"));
         }
 
         public Filter[] pushedFilters() { return pushed; }
@@ -289,7 +339,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
         @Override public String description() {
             String read;
-            if (agg != null) read = agg.describe(aggFromQueues);
+            if (agg != null) read = agg.describe(aggFromQueues) + (aggComplete ? ", complete" : "");
             else if (!useIndexes()) read = "ReadVia: log walk";
             else if (filter.keys != null) read = "ReadVia: key index (" + pushedKeys + ")";
             else if (filter.narrowsQueues()) read = "ReadVia: consume queues";
@@ -328,10 +378,12 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                 int parallelism = SparkSession.active().sparkContext().defaultParallelism();
                 if (agg != null && aggFromQueues) {
                     List<InputPartition> parts = new ArrayList<>();
+                    // ungrouped and complete: one task, one row (queues are read cheaply)
+                    int tasks = aggComplete && agg.groupBy.length == 0 ? 1 : parallelism;
                     for (int i = 0; i < roots.length; i++) {
                         parts.addAll(AggregatePushdown.QueuePart.plan(agg, roots[i].toString(),
                             metas[i], IndexPlanner.aggregateRanges(conf(), roots[i], metas[i],
-                                filter), parallelism));
+                                filter), tasks));
                     }
                     planned = "aggregate from consume queues";
                     return parts.toArray(new InputPartition[0]);
@@ -340,6 +392,10 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     options.getLong("splitBytes", -1), parallelism, useIndexes());
                 planned = String.join("; ", plan.how);
                 InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                if (agg != null && aggComplete && agg.groupBy.length == 0) {
+                    return new InputPartition[] {
+                        new AggregatePushdown.WalkPart(parts, agg, parallelism) };
+                }
                 if (agg != null) {   // aggregated from the record headers, one row set per task
                     for (int i = 0; i < parts.length; i++) {
                         parts[i] = new AggregatePushdown.WalkPart(parts[i], agg);
@@ -444,8 +500,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (p instanceof AggregatePushdown.WalkPart) {
                 AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
                 try {
-                    return AggregatePushdown.rowsReader(
-                        w.agg.aggregate(open(w.inner, conf.value().value())));
+                    Configuration c = conf.value().value();
+                    return AggregatePushdown.rowsReader(w.agg.aggregate(w, x -> open(x, c)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
                 }

@@ -15,7 +15,7 @@ public final class QuorumlogSpark {
     private QuorumlogSpark() {}
 
     /** Version string the Python side checks so a stale jar is noticed, not misused. */
-    public static final String VERSION = "2";
+    public static final String VERSION = "3";
 
     public static String version() { return VERSION; }
 

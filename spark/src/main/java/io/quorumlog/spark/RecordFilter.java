@@ -2,7 +2,9 @@
  * Which MESSAGE records a read returns, decided on the record's header fields and topic
  * bytes before any row is built: topics, queue ids (a set and/or a range), a queue-offset
  * range, tags (the header's tag_hash first, then the tag bytes: exact) and a store timestamp
- * range in milliseconds (the header's unit). Keys are not a header field: they only steer the read to the key index. Travels to the tasks in the Hadoop
+ * range in milliseconds (the header's unit), and the first key (get(keys, 0) = k: the keys
+ * field's first entry, compared as bytes; also what steers the read to the key index).
+ * Travels to the tasks in the Hadoop
  * Configuration; FilterPushdown builds it from the filters Spark pushes down.
  */
 package io.quorumlog.spark;
@@ -28,6 +30,7 @@ public final class RecordFilter {
     public static final String CONF_OFFSET_MAX = "quorumlog.filter.offset.max";
     public static final String CONF_TAGS_NOT_NULL = "quorumlog.filter.tags.not.null";
     public static final String CONF_TAGS = "quorumlog.filter.tags";  // '/'-separated, escaped
+    public static final String CONF_FIRST_KEY = "quorumlog.filter.first.key";  // escaped
 
     /** null: every topic. */
     Set<String> topics;
@@ -46,8 +49,11 @@ public final class RecordFilter {
     /** Only records with tags (isnotnull(tags)). */
     boolean tagsNotNull;
     /** null: no key filter; else every record returned holds one of these keys (planning
-     *  uses the key index; the reader does not check keys, Spark does). */
+     *  uses the key index). */
     Set<String> keys;
+    /** null: any; else the record's first key must be this (checked by accepts()). */
+    String firstKey;
+    private byte[] firstKeyBytes;
 
     private byte[][] topicBytes;
     private long[] queueIdArray;
@@ -69,6 +75,8 @@ public final class RecordFilter {
         f.tagsNotNull = conf.getBoolean(CONF_TAGS_NOT_NULL, false);
         String tg = conf.get(CONF_TAGS);
         if (tg != null) f.andTags(tg.isEmpty() ? Set.of() : unescape(tg));
+        String k = conf.get(CONF_FIRST_KEY);
+        if (k != null) f.andFirstKey(unescape(k).iterator().next());
         return f;
     }
 
@@ -93,6 +101,7 @@ public final class RecordFilter {
         conf.setLong(CONF_OFFSET_MAX, offsetMax);
         if (tags != null) conf.set(CONF_TAGS, escape(tags));
         conf.setBoolean(CONF_TAGS_NOT_NULL, tagsNotNull);
+        if (firstKey != null) conf.set(CONF_FIRST_KEY, escape(Set.of(firstKey)));
     }
 
     /** Tags may hold any character: each is written as its UTF-8 bytes in hex. */
@@ -132,6 +141,16 @@ public final class RecordFilter {
      *  narrows the read correctly; Spark checks both). */
     void andKeys(Set<String> ks) {
         if (keys == null) keys = new TreeSet<>(ks);
+    }
+
+    /** This filter AND get(keys, 0) = k; false (nothing changed) when it has a first key
+     *  already (Spark then checks the second). */
+    boolean andFirstKey(String k) {
+        if (firstKey != null) return false;
+        firstKey = k;
+        firstKeyBytes = k.getBytes(StandardCharsets.UTF_8);
+        andKeys(Set.of(k));
+        return true;
     }
 
     /** Does anything beyond topics and queue ids narrow this filter? */
@@ -189,6 +208,7 @@ public final class RecordFilter {
         if (qo < offsetMin || qo > offsetMax) return false;
         if (tagHashes != null && !acceptsTags(b, off)) return false;
         if (tagsNotNull && Format.u16(b, off + Format.OFF_TAGS_LEN) == 0) return false;
+        if (firstKeyBytes != null && !acceptsFirstKey(b, off)) return false;
         if (topics == null) return true;
         if (topicBytes == null) {
             topicBytes = topics.stream().map(t -> t.getBytes(StandardCharsets.UTF_8))
@@ -200,6 +220,17 @@ public final class RecordFilter {
             if (t.length == len && Arrays.equals(b, at, at + len, t, 0, len)) return true;
         }
         return false;
+    }
+
+    /** The keys field's first entry (u16 length, bytes) equals firstKey; no key: no match. */
+    private boolean acceptsFirstKey(byte[] b, int off) {
+        long keysLen = Format.u32(b, off + Format.OFF_KEYS_LEN);
+        int at = off + Format.HEADER_SIZE + Format.u16(b, off + Format.OFF_TOPIC_LEN)
+            + Format.u16(b, off + Format.OFF_TAGS_LEN);
+        if (keysLen < 2) return false;
+        int n = Format.u16(b, at);
+        return n == firstKeyBytes.length && 2 + n <= keysLen
+            && Arrays.equals(b, at + 2, at + 2 + n, firstKeyBytes, 0, n);
     }
 
     /** The tag hash first (cheap), then the bytes (a hash collision is not a match). */
@@ -228,7 +259,8 @@ public final class RecordFilter {
         if (offsetMax != Long.MAX_VALUE) sb.append("queue_offset <= ").append(offsetMax).append(", ");
         if (tags != null) sb.append("tags IN ").append(tags).append(", ");
         if (tagsNotNull) sb.append("tags IS NOT NULL, ");
-        if (keys != null) sb.append("keys CONTAIN ANY OF ").append(keys).append(", ");
+        if (firstKey != null) sb.append("keys[0] = ").append(firstKey).append(", ");
+        else if (keys != null) sb.append("keys CONTAIN ANY OF ").append(keys).append(", ");
         return sb.length() == 0 ? "" : sb.substring(0, sb.length() - 2);
     }
 }

@@ -6,6 +6,7 @@
  *   JavaTests selftest <store>                 CRC vector, raft-index search, split invariance
  *   JavaTests dump <store> <splitBytes> <committedOnly> <out>  one canonical line per message
  *   JavaTests expect-corrupt <store> <segment-name> <offset>   the read must fail there
+ *   JavaTests cq-ends <dir>                    StoreIndexes.ends (binary search) == read()
  *   (several commands in one JVM: separate them with "--")
  *
  * Exit status 0 = pass; failures print what differed and exit 1.
@@ -52,6 +53,7 @@ public final class JavaTests {
             case "selftest": selftest(args[1]); break;
             case "dump": dump(args[1], Long.parseLong(args[2]), Boolean.parseBoolean(args[3]), args[4]); break;
             case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
+            case "cq-ends": cqEnds(args[1]); break;
             default: throw new IllegalArgumentException(args[0]);
         }
     }
@@ -169,5 +171,67 @@ public final class JavaTests {
             rr.close();
         }
         check(skipped == 1, "skip mode skipped " + skipped + " records, expected 1");
+    }
+
+    /** One consume-queue file of `entries` 20-byte slots whose offsets [used0, used1) hold
+     *  entries (position 1000 + 100 * offset, size 100); the rest zero. */
+    private static void cqFile(java.nio.file.Path dir, long first, int entries, long used0,
+            long used1) throws java.io.IOException {
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(entries * StoreIndexes.CQ_ENTRY)
+            .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        for (long o = Math.max(first, used0); o < Math.min(first + entries, used1); o++) {
+            int at = (int) (o - first) * StoreIndexes.CQ_ENTRY;
+            b.putLong(at, 1000 + 100 * o);
+            b.putInt(at + 8, 100);
+            b.putLong(at + 12, 7);
+        }
+        java.nio.file.Files.createDirectories(dir);
+        java.nio.file.Files.write(dir.resolve(Format.segmentName(first)), b.array());
+    }
+
+    /**
+     * StoreIndexes.ends (binary search over single entries) against StoreIndexes.read (every
+     * entry) on queues of one and of three files, starting at offset 0 or after holes, for a
+     * grid of limits, first positions and offset ranges: same count, first and last.
+     */
+    static void cqEnds(String tmp) throws Exception {
+        java.nio.file.Path root = java.nio.file.Paths.get(tmp, "cq-ends");
+        java.nio.file.Path cq = root.resolve("consumequeue").resolve("t");
+        cqFile(cq.resolve("0"), 0, 200, 0, 100);                  // one file, used [0, 100)
+        cqFile(cq.resolve("1"), 0, 64, 0, 150);                   // three files, [0, 150)
+        cqFile(cq.resolve("1"), 64, 64, 0, 150);
+        cqFile(cq.resolve("1"), 128, 64, 0, 150);
+        cqFile(cq.resolve("2"), 0, 64, 70, 150);                  // holes first: [70, 150)
+        cqFile(cq.resolve("2"), 64, 64, 70, 150);
+        cqFile(cq.resolve("2"), 128, 64, 70, 150);
+        cqFile(cq.resolve("3"), 0, 64, 0, 0);                     // empty
+        Path r = new Path(root.toUri());
+        org.apache.hadoop.fs.FileSystem fs = r.getFileSystem(new Configuration());
+        long[] poss = { 0, 1000, 1001, 1100, 5000, 7900, 8000, 8100, 15900, 16000, 99999 };
+        long[][] offs = { { 0, Long.MAX_VALUE }, { 10, 60 }, { 65, 140 }, { 120, 300 } };
+        int cases = 0;
+        for (int q = 0; q < 4; q++) {
+            for (long minPos : poss) {
+                for (long limit : poss) {
+                    for (long[] o : offs) {
+                        StoreIndexes.CqRange cr = new StoreIndexes.CqRange("t", q, o[0], o[1],
+                            minPos, limit, null);
+                        StoreIndexes.Entries e = StoreIndexes.read(fs, r, cr);
+                        StoreIndexes.Ends got = StoreIndexes.ends(fs, r, cr);
+                        String what = "cq-ends q" + q + " minPos " + minPos + " limit " + limit
+                            + " offsets " + o[0] + ".." + o[1];
+                        check(got.count == e.n, what + ": count " + got.count + " != " + e.n);
+                        if (e.n > 0 && got.count == e.n) {
+                            check(got.offsets[0] == e.offsets[0]
+                                && got.offsets[1] == e.offsets[e.n - 1]
+                                && got.positions[0] == e.positions[0]
+                                && got.positions[1] == e.positions[e.n - 1], what + ": ends");
+                        }
+                        cases++;
+                    }
+                }
+            }
+        }
+        check(cases == 4 * poss.length * poss.length * offs.length, "cq-ends ran every case");
     }
 }
