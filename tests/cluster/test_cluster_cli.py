@@ -3,6 +3,7 @@ replicas are real processes, killed by pid in a finally)."""
 from __future__ import annotations
 
 import re
+import time
 
 from click.testing import CliRunner
 
@@ -25,6 +26,14 @@ def test_cluster_start_status_stop(tmp_path):
         rows = [ln.split() for ln in r.output.splitlines()[1:]]
         assert sorted(row[2] for row in rows) == ["FOLLOWER", "FOLLOWER", "LEADER"]
         assert len({row[3] for row in rows}) == 1          # one term
+        # the leader (only) says it is serving, once its term's first entry is committed
+        deadline = time.monotonic() + 10
+        while sorted(row[-1] for row in rows) != ["-", "-", "yes"]:
+            assert time.monotonic() < deadline, r.output
+            time.sleep(0.05)
+            rows = [ln.split() for ln in runner.invoke(main, ["cluster", "status", "--dir", d])
+                    .output.splitlines()[1:]]
+        assert next(row for row in rows if row[-1] == "yes")[2] == "LEADER"
         r = runner.invoke(main, ["cluster", "stop", "--dir", d])
         assert r.exit_code == 0, r.output
         assert r.output.count("stopped") == 4

@@ -62,6 +62,7 @@ OTHERS = [
     m.AdminRequest(m.AdminOp.STATUS),
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2", "n3")),
     m.AdminResponse("n2", 1, 5, None, None, 10, 12, ()),
+    m.AdminResponse("n1", 2, 5, "n1", None, 10, 10, ("n1",), ready_to_serve=True),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "not the leader", "n2", "10.0.0.2:9000", 5),
     m.ConsumerOffsetRequest("billing", "orders", 3, 42), m.ConsumerOffsetRequest("g", "t", 0),
     m.ConsumerOffsetResponse(42), m.ConsumerOffsetResponse(),

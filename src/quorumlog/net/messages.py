@@ -233,6 +233,9 @@ class AdminResponse:
     commit_index: int
     last_index: int
     voters: tuple = ()
+    # a leader whose lease holds and whose term's first entry is committed (it serves writes
+    # and lease reads now); False on followers and on a leader not (or no longer) serving
+    ready_to_serve: bool = False
 
 
 class ErrorCode(IntEnum):

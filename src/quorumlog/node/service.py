@@ -274,7 +274,7 @@ class ClientService:
         return m.AdminResponse(node.id, int(core.role), core.term, lid,
                                self.cfg.client_addrs.get(lid) if lid else None,
                                core.commit_index, node.store.commitlog.last_index,
-                               tuple(core.voters))
+                               tuple(core.voters), ready_to_serve=bool(node.ready_to_serve))
 
 
 def records_next(msgs, n: int) -> int:
