@@ -157,6 +157,8 @@ class MessageStore:
                                           self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             self._dispatcher.on_advance = self._wake_readers
+            # the timer thread checkpoints (outside the lock): never the put/commit path
+            self._dispatcher.background = bool(config.background) and not self._read_only
             self._offsets = ConsumerOffsets(self._path, config.max_consumer_offsets,
                                             self._read_only)
             self._offsets.load()
@@ -865,12 +867,16 @@ class MessageStore:
                     if now >= next_ret:
                         self.retention.run(self._clock_ms())
                         next_ret = now + cfg.retention_interval_ms / 1000.0
-                    if now >= next_cp:
+                    checkpoint = now >= next_cp
+                    if checkpoint:
                         if self._keys is not None:    # behind dispatch, off the put path
                             self._dispatcher.dispatch()
                             self._keys.catch_up(self._dispatcher.position)
-                        self._dispatcher.dispatch(checkpoint=True)
                         next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
+                    dispatcher = self._dispatcher
+                if checkpoint:
+                    # its msyncs and fsyncs without the lock: puts and commits go on
+                    dispatcher.checkpoint_unlocked(self._lock)
             except DiskFullError as exc:
                 log.warning("store %s: background task: %s", self._path, exc)
             except Exception:   # keep the timer alive; report
