@@ -45,6 +45,9 @@ from .topics import TopicRegistry, check_user_topic
 from .writes import BatchResult, PutRequest, PutResult, Writer, check_queue_id, complete
 
 _new_tuple = tuple.__new__
+# log bytes the timer thread indexes by key per turn, holding the store's lock (a turn is
+# every schedule_interval_ms at most: 4 MiB per 100 ms outruns any put rate of this store)
+_KEYS_PER_TURN_BYTES = 4 << 20
 
 log = logging.getLogger(__name__)
 
@@ -868,10 +871,16 @@ class MessageStore:
                         self.retention.run(self._clock_ms())
                         next_ret = now + cfg.retention_interval_ms / 1000.0
                     checkpoint = now >= next_cp
+                    if self._keys is not None:    # behind dispatch, off the put path
+                        self._dispatcher.dispatch()
+                        # a bounded stretch per turn: after a restart the key index may be
+                        # the whole log behind, and every put waits for this lock
+                        keys, upto = self._keys, self._dispatcher.position
+                        before = keys.position
+                        keys.catch_up(min(upto, before + _KEYS_PER_TURN_BYTES))
+                        if keys.position == before:     # one record larger than the stretch
+                            keys.catch_up(upto)
                     if checkpoint:
-                        if self._keys is not None:    # behind dispatch, off the put path
-                            self._dispatcher.dispatch()
-                            self._keys.catch_up(self._dispatcher.position)
                         next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
                     dispatcher = self._dispatcher
                 if checkpoint:
