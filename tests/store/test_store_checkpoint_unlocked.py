@@ -12,7 +12,11 @@ from quorumlog import _consumequeue, errors
 from quorumlog.store import dispatch
 
 TIMER = "quorumlog-store-timer"
-FAST = dict(background=True, dispatch_checkpoint_interval_ms=20, schedule_interval_ms=10)
+# (retention off whatever the disk holds: past disk_clean_ratio its runs checkpoint under
+# the lock -- not what these tests are about)
+FAST = dict(background=True, dispatch_checkpoint_interval_ms=20, schedule_interval_ms=10,
+            disk_clean_ratio=1.0, disk_force_clean_ratio=1.0, disk_reject_ratio=1.0,
+            delete_when="%02d" % ((time.localtime().tm_hour + 12) % 24))
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +32,14 @@ def _until(cond, timeout=10.0, what="condition"):
         time.sleep(0.005)
 
 
-def test_put_and_read_go_on_while_a_checkpoint_waits_on_the_disk(open_store, monkeypatch):
+# retention running every turn (the disk "past" disk_clean_ratio): it must not checkpoint
+# under the lock either
+RETAINING = dict(FAST, disk_clean_ratio=0.0001, retention_interval_ms=10)
+
+
+@pytest.mark.parametrize("settings", [FAST, RETAINING], ids=["plain", "retention"])
+def test_put_and_read_go_on_while_a_checkpoint_waits_on_the_disk(open_store, monkeypatch,
+                                                                 settings):
     armed, entered, release = threading.Event(), threading.Event(), threading.Event()
     real = dispatch.write_checked_json
 
@@ -38,7 +49,7 @@ def test_put_and_read_go_on_while_a_checkpoint_waits_on_the_disk(open_store, mon
             release.wait(20)
         real(path, obj)
     monkeypatch.setattr(dispatch, "write_checked_json", slow_disk)
-    s = open_store(**FAST)
+    s = open_store(**settings)
     done = {}
 
     def put(key, body):

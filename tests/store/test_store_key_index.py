@@ -129,7 +129,9 @@ def test_the_timer_catches_the_index_up_a_bounded_stretch_per_turn(open_store, m
         if threading.current_thread().name == "quorumlog-store-timer" and self.position > before:
             steps.append(self.position - before)
     monkeypatch.setattr(keyindex.KeyIndex, "catch_up", recording)
-    s = open_store(background=True, schedule_interval_ms=5)
+    s = open_store(background=True, schedule_interval_ms=5, disk_clean_ratio=1.0,
+                   disk_force_clean_ratio=1.0, disk_reject_ratio=1.0,   # (no retention)
+                   delete_when="%02d" % ((time.localtime().tm_hour + 12) % 24))
     with s._lock:                       # (the timer waits: the index falls behind)
         for i in range(200):
             s.put("t", b"x" * 1000, keys=("k%d" % i,))

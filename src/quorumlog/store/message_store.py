@@ -75,7 +75,12 @@ class Services:
         return self.dispatcher.position
 
     def checkpoint_dispatch(self) -> None:
-        self.dispatcher.checkpoint()
+        # With the timer thread's checkpoints (background) the log's durable dispatched
+        # position is at most one interval old, and retention deletes only below it: no
+        # checkpoint here, whose msyncs and fsyncs would run under the store's lock (every
+        # retention run while the disk is past disk_clean_ratio)
+        if not self.dispatcher.background:
+            self.dispatcher.checkpoint()
 
     def queue_count(self, topic: str) -> int:
         t = self.topics.by_name.get(topic)
