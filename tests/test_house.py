@@ -328,3 +328,53 @@ def test_one_ready_loop_in_the_code_base():
     and the hand-driven cluster all call run_readies rather than keep a copy of the loop."""
     where = [f"{p.relative_to(SRC)}:{n}" for p in _py_files() for n in _ready_calls(p)]
     assert where and all(w.startswith("raft/ready.py:") for w in where), where
+
+
+NODE = SRC / "node"
+# What only the proposal pipeline (node/pipeline.py) does: propose to the core, read the
+# producer table, make or complete a request's future, or hang a completion on a request.
+_PROPOSAL_CALLS = {"propose", "create_future", "set_result"}
+_PROPOSAL_MODULES = {"quorumlog.node.producers"}
+
+
+def _proposal_code(path, tree=None):
+    """Where `path` does a proposal's work: imports the producer table, calls one of
+    _PROPOSAL_CALLS, or sets / calls an `on_done` completion callback."""
+    tree = tree if tree is not None else ast.parse(path.read_text())
+    out = [f"imports {d}" for d in sorted(_imports(path, tree) & _PROPOSAL_MODULES)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _PROPOSAL_CALLS:
+            out.append(f"{node.lineno}: .{node.func.attr}()")
+        elif isinstance(node, ast.Attribute) and node.attr == "on_done":
+            out.append(f"{node.lineno}: .on_done")
+    return out
+
+
+def test_the_driver_holds_no_proposal_code():
+    """node/driver.py is the Ready loop and the lifecycle: every write is the pipeline's."""
+    bad = _proposal_code(NODE / "driver.py")
+    assert not bad, "node/driver.py does proposal work:\n" + "\n".join(bad)
+
+
+def test_one_tracker_completes_the_nodes_proposals():
+    """A proposal's completion is tracked in one place, node/pipeline.py's Tracker: no other
+    module of node/ makes or completes a future for a request or keeps on_done callbacks
+    (MetaSeam's list of META requests and the node's per-request callbacks were such)."""
+    assert (NODE / "pipeline.py").exists()
+    bad = [f"{p.name}: {w}" for p in sorted(NODE.glob("*.py")) if p.name != "pipeline.py"
+           for w in _proposal_code(p) if not w.startswith("imports")]
+    assert not bad, "completion tracked outside node/pipeline.py:\n" + "\n".join(bad)
+    tree = ast.parse((NODE / "pipeline.py").read_text())
+    trackers = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                and "Track" in n.name]
+    assert trackers == ["Tracker"], trackers
+
+
+def test_the_proposal_check_sees_proposal_code():
+    p = NODE / "_house_probe.py"           # (parsed from text; never written)
+    tree = ast.parse("from .producers import table_for_term\n"
+                     "def f(core, req, loop):\n    core.propose(req, 1, 1)\n"
+                     "    req.on_done = print\n    return loop.create_future()\n")
+    assert _proposal_code(p, tree) == ["imports quorumlog.node.producers", "3: .propose()",
+                                       "4: .on_done", "5: .create_future()"]

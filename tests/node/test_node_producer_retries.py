@@ -42,7 +42,7 @@ def test_retries_through_the_driver(tmp_path):
             # a batch of the earlier record format: QL_PID/QL_SEQ only (size unknown)
             req = leader.seam.prepare_put("t", [b"o1", b"o2"], queue_id=1,
                                           properties={"QL_PID": "9", "QL_SEQ": "4"})
-            old = await leader._submit(req)
+            old = await leader.pipeline.submit(req)
             end = leader.store.max_offset("t", 0), leader.store.max_offset("t", 1)
             new = await _new_leader(nodes, leader)
             # the new leader's table, rebuilt from its log, answers both from the log

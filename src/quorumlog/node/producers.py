@@ -2,7 +2,7 @@
 sequence) -> the batch that holds it, so a retried batch the log already holds is answered with
 the original instead of being written twice -- and a batch the log holds only in part is
 completed, never answered with the part. The node's put path checks and records here
-(driver.py); a new leader builds its table from its own log before it takes a producer batch.
+(pipeline.py); a new leader builds its table from its own log before it takes a producer batch.
 
 Kafka's idempotent producer, learned from (not copied): a producer keeps at most
 `batches_per_producer` (N) batches in flight, the leader remembers each producer's last N
@@ -117,7 +117,7 @@ class ProducerTable:
     def __init__(self, max_producers: int, batches_per_producer: int, term: int = 0):
         self.max_producers = max_producers
         self.batches_per_producer = batches_per_producer
-        self.term = term            # the leader term this table serves (driver.py)
+        self.term = term            # the leader term this table serves (pipeline.py)
         # pid -> deque of Batch, oldest first; LRU order
         self._by_pid: OrderedDict = OrderedDict()
         # the error that kept rebuild() from reading the log (a damaged record): every

@@ -191,7 +191,7 @@ class ClientService:
             k = self._rr.get(req.topic, 0)
             self._rr[req.topic] = k + 1
             # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
-            # into one proposal (Node._queue_put); over time every queue gets its share
+            # into one proposal (Pipeline._queue_put); over time every queue gets its share
             qid = (k >> 5) % nq
         return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
                 "sequence": req.sequence, "base_sequence": req.base_sequence}

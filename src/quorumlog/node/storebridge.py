@@ -2,8 +2,9 @@
 
 The store (quorumlog.store) gives a Raft driver four calls: prepare_put -> PutRequest,
 raft_log() (its append_as_leader(term, request) is the store's one append path),
-apply_committed(index) (commit -> dispatch -> complete the requests) and abandon_pending(exc).
-`MetaSeam` passes those through and adds store metadata replicated through the log:
+apply_committed(index) (commit -> dispatch) and abandon_pending(exc). `MetaSeam` passes
+those through and adds store metadata replicated through the log. It keeps no request: the
+completion of every proposal (a put's, a META record's) is node/pipeline.py's tracker.
 
 * `prepare_meta(payload)` makes a request the core proposes like any other; the raft log
   below appends it as one META record (CommitLog.append_control) after applying it locally
@@ -30,24 +31,20 @@ MAX_SCAN = 65536
 
 
 class MetaRequest:
-    """A proposal of one META record. on_done(index_or_exception) once committed."""
+    """A proposal of one META record; `result` (once appended): its index. Its completion is
+    the proposer's (node/pipeline.py's tracker), as for a PutRequest."""
 
-    __slots__ = ("payload", "count", "nbytes", "on_done", "term", "first_index", "last_index",
-                 "done")
+    __slots__ = ("payload", "count", "nbytes", "term", "first_index", "last_index")
 
     def __init__(self, payload: bytes):
         self.payload = payload
         self.count = 1
         self.nbytes = len(payload)
-        self.on_done = None
         self.term = self.first_index = self.last_index = 0
-        self.done = False
 
-    def finish(self, value) -> None:
-        if not self.done:
-            self.done = True
-            if self.on_done is not None:
-                self.on_done(value)
+    @property
+    def result(self) -> int:
+        return self.last_index
 
 
 class _MetaRaftLog:
@@ -80,6 +77,8 @@ class _MetaRaftLog:
 
     def truncate_after(self, index: int) -> None:
         self._inner.truncate_after(index)
+        if self._seam.on_truncated is not None:
+            self._seam.on_truncated(index)
 
     def flush(self) -> int:
         return self._inner.flush()
@@ -136,9 +135,10 @@ class MetaSeam:
         self.store = store
         self._META = META
         self._rlog = _MetaRaftLog(self, store.raft_log())
-        self._metas: list[MetaRequest] = []      # appended, waiting for their commit
-        # called (on the loop, inside the core's step) once an install replaced the log
+        # called (on the loop, inside the core's step) once an install replaced the log, and
+        # with the index kept once a truncation dropped the entries after it
         self.on_log_replaced = None
+        self.on_truncated = None
         self._start()
 
     def _start(self) -> None:
@@ -158,10 +158,6 @@ class MetaSeam:
     def _log_replaced(self) -> None:
         """An install replaced the log (a follower: nothing of ours was pending): the META
         records still to apply and the known topics come from the new log and store."""
-        metas, self._metas = self._metas, []
-        for r in metas:
-            from ..raft.errors import NotLeaderError
-            r.finish(NotLeaderError("the log was replaced by an install"))
         self._start()
         if self.on_log_replaced is not None:
             self.on_log_replaced()
@@ -184,15 +180,9 @@ class MetaSeam:
         index = min(index, cl.last_index)
         if self._meta_indexes and index > cl.committed_index:
             self._apply_meta(index)
-        upto = self.store.apply_committed(index)
-        if self._metas:
-            self._complete_metas(index)
-        return upto
+        return self.store.apply_committed(index)
 
     def abandon_pending(self, exc: BaseException) -> None:
-        metas, self._metas = self._metas, []
-        for r in metas:
-            r.finish(exc)
         self.store.abandon_pending(exc)
 
     # -- META --------------------------------------------------------------------------------
@@ -201,20 +191,7 @@ class MetaSeam:
         idx = self._rlog.append_control(term, EntryKind.META, req.payload)
         req.term = term
         req.first_index = req.last_index = idx
-        self._metas.append(req)
         return idx
-
-    def _complete_metas(self, upto: int) -> None:
-        keep = []
-        for r in self._metas:
-            if r.last_index > upto:
-                keep.append(r)
-            elif self.cl.term_at(r.last_index) == r.term:
-                r.finish(r.last_index)
-            else:
-                from ..raft.errors import NotLeaderError
-                r.finish(NotLeaderError("the META entry was replaced by a newer leader"))
-        self._metas = keep
 
     def _scan_meta(self, pos: int, end: int) -> list[int]:
         cl = self.cl

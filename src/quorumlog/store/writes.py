@@ -295,7 +295,9 @@ class Writer:
         # Appended requests wait in `pending` for apply_committed only on a store driven by a
         # Raft core (MessageStore.raft_log()). A single replica's put applies its own commit
         # before it returns; a replicated store committed by hand (CommitLog.commit +
-        # dispatch()) has nobody to reply to.
+        # dispatch()) has nobody to reply to. (The node sets no on_done: its pipeline's
+        # tracker replies, node/pipeline.py; the list then only feeds Dispatcher.commit's
+        # fast path, which places its own appends without re-reading them.)
         self.track_pending = False
 
     # -- validation --------------------------------------------------------------------------
