@@ -186,7 +186,8 @@ class Dispatcher:
         # itself -- on a replica's event loop they stalled acknowledgements for seconds when
         # the disk was slow (docs/reliability.md, "Floods")
         self.background = False
-        # serialises the writes of queue_offsets.json; a checkpoint bumps _cp_gen under it
+        # held by a checkpoint's disk writes (msyncs, queue_offsets.json): one at a time;
+        # each checkpoint() bumps _cp_gen under it
         self._cp_lock = threading.Lock()
         self._cp_gen = 0
 
@@ -644,6 +645,18 @@ class Dispatcher:
         re-dispatches from that position."""
         if getattr(self.log, "read_only", False):
             return      # a read-only store dispatches into memory only
+        # (_cp_lock: a checkpoint_unlocked still msyncing files whose `dirty` it cleared
+        # finishes first -- cq.flush() here skips them)
+        with self._cp_lock:
+            self._cp_gen += 1
+            saved = self._checkpoint_files()
+        if saved and self.position != self.log.dispatched_position:
+            self.log.set_dispatched_position(self.position)
+        self._checkpoint_due = (self._monotonic()
+                                + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+
+    def _checkpoint_files(self) -> bool:
+        """checkpoint()'s disk writes (store lock and _cp_lock held) -> the summary saved."""
         if self.durable_failed is None:
             try:
                 for t in self.topics.all():
@@ -656,14 +669,7 @@ class Dispatcher:
                           self.path, exc, self.log.dispatched_position)
         if self.durable_failed is None and self.before_checkpoint is not None:
             self.before_checkpoint(self.position)
-        if self.durable_failed is None:
-            with self._cp_lock:
-                self._cp_gen += 1
-                saved = self._save_summary(self._summary_now())
-            if saved and self.position != self.log.dispatched_position:
-                self.log.set_dispatched_position(self.position)
-        self._checkpoint_due = (self._monotonic()
-                                + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+        return self.durable_failed is None and self._save_summary(self._summary_now())
 
     def checkpoint_unlocked(self, lock) -> None:
         """checkpoint() for the store's timer thread, which holds `lock` (the store's) only
@@ -694,17 +700,16 @@ class Dispatcher:
                 self.before_checkpoint(position)
             self._checkpoint_due = (self._monotonic()
                                     + self.config.dispatch_checkpoint_interval_ms / 1000.0)
-        try:
-            for f in files:
-                f.msync()
-        except StorageError as exc:
-            with lock:
+        with self._cp_lock:       # (the store's lock is never taken while holding this one)
+            try:
+                for f in files:
+                    f.msync()
+            except StorageError as exc:
                 self.durable_failed = str(exc)
-            log.error("store %s: %s; the consume queues are not made durable again until the "
-                      "store is reopened (it re-dispatches from position %d)", self.path, exc,
-                      self.log.dispatched_position)
-            return
-        with self._cp_lock:
+                log.error("store %s: %s; the consume queues are not made durable again until "
+                          "the store is reopened (it re-dispatches from position %d)",
+                          self.path, exc, lg.dispatched_position)
+                return
             saved = gen == self._cp_gen and self._save_summary(summary)
         with lock:
             if saved and gen == self._cp_gen and self.log is lg \
