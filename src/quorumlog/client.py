@@ -29,6 +29,13 @@
   per message.
 * Reads (fetch, offsets) go to the member the client is connected to (a follower serves its
   own committed data); fetch long-polls with wait_ms.
+* Many Raft groups per member (node/groups.py): `groups=G` (or None: asked of the first
+  member that answers) routes every request on (topic, queue) to the group that holds it,
+  through one sub-client per group, which caches that group's leader, follows its
+  redirects and numbers its own producer's batches (a group's leader keeps the producer
+  table of its own log). A produce with queue_id -1 picks the queue here: round-robin over
+  `topic_queues` (default max(4, G): what an auto-created topic gets on a G-group member),
+  32 small produces in a row to one queue (they coalesce), one large batch per queue.
 """
 from __future__ import annotations
 
@@ -47,6 +54,7 @@ from .net import messages as m
 from .net.auth import AuthConfig
 from .net.errors import EncodeError, NetError, TransportClosedError
 from .net.transport import TransportConfig, connect_client
+from .node.groups import check_groups, group_of
 from .raft.errors import BackpressureError, LeaderTransferringError, NotLeaderError
 
 log = logging.getLogger(__name__)
@@ -289,6 +297,7 @@ def _encode_produce_parts(topic, bodies, queue_id, tags, producer_id, sequence,
 
 
 _COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
+_SMALL_PRODUCE = 64              # (the leader coalesces puts of fewer messages: node.md)
 _COALESCE_MAX_BYTES = 1 << 20
 
 
@@ -334,7 +343,8 @@ class AsyncClient:
                  request_timeout: float = 10.0, retry_timeout: float = 30.0,
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
                  connect_timeout: float = 1.0, coalesce: bool = True,
-                 max_in_flight: int = m.MAX_PRODUCER_IN_FLIGHT):
+                 max_in_flight: int = m.MAX_PRODUCER_IN_FLIGHT, groups: int | None = 1,
+                 topic_queues: int | None = None):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -368,6 +378,15 @@ class AsyncClient:
         self._group_tasks: set = set()
         self.stats = {"requests": 0, "retries": 0, "redirects": 0, "reconnects": 0,
                       "coalesced_messages": 0}
+        # many groups: None until learned from a member (GroupAdminRequest)
+        self.groups = None if groups is None else check_groups(groups)
+        self.topic_queues = topic_queues
+        self._subs: dict[int, AsyncClient] = {}
+        self._rr: dict[str, int] = {}
+        self._sub_kw = dict(secret=secret, cluster_id=cluster_id, insecure=insecure,
+                            request_timeout=request_timeout, retry_timeout=retry_timeout,
+                            max_frame_bytes=max_frame_bytes, connect_timeout=connect_timeout,
+                            coalesce=coalesce, max_in_flight=max_in_flight)
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
@@ -487,7 +506,45 @@ class AsyncClient:
             return self.addresses[(self.addresses.index(cur) + 1) % len(self.addresses)]
         return self.addresses[0]
 
+    # -- groups ------------------------------------------------------------------------------
+    async def _learn_groups(self) -> int:
+        if self.groups is None:
+            r = await self._with_retries(m.GroupAdminRequest(0, m.AdminOp.STATUS),
+                                         to_leader=False)
+            self.groups = r.groups
+        return self.groups
+
+    async def _route(self, topic: str, queue_id: int) -> "AsyncClient | None":
+        """The sub-client of the group that holds (topic, queue_id); None: one group (this
+        client serves it)."""
+        groups = self.groups or await self._learn_groups()
+        if groups == 1:
+            return None
+        g = group_of(topic, queue_id, groups)
+        sub = self._subs.get(g)
+        if sub is None:
+            sub = self._subs[g] = AsyncClient(self.addresses, client_id=f"{self.client_id}-g{g}",
+                                              groups=1, **self._sub_kw)
+        return sub
+
+    def _choose_queue(self, topic: str, small: bool) -> int:
+        """queue_id -1 with many groups: round-robin over the topic's queues, 32 small
+        produces (under 64 messages) in a row to one queue -- concurrent ones coalesce,
+        here and in the leader (node.md "Coalescing") -- and one large batch per queue."""
+        k = self._rr.get(topic, 0)
+        self._rr[topic] = k + 1
+        nq = self.topic_queues or max(4, self.groups)
+        return ((k >> 5) if small else k) % nq
+
+    async def group_status(self, group: int, address=None) -> m.GroupAdminResponse:
+        """The status of `group` on `address` (default: the member we are connected to)."""
+        return await self._request(m.GroupAdminRequest(group, m.AdminOp.STATUS),
+                                   _addr(address) if address else None, exact=bool(address))
+
     async def close(self) -> None:
+        for sub in list(self._subs.values()):
+            await sub.close()
+        self._subs.clear()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -521,6 +578,16 @@ class AsyncClient:
 
         Waits first while max_in_flight batches of this client are unresolved (module
         docstring); its sequence is taken when it is sent."""
+        if self.groups != 1:
+            small = isinstance(bodies, (bytes, bytearray, memoryview)) or \
+                len(bodies) < _SMALL_PRODUCE
+            if self.groups is None:
+                await self._learn_groups()
+            if self.groups > 1:
+                if queue_id < 0:
+                    queue_id = self._choose_queue(topic, small)
+                sub = await self._route(topic, queue_id)
+                return await sub.produce(topic, bodies, queue_id=queue_id, tags=tags)
         if isinstance(bodies, (bytes, bytearray, memoryview)):
             if self.coalesce and self._inflight:
                 return await self._produce_coalesced(topic, bodies, queue_id, tags)
@@ -597,6 +664,9 @@ class AsyncClient:
     async def fetch(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 32,
                     max_bytes: int = 1 << 20, wait_ms: int = 0) -> FetchResult:
         """Messages of (topic, queue) from `offset`; wait_ms > 0 long-polls for the first."""
+        if self.groups != 1 and (sub := await self._route(topic, queue_id)) is not None:
+            return await sub.fetch(topic, queue_id, offset, max_messages=max_messages,
+                                   max_bytes=max_bytes, wait_ms=wait_ms)
         req = m.FetchRequest(topic, queue_id, offset, max_messages, max_bytes, wait_ms)
         resp = await self._with_retries(req, to_leader=False,
                                         timeout=self.request_timeout + wait_ms / 1000)
@@ -604,10 +674,14 @@ class AsyncClient:
                            decode_fetched(resp.records))
 
     async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        if self.groups != 1 and (sub := await self._route(topic, queue_id)) is not None:
+            return await sub.offsets(topic, queue_id)
         r = await self._with_retries(m.OffsetsRequest(topic, queue_id), to_leader=False)
         return r.min_offset, r.max_offset
 
     async def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        if self.groups != 1 and (sub := await self._route(topic, queue_id)) is not None:
+            return await sub.offset_for_timestamp(topic, queue_id, timestamp_ms)
         r = await self._with_retries(m.OffsetsRequest(topic, queue_id, timestamp_ms),
                                      to_leader=False)
         return r.offset_for_timestamp
@@ -625,12 +699,16 @@ class AsyncClient:
         replicated through the log, returns once committed on a majority."""
         if type(offset) is not int or offset < 0:
             raise InvalidArgumentError(f"offset must be an int >= 0, got {offset!r}")
+        if self.groups != 1 and (sub := await self._route(topic, queue_id)) is not None:
+            return await sub.commit_offset(group, topic, queue_id, offset)
         await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, offset),
                                  to_leader=True)
 
     async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The offset `group` last committed for (topic, queue_id) (None: never), as the
         member the client is connected to applied it (after a commit_offset: the leader)."""
+        if self.groups != 1 and (sub := await self._route(topic, queue_id)) is not None:
+            return await sub.committed_offset(group, topic, queue_id)
         r = await self._with_retries(m.ConsumerOffsetRequest(group, topic, queue_id, -1),
                                      to_leader=False)
         return None if r.offset < 0 else r.offset
@@ -717,6 +795,9 @@ class Client:
 
     def status(self, address=None):
         return self._run(self._ac.status(address))
+
+    def group_status(self, group, address=None):
+        return self._run(self._ac.group_status(group, address))
 
     def members(self):
         return self._run(self._ac.members())

@@ -42,7 +42,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalCluster:
     def __init__(self, directory, nodes: int = 3, *, flush: str = "async",
                  segment_size_bytes: int | None = None, env: dict | None = None,
-                 raft: dict | None = None, log_level: str = "INFO", profile: str | None = None):
+                 raft: dict | None = None, log_level: str = "INFO", profile: str | None = None,
+                 groups: int = 1):
         self.dir = os.path.abspath(os.fspath(directory))
         self.flush = flush
         self.segment_size_bytes = segment_size_bytes
@@ -50,6 +51,7 @@ class LocalCluster:
         self.env = dict(env or {})
         self.raft = dict(raft or {})
         self.log_level = log_level
+        self.groups = groups            # Raft groups per process (node/groups.py)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
         self.peers: dict[str, str] = {}
         self.clients: dict[str, str] = {}
@@ -69,12 +71,13 @@ class LocalCluster:
         self.segment_size_bytes = d.get("segment_size_bytes")
         self.profile = d.get("profile")
         self.raft = d.get("raft", {})
+        self.groups = d.get("groups", 1)
 
     def _save(self) -> None:
         d = {"ids": self.ids, "peers": self.peers, "clients": self.clients,
              "flush": self.flush, "segment_size_bytes": self.segment_size_bytes,
              "profile": self.profile,
-             "raft": self.raft}
+             "raft": self.raft, "groups": self.groups}
         tmp = os.path.join(self.dir, CLUSTER_FILE + ".tmp")
         with open(tmp, "w") as fh:
             json.dump(d, fh, indent=1)
@@ -125,6 +128,8 @@ class LocalCluster:
             cmd += ["--segment-size-bytes", str(self.segment_size_bytes)]
         if self.profile:
             cmd += ["--profile", self.profile]
+        if self.groups != 1:
+            cmd += ["--groups", str(self.groups)]
         return cmd
 
     def start_node(self, nid) -> int:
@@ -263,23 +268,56 @@ class LocalCluster:
     # -- status ------------------------------------------------------------------------------
     def client(self, **kw):
         from .client import Client
+        kw.setdefault("groups", self.groups)
         return Client(self.client_addresses(), secret=self.secret(), **kw)
 
-    def statuses(self, client=None) -> dict:
-        """{node id: AdminResponse or the error} asked of each member."""
+    def _ask_each(self, client, ask) -> dict:
+        """{node id: ask(client, its client address) or the error} for each member."""
         own = client is None
         c = client or self.client(request_timeout=2.0, retry_timeout=2.0)
         out = {}
         try:
             for nid in self.ids:
                 try:
-                    out[nid] = c.status(self.clients[nid])
+                    out[nid] = ask(c, self.clients[nid])
                 except Exception as e:  # a dead member: report it, do not stop
                     out[nid] = e
         finally:
             if own:
                 c.close()
         return out
+
+    def statuses(self, client=None) -> dict:
+        """{node id: AdminResponse or the error} asked of each member."""
+        return self._ask_each(client, lambda c, addr: c.status(addr))
+
+    def group_statuses(self, client=None) -> dict:
+        """{node id: [GroupAdminResponse of each group] or the error} asked of each member."""
+        return self._ask_each(client, lambda c, addr: [c.group_status(g, addr)
+                                                       for g in range(self.groups)])
+
+    def group_leaders(self, client=None) -> list:
+        """[the member leading group g (its own word), or None] for every group."""
+        st = self.group_statuses(client)
+        leaders: list = [None] * self.groups
+        for nid, groups in st.items():
+            if isinstance(groups, Exception):
+                continue
+            for s in groups:
+                if s.role == 2 and s.node_id == nid:
+                    leaders[s.group] = nid
+        return leaders
+
+    def wait_group_leaders(self, timeout: float = 30.0, client=None, exclude=()) -> list:
+        """Every group has a leader (not in `exclude`) -> [leader of group g]."""
+        deadline = time.monotonic() + timeout
+        while True:
+            leaders = self.group_leaders(client)
+            if all(x is not None and x not in exclude for x in leaders):
+                return leaders
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every group has a leader within {timeout} s: {leaders}")
+            time.sleep(0.05)
 
     def wait_leader(self, timeout: float = 15.0, client=None, exclude=()) -> str:
         deadline = time.monotonic() + timeout

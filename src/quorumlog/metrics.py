@@ -20,12 +20,14 @@ from __future__ import annotations
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import Metric
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
 
 from .commitlog import FLUSH_LATENCY_BUCKETS_NS
 
-__all__ = ["StoreCollector", "ReplicaMetrics", "serve", "ROLES"]
+__all__ = ["StoreCollector", "GroupsCollector", "ReplicaMetrics", "serve", "serve_collector",
+           "ROLES"]
 
 ROLES = ("LEADER", "FOLLOWER", "CANDIDATE")
 MAX_FOLLOWERS = 64          # per-follower series kept (a limit on what a node can feed)
@@ -233,10 +235,38 @@ class StoreCollector:
         yield lost
 
 
+class GroupsCollector:
+    """The metrics of every Raft group of a process (node/host.py), one scrape: each
+    group's StoreCollector families, every sample labelled `group` ("0", "1", ...).
+    groups: a callable -> [(store, ReplicaMetrics), ...] in group order."""
+
+    def __init__(self, groups):
+        self.groups = groups
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        merged: dict = {}
+        for g, (store, replica) in enumerate(self.groups()):
+            for fam in StoreCollector(store, replica).collect():
+                out = merged.get(fam.name)
+                if out is None:
+                    out = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type)
+                for s in fam.samples:
+                    out.add_sample(s.name, {**s.labels, "group": str(g)}, s.value)
+        yield from merged.values()
+
+
 def serve(store, port: int = 0, addr: str = "127.0.0.1", replica: ReplicaMetrics | None = None):
     """Serve /metrics of `store` over HTTP on a thread of its own -> (server, port).
     port=0 picks a free port; stop with server.shutdown(); server.server_close()."""
+    return serve_collector(StoreCollector(store, replica), port, addr)
+
+
+def serve_collector(collector, port: int = 0, addr: str = "127.0.0.1"):
+    """Serve /metrics of one collector (StoreCollector, GroupsCollector) -> (server, port)."""
     registry = CollectorRegistry()
-    registry.register(StoreCollector(store, replica))
+    registry.register(collector)
     server, _thread = start_http_server(port, addr=addr, registry=registry)
     return server, server.server_port

@@ -15,7 +15,7 @@ from quorumlog.errors import InvalidArgumentError
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
              "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
              "--no-references", "--wide", "--progress", "--no-progress", "--connect", "--secret-file",
-             "--kills", "--kill-every", "--rate"]
+             "--kills", "--kill-every", "--rate", "--groups"]
 
 
 def test_help_documents_every_option_and_workload(invoke):

@@ -22,14 +22,20 @@ def wait_until(cond, timeout, what, interval=0.02):
         time.sleep(interval)
 
 
-def checkpoint(c: LocalCluster, nid):
-    with open(os.path.join(c.data_dir(nid), "checkpoint"), "rb") as fh:
+def store_dir(c: LocalCluster, nid, group=None) -> str:
+    """A replica's store directory (group g of a many-group cluster: groups/<g>/)."""
+    d = c.data_dir(nid)
+    return d if group is None else os.path.join(d, "groups", str(group))
+
+
+def checkpoint(c: LocalCluster, nid, group=None):
+    with open(os.path.join(store_dir(c, nid, group), "checkpoint"), "rb") as fh:
         return decode_checkpoint(fh.read())
 
 
-def log_bytes(c: LocalCluster, nid, upto: int) -> bytes:
+def log_bytes(c: LocalCluster, nid, upto: int, group=None) -> bytes:
     """The first `upto` bytes of a replica's commit log (segments concatenated)."""
-    d = os.path.join(c.data_dir(nid), "commitlog")
+    d = os.path.join(store_dir(c, nid, group), "commitlog")
     out = bytearray()
     for name in sorted(os.listdir(d)):
         start = int(name)
@@ -40,16 +46,17 @@ def log_bytes(c: LocalCluster, nid, upto: int) -> bytes:
     return bytes(out)
 
 
-def assert_logs_identical(c: LocalCluster, nodes=None) -> int:
-    """Every replica's commit log byte-identical up to the smallest committed position
-    (from the checkpoints of stopped replicas) -> that position."""
+def assert_logs_identical(c: LocalCluster, nodes=None, group=None) -> int:
+    """Every replica's commit log (of `group`, in a many-group cluster) byte-identical up to
+    the smallest committed position (from the checkpoints of stopped replicas) -> that
+    position."""
     nodes = nodes or c.ids
-    upto = min(checkpoint(c, n).committed_position for n in nodes)
+    upto = min(checkpoint(c, n, group).committed_position for n in nodes)
     assert upto > 0
-    ref = log_bytes(c, nodes[0], upto)
+    ref = log_bytes(c, nodes[0], upto, group)
     assert len(ref) == upto
     for n in nodes[1:]:
-        other = log_bytes(c, n, upto)
+        other = log_bytes(c, n, upto, group)
         if other != ref:
             i = next(k for k in range(upto) if other[k] != ref[k])
             raise AssertionError(f"{n}'s log differs from {nodes[0]}'s at byte {i} "

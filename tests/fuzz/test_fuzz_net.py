@@ -38,6 +38,10 @@ SEEDS = [
     m.ProduceRequest("orders", [b"a", b"bb"], queue_id=3, tags="t"),
     m.FetchResponse(43, 0, 43, [b"rec1", b"rec2"]),
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),
+    m.GroupAdminRequest(5, m.AdminOp.TRANSFER_LEADERSHIP, "n2"),
+    m.GroupAdminResponse(8, 5, "n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),
+    m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3), (7, 6, 0, 1)]),
+    m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3)]),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "x", "n2", "h:1", 5, -1, -1),
     m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32),
 ]
@@ -81,6 +85,31 @@ def test_frame_decoder_mutated_streams(frames, edits, chunk):
         return
     if mutated == stream:
         assert [(f.type, bytes(f.payload)) for f in got] == frames
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 0xFFFF), st.binary(max_size=300)),
+                max_size=8),
+       st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+       st.integers(1, 97), st.booleans())
+def test_frame_decoder_groups_mutated_streams(frames, edits, chunk, allow):
+    """Frames naming Raft groups (header bytes 6..7), mutated: a decoder that allows groups
+    returns each frame's group; one that does not refuses a nonzero group with FrameError."""
+    stream = b"".join(encode_frame(t, p, request_id=i, group=g)
+                      for i, (t, g, p) in enumerate(frames))
+    mutated = _mutate(stream, edits)
+    d = FrameDecoder(large_payload_bytes=64, recv_buffer_bytes=128)
+    d.allow_groups = allow
+    got = []
+    try:
+        for i in range(0, len(mutated), chunk):
+            got.extend(d.feed(mutated[i:i + chunk]))
+    except FrameError:
+        assert d.failed
+        return
+    assert allow or all(f.group == 0 for f in got)
+    if mutated == stream:
+        assert [(f.type, f.group, bytes(f.payload)) for f in got] == frames
 
 
 @FUZZ

@@ -63,6 +63,10 @@ OTHERS = [
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2", "n3")),
     m.AdminResponse("n2", 1, 5, None, None, 10, 12, ()),
     m.AdminResponse("n1", 2, 5, "n1", None, 10, 10, ("n1",), ready_to_serve=True),
+    m.GroupAdminRequest(7, m.AdminOp.TRANSFER_LEADERSHIP, "n2"),
+    m.GroupAdminRequest(0, m.AdminOp.STATUS),
+    m.GroupAdminResponse(8, 7, "n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),
+    m.GroupAdminResponse(1, 0, "n1", 2, 5, "n1", None, 10, 10, ("n1",), ready_to_serve=True),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "not the leader", "n2", "10.0.0.2:9000", 5),
     m.ConsumerOffsetRequest("billing", "orders", 3, 42), m.ConsumerOffsetRequest("g", "t", 0),
     m.ConsumerOffsetResponse(42), m.ConsumerOffsetResponse(),
@@ -114,8 +118,30 @@ def test_other_messages_round_trip(msg):
         assert _norm(getattr(got, f)) == _norm(getattr(msg, f)), f
 
 
+# many groups per process (node/host.py): heartbeats and answers of every group, one frame
+BATCHES = [m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3), (255, 6, 0, 1)]),
+           m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3)]),
+           m.HeartbeatBatch("n1", "n2", [])]
+
+
+@pytest.mark.parametrize("msg", BATCHES, ids=lambda x: type(x).__name__)
+def test_heartbeat_batches_round_trip(msg):
+    got = _roundtrip(msg)
+    assert type(got) is type(msg)
+    assert (got.src, got.dst) == (msg.src, msg.dst)     # (from the connection, not the wire)
+    assert got.entries == msg.entries
+
+
+def test_heartbeat_batches_are_limited():
+    big = m.HeartbeatBatch("n1", "n2", [(0, 1, 1, 1)] * (m.MAX_BATCH_GROUPS + 1))
+    with pytest.raises(EncodeError):
+        codec.encode(big)
+    with pytest.raises(EncodeError, match=r"entries\[0\]\[0\]=256 outside 0..255"):
+        codec.encode(m.HeartbeatBatch("n1", "n2", [(m.MAX_GROUPS, 1, 1, 1)]))
+
+
 def test_every_registered_type_has_a_round_trip_case():
-    covered = {type(x) for x in RAFT + OTHERS}
+    covered = {type(x) for x in RAFT + OTHERS + BATCHES}
     assert {codec.spec_of_type(c).cls for c in range(256) if codec.spec_of_type(c)} <= covered
 
 

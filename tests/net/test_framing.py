@@ -86,10 +86,10 @@ def test_after_a_large_frame_the_next_read_is_header_sized():
 
 
 def _header(**kw):
-    f = dict(magic=framing.MAGIC, version=1, ftype=0x10, flags=0, reserved=0, rid=0, length=0)
+    f = dict(magic=framing.MAGIC, version=1, ftype=0x10, flags=0, group=0, rid=0, length=0)
     f.update(kw)
     prefix = struct.pack("<HBBHHQI", f["magic"], f["version"], f["ftype"], f["flags"],
-                         f["reserved"], f["rid"], f["length"])
+                         f["group"], f["rid"], f["length"])
     crc = kw.get("crc", binascii.crc32(prefix))
     return prefix + struct.pack("<I", crc)
 
@@ -98,7 +98,7 @@ def _header(**kw):
     (dict(magic=0x4C51), "bad frame magic"),
     (dict(version=2), "unsupported frame version 2"),
     (dict(flags=1), "unknown frame flags"),
-    (dict(reserved=3), "reserved field"),
+    (dict(group=3), "group field is 0x3, must be 0 on this connection"),
     (dict(crc=0), "checksum mismatch"),
 ])
 def test_bad_header_fields(kw, match):

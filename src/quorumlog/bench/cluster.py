@@ -31,6 +31,7 @@ from ..client import AsyncClient
 from ..errors import InvalidQueueError, QuorumlogError, TopicNotFoundError
 from ..format import decode_checkpoint
 from ..localcluster import LocalCluster
+from ..node.groups import group_dir
 from ..raft.messages import Role
 from .measure import next_batch, pid_cpu_seconds, process_cpu_seconds
 from .payload import STAMP, Payload, Verifier
@@ -83,25 +84,35 @@ class BenchCluster(LocalCluster):
     def all_stats(self) -> dict:
         return {nid: self.read_stats(nid) for nid in self.ids}
 
-    def committed_positions(self) -> dict:
+    def store_dir(self, nid, group: int = 0) -> str:
+        """A replica's store directory (group_dir: the replica's own with one group)."""
+        return group_dir(self.data_dir(nid), group, self.groups)
+
+    def committed_positions(self, group: int = 0) -> dict:
         """{node id: committed position} from the checkpoints (stopped replicas)."""
         out = {}
         for nid in self.ids:
-            with open(os.path.join(self.data_dir(nid), "checkpoint"), "rb") as fh:
+            with open(os.path.join(self.store_dir(nid, group), "checkpoint"), "rb") as fh:
                 out[nid] = decode_checkpoint(fh.read()).committed_position
         return out
 
 
 def start_local(directory: str, replicas: int, flush: str, *, raft: dict | None = None,
-                log_level: str = "INFO") -> BenchCluster:
-    """Start `replicas` replicas on loopback (ports from the OS) and wait for a leader. On any
-    failure every process started is killed by pid before the error propagates."""
-    c = BenchCluster(directory, replicas, flush=flush, segment_size_bytes=SEGMENT_BYTES,
-                     raft=raft, log_level=log_level)
+                log_level: str = "INFO", groups: int = 1) -> BenchCluster:
+    """Start `replicas` replicas on loopback (ports from the OS) and wait for a leader (of
+    every group). On any failure every process started is killed by pid before the error
+    propagates."""
+    # (many groups: one segment each per replica, preallocated: keep the disk use flat)
+    c = BenchCluster(directory, replicas, flush=flush,
+                     segment_size_bytes=max(SEGMENT_BYTES // groups, 16 << 20),
+                     raft=raft, log_level=log_level, groups=groups)
     try:
         c.start()
         c.wait_started(timeout=START_TIMEOUT_S)
-        c.wait_leader(timeout=LEADER_TIMEOUT_S)
+        if groups > 1:
+            c.wait_group_leaders(timeout=LEADER_TIMEOUT_S)
+        else:
+            c.wait_leader(timeout=LEADER_TIMEOUT_S)
     except BaseException:
         c.kill_all()
         raise
@@ -342,11 +353,22 @@ async def read_back(address, secret, acked: list[Acked], verifier: Verifier) -> 
 
 
 def compare_logs(cluster: BenchCluster) -> dict:
-    """The stopped replicas' commit logs, byte for byte up to the smallest committed position.
+    """The stopped replicas' commit logs, byte for byte up to the smallest committed position
+    (of each group: "groups" lists each one's result, the totals sum them).
     -> {"compared_bytes", "identical", "first_difference" (None or "n2 at byte 123")}."""
-    upto = min(cluster.committed_positions().values())
+    if cluster.groups == 1:
+        return _compare_group(cluster, 0)
+    per = [_compare_group(cluster, g) for g in range(cluster.groups)]
+    bad = [f"group {g}: {x['first_difference']}" for g, x in enumerate(per)
+           if not x["identical"]]
+    return {"compared_bytes": sum(x["compared_bytes"] for x in per), "identical": not bad,
+            "first_difference": bad[0] if bad else None, "groups": per}
+
+
+def _compare_group(cluster: BenchCluster, group: int) -> dict:
+    upto = min(cluster.committed_positions(group).values())
     ids = cluster.ids
-    files = {nid: _segments(cluster, nid) for nid in ids}
+    files = {nid: _segments(cluster, nid, group) for nid in ids}
     pos = 0
     diff = None
     while pos < upto and diff is None:
@@ -363,8 +385,8 @@ def compare_logs(cluster: BenchCluster) -> dict:
     return {"compared_bytes": upto, "identical": diff is None, "first_difference": diff}
 
 
-def _segments(cluster, nid) -> list:
-    d = os.path.join(cluster.data_dir(nid), "commitlog")
+def _segments(cluster, nid, group: int = 0) -> list:
+    d = os.path.join(cluster.store_dir(nid, group), "commitlog")
     return sorted((int(name), os.path.join(d, name)) for name in os.listdir(d)
                   if name.isdigit())
 

@@ -74,6 +74,9 @@ OPTIONS = (
     (("--replicas",), dict(type=click.IntRange(1, O.MAX_REPLICAS), metavar="N",
                            help="Replicas of the replicated workloads (cluster, failover). "
                                 "{default}")),
+    (("--groups",), dict(type=click.IntRange(1, O.MAX_GROUPS), metavar="G",
+                         help="cluster: Raft groups per replica process (queues spread over "
+                              "the groups, leaders over the replicas). Default: 1.")),
     (("--connect",), dict(type=ParsedType("HOST:PORT,...", O.parse_connect, tuple),
                           metavar="HOST:PORT,...",
                           help="cluster: drive these running replicas (their client "

@@ -8,6 +8,7 @@ import os
 import re
 
 from ..errors import InvalidArgumentError
+from ..net.messages import MAX_GROUPS  # --groups: Raft groups per replica process
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -95,6 +96,7 @@ class BenchOptions:
     kills: int | None = None
     kill_every_s: float | None = None
     rate: float | None = None
+    groups: int | None = None      # Raft groups per replica process (cluster)
 
     def __post_init__(self):
         _check_int("--size", self.size, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
@@ -110,6 +112,7 @@ class BenchOptions:
         _check_int("--batch", self.batch, 1, MAX_BATCH)
         _check_int("--window", self.window, 1, MAX_WINDOW)
         _check_int("--replicas", self.replicas, 1, MAX_REPLICAS)
+        _check_int("--groups", self.groups, 1, MAX_GROUPS)
         if self.flush is not None and self.flush not in FLUSH_MODES:
             raise BenchOptionError(f"--flush {self.flush!r}: use sync or async")
         if self.warm_gib is not None:
@@ -200,6 +203,8 @@ class Resolved:
     connect: tuple | None = None
     # messages per second offered at a fixed schedule (None: as fast as acknowledged)
     rate: float | None = None
+    # Raft groups per replica process (node/groups.py); 1: one group
+    groups: int = 1
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -228,7 +233,8 @@ def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
                  seed=opts.seed,
                  kills=_pick(opts.kills, defaults, "kills", None),
                  kill_every_s=_pick(opts.kill_every_s, defaults, "kill_every_s", None),
-                 connect=opts.connect, rate=opts.rate)
+                 connect=opts.connect, rate=opts.rate,
+                 groups=_pick(opts.groups, defaults, "groups", 1))
     if r.size * r.batch > MAX_BATCH_BYTES:
         raise BenchOptionError(f"batch {r.batch} x size {r.size} = {r.size * r.batch} bytes > "
                                f"{MAX_BATCH_BYTES} (the store's max_batch_bytes): lower --batch")

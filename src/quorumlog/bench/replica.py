@@ -23,14 +23,22 @@ from ..cli.node import serve_main
 log = logging.getLogger(__name__)
 
 
-def write_stats(node, path: str) -> None:
-    """The node's counters -> `path` (JSON)."""
+def write_stats(node, path: str, siblings=()) -> None:
+    """The node's counters -> `path` (JSON); with many groups per process (siblings: the
+    other groups' Nodes) the commit-log counters and duplicates are the groups' sums."""
     cl = node.store.commitlog if node.store is not None else None
     doc = {"pid": os.getpid(), "node_id": node.id,
            "role": int(node.core.role) if node.core is not None else None,
            "commit_index": node.core.commit_index if node.core is not None else None,
            "commitlog": dict(cl.stats()) if cl is not None else None,
            "duplicates": node.stats["duplicates"]}
+    for other in siblings:
+        if other is node or other.store is None or doc["commitlog"] is None:
+            continue
+        for k, v in other.store.commitlog.stats().items():
+            if isinstance(v, int) and isinstance(doc["commitlog"].get(k), int):
+                doc["commitlog"][k] += v
+        doc["duplicates"] += other.stats["duplicates"]
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh)
@@ -38,15 +46,18 @@ def write_stats(node, path: str) -> None:
 
 
 def _stats_node_class(path: str):
+    started = []        # every group's Node of this process (the last handler sums them)
+
     class StatsNode(server.Node):
         """The server's Node with a SIGUSR1 handler that writes its counters."""
 
         async def start(self):
             await super().start()
+            started.append(self)
 
             def dump():
                 try:
-                    write_stats(self, path)
+                    write_stats(self, path, started)
                 except Exception:  # noqa: BLE001 -- a failed dump must not stop the replica
                     log.exception("bench replica: writing %s failed", path)
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)

@@ -25,6 +25,7 @@ import click
 from .. import server
 from ..config import PROFILES
 from ..errors import QuorumlogError
+from ..net.messages import MAX_GROUPS
 from ..localcluster import LocalCluster
 from ..node.config import load_node_config
 from ..node.replica import check_replica_dir
@@ -50,11 +51,13 @@ log = logging.getLogger(__name__)
 @click.option("--segment-size-bytes", type=int)
 @click.option("--profile", type=click.Choice(sorted(PROFILES)),
               help="The store's profile (small: 4 MiB segments, for trials).")
+@click.option("--groups", type=int, help="Raft groups this process hosts (default 1; "
+              "every member of a cluster must host the same number).")
 @click.option("--ready-file", help="Written (with the pid) once the listeners are up.")
 @click.option("--log-level", default=lambda: os.environ.get("QUORUMLOG_LOG_LEVEL", "INFO"),
               show_default="INFO or $QUORUMLOG_LOG_LEVEL")
 def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_id, secret_file,
-          insecure, flush, segment_size_bytes, profile, ready_file, log_level):
+          insecure, flush, segment_size_bytes, profile, groups, ready_file, log_level):
     """Run one replica until SIGTERM/SIGINT (logs to stderr)."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, force=True,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -65,7 +68,8 @@ def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_
         cfg, rcfg, scfg = load_node_config(config, None, store=store, node_id=node_id,
                                            peers=peers, client_addr=client_addr,
                                            client_addrs=client_addrs, cluster_id=cluster_id,
-                                           secret_file=secret_file, insecure=insecure)
+                                           secret_file=secret_file, insecure=insecure,
+                                           groups=groups)
     except QuorumlogError as e:
         click.echo(f"quorumlog serve: {e}", err=True)
         sys.exit(2)
@@ -109,11 +113,13 @@ def cluster():
 @click.option("--profile", type=click.Choice(sorted(PROFILES)),
               help="The replicas' store profile: small preallocates 4 MiB segments (local "
                    "trials); the default 1 GiB + 24 MiB per replica.")
+@click.option("--groups", default=1, show_default=True, type=click.IntRange(1, MAX_GROUPS),
+              help="Raft groups per process (queues are placed on groups; leaders spread).")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for a leader.")
-def cluster_start(nodes, directory, flush, segment_size_bytes, profile, timeout):
+def cluster_start(nodes, directory, flush, segment_size_bytes, profile, groups, timeout):
     """Start NODES replicas (secret generated into DIR, ports from the OS, pids in DIR)."""
     c = LocalCluster(directory, nodes, flush=flush, segment_size_bytes=segment_size_bytes,
-                     profile=profile)
+                     profile=profile, groups=groups)
     running = [n for n in c.ids if c.alive(n)]
     if running:
         raise click.ClickException(f"already running in {directory}: {', '.join(running)} "
@@ -121,11 +127,13 @@ def cluster_start(nodes, directory, flush, segment_size_bytes, profile, timeout)
     try:
         c.start()
         c.wait_started(timeout=timeout)
-        leader = c.wait_leader(timeout=timeout)
+        leader = c.wait_leader(timeout=timeout) if c.groups == 1 else \
+            ",".join(f"g{g}={x}" for g, x in enumerate(c.wait_group_leaders(timeout=timeout)))
     except (QuorumlogError, TimeoutError) as e:
         c.stop()
         raise click.ClickException(str(e)) from None
-    click.echo(f"started {len(c.ids)} replicas in {c.dir} (flush={c.flush}); leader {leader}")
+    click.echo(f"started {len(c.ids)} replicas in {c.dir} (flush={c.flush}"
+               f"{f', groups={c.groups}' if c.groups > 1 else ''}); leader {leader}")
     for nid in c.ids:
         click.echo(f"  {nid}  pid {c.pid(nid)}  peers {c.peers[nid]}  clients {c.clients[nid]}  "
                    f"log {c.log_file(nid)}")
@@ -140,6 +148,9 @@ def cluster_status(directory):
     c = LocalCluster(directory)
     if not c.peers:
         raise click.ClickException(f"no cluster in {directory}")
+    if c.groups > 1:
+        _group_status(c)
+        return
     st = c.statuses()
     ok = [s for s in st.values() if not isinstance(s, Exception)]
     top = max((s.last_index for s in ok), default=0)
@@ -161,6 +172,29 @@ def cluster_status(directory):
     for nid in sorted(set(leaders[0].voters) - set(c.ids)) if leaders else ():
         click.echo(f"{nid:6} {'-':>8} {'MEMBER':10} {'':>6} {'':>10} {'':>10} {'':>8}  "
                    f"(added with add_member; not started from {c.dir})")
+
+
+def _group_status(c: LocalCluster) -> None:
+    """`cluster status` of a many-group cluster: one line per member and group."""
+    st = c.group_statuses()
+    click.echo(f"{'node':6} {'group':>5} {'pid':>8} {'role':10} {'term':>6} {'commit':>10} "
+               f"{'last':>10}  leader")
+    for nid in c.ids:
+        pid = c.pid(nid) if c.alive(nid) else "-"
+        groups = st[nid]
+        if isinstance(groups, Exception):
+            click.echo(f"{nid:6} {'*':>5} {pid!s:>8} {'DOWN':10}  ({type(groups).__name__})")
+            continue
+        for s in groups:
+            click.echo(f"{nid:6} {s.group:>5} {pid!s:>8} {Role(s.role).name:10} {s.term:>6} "
+                       f"{s.commit_index:>10} {s.last_index:>10}  {s.leader_id or '-'}")
+    per = {}
+    for groups in st.values():
+        if not isinstance(groups, Exception):
+            for s in groups:
+                if s.role == int(Role.LEADER):
+                    per[s.node_id] = per.get(s.node_id, 0) + 1
+    click.echo("leaders per member: " + ", ".join(f"{n}={per.get(n, 0)}" for n in c.ids))
 
 
 @cluster.command("restart")

@@ -432,10 +432,12 @@ def encode_payload(msg) -> tuple[int, list]:
     return spec.type_code, out.finish()
 
 
-def encode(msg, request_id: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> list:
+def encode(msg, request_id: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+           group: int = 0) -> list:
     """A whole frame for `msg` as a list of buffers: [header + small fields (+ the tail)].
     Small frames come back as one bytes object; a large payload stays a separate view so the
-    caller writes it without a copy. Raises EncodeError / FrameTooLargeError."""
+    caller writes it without a copy. group: the Raft group the frame belongs to (header
+    bytes 6..7; 0 for a single-group process). Raises EncodeError / FrameTooLargeError."""
     code, parts = encode_payload(msg)
     n = 0
     for p in parts:
@@ -444,7 +446,7 @@ def encode(msg, request_id: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME
         raise FrameTooLargeError(f"{spec_for(msg).name} frame of {n + HEADER_SIZE} bytes is over "
                                  f"max_frame_bytes={max_frame_bytes}", n + HEADER_SIZE,
                                  max_frame_bytes)
-    header = encode_header(code, n, request_id)
+    header = encode_header(code, n, request_id, 0, group)
     first = parts[0]
     if type(first) is bytes:
         parts[0] = header + first
@@ -604,6 +606,15 @@ _raft(0x18, InstallSegmentResponse, [("code", Enum(Code)), ("next_offset", INDEX
                                      ("match_index", INDEX), ("image_last", INDEX),
                                      ("epoch", INDEX)])
 
+# many groups per process (node/host.py): heartbeats and their answers, batched per peer
+GROUP_ID = Fixed("H", 0, m.MAX_GROUPS - 1)
+register(0x19, m.HeartbeatBatch,
+         [("entries", List(Tuple(GROUP_ID, TERM, INDEX, INDEX), m.MAX_BATCH_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.HeartbeatBatch(s, d, v["entries"]))
+register(0x1A, m.HeartbeatResponseBatch,
+         [("entries", List(Tuple(GROUP_ID, TERM, Enum(Code), INDEX), m.MAX_BATCH_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.HeartbeatResponseBatch(s, d, v["entries"]))
+
 # handshake
 NONCE = Blob(m.NONCE_BYTES, exact=m.NONCE_BYTES, view=False)
 PROOF = Blob(m.PROOF_BYTES, allowed={0, m.PROOF_BYTES}, view=False)
@@ -653,6 +664,17 @@ register(0x47, m.AdminResponse, [("role", U8), ("term", TERM), ("commit_index", 
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS),
                                  ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
          build=lambda v, s, d: m.AdminResponse(**{**v, "voters": tuple(v["voters"])}))
+register(0x4C, m.GroupAdminRequest, [("group", GROUP_ID), ("op", Enum(m.AdminOp)),
+                                     ("node_id", OPT_NODE_ID), ("address", ADDRESS)],
+         channel=CLIENT)
+register(0x4D, m.GroupAdminResponse, [("groups", Fixed("H", 1, m.MAX_GROUPS)),
+                                      ("group", GROUP_ID), ("role", U8), ("term", TERM),
+                                      ("commit_index", INDEX), ("last_index", INDEX),
+                                      ("ready_to_serve", BOOL),
+                                      ("node_id", NODE_ID), ("leader_id", OPT_NODE_ID),
+                                      ("leader_address", ADDRESS),
+                                      ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
+         build=lambda v, s, d: m.GroupAdminResponse(**{**v, "voters": tuple(v["voters"])}))
 register(0x48, m.ConsumerOffsetRequest, [("queue_id", QUEUE_ID), ("offset", OPT_I64),
                                         ("group", TOPIC), ("topic", TOPIC)], channel=CLIENT)
 register(0x49, m.ConsumerOffsetResponse, [("offset", OPT_I64)], channel=CLIENT)

@@ -3,7 +3,7 @@
 No I/O here. The decoder is fed by an asyncio.BufferedProtocol (get_buffer/buffer_updated:
 the kernel writes straight into the decoder's memory) or by `feed(bytes)` (tests, fuzzers);
 both paths run the same code. Every header is validated -- magic, version, checksum, type,
-flags, reserved bytes, and the length against max_frame_bytes -- BEFORE anything is allocated
+flags, the group field, and the length against max_frame_bytes -- BEFORE anything is allocated
 for its body, so a peer cannot make us allocate more than the limit, and garbage is refused
 after at most 24 bytes.
 
@@ -18,7 +18,9 @@ Layout (little-endian; docs/net.md has the table and a golden vector):
     2  u8  version (1)                       16  u32 payload length
     3  u8  frame type                        20  u32 CRC-32 (zlib) of bytes 0..19
     4  u16 flags (none defined: must be 0)
-    6  u16 reserved (must be 0)
+    6  u16 group: the Raft group a peer frame belongs to (many groups per process,
+       node/groups.py); 0 on every other frame, and on a connection that does not
+       allow groups (FrameDecoder.allow_groups) a nonzero value is refused
 """
 from __future__ import annotations
 
@@ -31,12 +33,13 @@ from .errors import FrameError, FrameTooLargeError
 
 __all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_BYTES", "KNOWN_FLAGS",
            "Frame", "FrameDecoder", "encode_header", "encode_frame", "frame_parts",
-           "parse_header"]
+           "parse_header", "parse_group_header", "MAX_GROUP_ID"]
 
 MAGIC = 0x4E51                 # bytes 51 4E on the wire: "QN" (records on disk use "QL")
 VERSION = 1
 HEADER_SIZE = 24
 MAX_REQUEST_ID = (1 << 64) - 1
+MAX_GROUP_ID = 0xFFFF          # the header's u16 group field
 # 16 MiB of payload: a produce batch of max_proposal_bytes or an APPEND of a 4 MiB message
 # (max_message_bytes) fits with room to spare.
 DEFAULT_MAX_FRAME_BYTES = (16 << 20) + HEADER_SIZE
@@ -58,9 +61,11 @@ class Frame(NamedTuple):
     flags: int
     request_id: int
     payload: bytes | memoryview
+    group: int = 0           # header bytes 6..7: the Raft group of a peer frame
 
 
-def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0) -> bytes:
+def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0,
+                  group: int = 0) -> bytes:
     """The 24 header bytes of a frame whose payload is `length` bytes long. No limit check
     beyond the field widths (see encode_frame / frame_parts for max_frame_bytes)."""
     if not 0 <= ftype <= 0xFF:
@@ -72,7 +77,9 @@ def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0) 
     if not 0 <= length <= 0xFFFFFFFF:
         raise FrameTooLargeError(f"frame payload of {length} bytes does not fit a u32 length",
                                  length, 0xFFFFFFFF)
-    prefix = _PREFIX.pack(MAGIC, VERSION, ftype, flags, 0, request_id, length)
+    if not 0 <= group <= MAX_GROUP_ID:
+        raise FrameError(f"frame group {group!r} outside 0..{MAX_GROUP_ID}")
+    prefix = _PREFIX.pack(MAGIC, VERSION, ftype, flags, group, request_id, length)
     return prefix + _CRC.pack(zlib.crc32(prefix))
 
 
@@ -93,19 +100,31 @@ def frame_parts(ftype: int, payload, request_id: int = 0, flags: int = 0, *,
 
 
 def encode_frame(ftype: int, payload=b"", request_id: int = 0, flags: int = 0, *,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> bytes:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, group: int = 0) -> bytes:
     """One frame as one bytes object (small frames: one write, one segment)."""
     n = memoryview(payload).nbytes
     _check_limit(n, max_frame_bytes)
-    return encode_header(ftype, n, request_id, flags) + bytes(payload)
+    return encode_header(ftype, n, request_id, flags, group) + bytes(payload)
 
 
 def parse_header(buf, offset: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  known_types=None, limit_name: str = "max_frame_bytes"
                  ) -> tuple[int, int, int, int]:
     """Validate the 24 header bytes at buf[offset:] and return (type, flags, request_id,
-    payload_length). Raises FrameError / FrameTooLargeError; never allocates."""
-    magic, version, ftype, flags, reserved, request_id, length, crc = \
+    payload_length). Raises FrameError / FrameTooLargeError; never allocates. A nonzero
+    group field is refused (see parse_group_header for connections that carry groups)."""
+    return parse_group_header(buf, offset, max_frame_bytes=max_frame_bytes,
+                              known_types=known_types, limit_name=limit_name)[:4]
+
+
+def parse_group_header(buf, offset: int = 0, *,
+                       max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, known_types=None,
+                       limit_name: str = "max_frame_bytes", allow_groups: bool = False
+                       ) -> tuple[int, int, int, int, int]:
+    """parse_header's checks, and the group field: (type, flags, request_id, length,
+    group). allow_groups False: a nonzero group is a FrameError (handshake and client
+    frames, and peers of a single-group process, always carry 0)."""
+    magic, version, ftype, flags, group, request_id, length, crc = \
         _HEADER.unpack_from(buf, offset)
     if magic != MAGIC:
         raise FrameError(f"bad frame magic {magic:#06x} (expected {MAGIC:#06x}): "
@@ -116,12 +135,12 @@ def parse_header(buf, offset: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRA
         raise FrameError("frame header checksum mismatch")
     if flags & ~KNOWN_FLAGS:
         raise FrameError(f"unknown frame flags {flags:#x}")
-    if reserved:
-        raise FrameError(f"frame reserved field is {reserved:#x}, must be 0")
+    if group and not allow_groups:
+        raise FrameError(f"frame group field is {group:#x}, must be 0 on this connection")
     if known_types is not None and ftype not in known_types:
         raise FrameError(f"frame type {ftype:#04x} not allowed here")
     _check_limit(length, max_frame_bytes, limit_name)
-    return ftype, flags, request_id, length
+    return ftype, flags, request_id, length, group
 
 
 class FrameDecoder:
@@ -145,6 +164,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
+                 "allow_groups",
                  "one_at_a_time", "reserve", "waiting", "lazy_big_buffers", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
@@ -163,6 +183,9 @@ class FrameDecoder:
         self.known_types = known_types
         self.limit_name = "max_frame_bytes"
         self.large_payload_bytes = large_payload_bytes
+        # frames may name a Raft group (header bytes 6..7): set on an authenticated peer
+        # connection of a process that hosts many groups; otherwise a nonzero group is refused
+        self.allow_groups = False
         self.one_at_a_time = False
         # reserve(n) -> bool, asked before a large payload's buffer is allocated: False
         # leaves the header unparsed and sets `waiting` (the caller stops reading, and calls
@@ -277,12 +300,12 @@ class FrameDecoder:
         return out
 
     def _finish_big(self) -> Frame:
-        ftype, flags, rid = self._big_head
+        ftype, flags, rid, group = self._big_head
         payload = self._big_view
         self._big = self._big_view = self._big_head = None
         self._big_filled = 0
         self.frames += 1
-        return Frame(ftype, flags, rid, payload)
+        return Frame(ftype, flags, rid, payload, group)
 
     def _parse(self) -> list[Frame]:
         out: list[Frame] = []
@@ -290,9 +313,10 @@ class FrameDecoder:
         start, end = self._start, self._end
         try:
             while end - start >= HEADER_SIZE:
-                ftype, flags, rid, length = parse_header(
+                ftype, flags, rid, length, group = parse_group_header(
                     buf, start, max_frame_bytes=self.max_frame_bytes,
-                    known_types=self.known_types, limit_name=self.limit_name)
+                    known_types=self.known_types, limit_name=self.limit_name,
+                    allow_groups=self.allow_groups)
                 body = start + HEADER_SIZE
                 large = length >= self.large_payload_bytes
                 if large and self.reserve is not None and not self.reserve(length):
@@ -307,7 +331,7 @@ class FrameDecoder:
                         length >= LAZY_BUFFER_FROM_BYTES else bytearray(length)
                     big[:have] = mv[body:body + have]
                     self._big, self._big_view = big, memoryview(big)
-                    self._big_filled, self._big_head = have, (ftype, flags, rid)
+                    self._big_filled, self._big_head = have, (ftype, flags, rid, group)
                     start = body + have
                     if have < length:
                         break                       # the rest goes straight into `big`
@@ -317,7 +341,7 @@ class FrameDecoder:
                     continue
                 if end - body < length:
                     break
-                out.append(Frame(ftype, flags, rid, bytes(mv[body:body + length])))
+                out.append(Frame(ftype, flags, rid, bytes(mv[body:body + length]), group))
                 self.frames += 1
                 start = body + length
                 if self.one_at_a_time:

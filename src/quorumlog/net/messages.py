@@ -12,6 +12,7 @@ from enum import IntEnum
 
 from .. import errors as qe
 from ..raft import errors as raft_errors
+from ..raft.messages import CONTROL
 from . import errors as ne
 
 MAX_NODE_ID_BYTES = 64          # node ids and client ids, UTF-8
@@ -28,6 +29,9 @@ MAX_CONFIGS_PER_APPEND = 1024
 MAX_PRODUCER_IN_FLIGHT = 8
 MAX_BATCH_MESSAGES = 1 << 16    # bodies in one ProduceRequest / records in a FetchResponse
 MAX_QUEUE_ID = 65535
+# Raft groups one process hosts (node/groups.py): group ids 0..MAX_GROUPS-1 (a group is a
+# store and a Raft core with its timers; the frame header's u16 could name 65,536)
+MAX_GROUPS = 256
 MAX_KEY_BYTES = 65535           # a message key, UTF-8 (as format.md)
 MAX_KEY_HITS = 4096            # messages in one FindByKeyResponse (the store's max_key_hits)
 MAX_INSTALL_META_BYTES = 1 << 20    # an install image's description (the store's state)
@@ -238,6 +242,32 @@ class AdminResponse:
     ready_to_serve: bool = False
 
 
+@dataclass(slots=True)
+class GroupAdminRequest:
+    """AdminRequest for one Raft group of a process that hosts many (node/groups.py)."""
+    group: int
+    op: AdminOp
+    node_id: str | None = None
+    address: str | None = None
+
+
+@dataclass(slots=True)
+class GroupAdminResponse:
+    """AdminResponse of one group, and how many groups the member hosts (clients learn the
+    placement's group count from it)."""
+    groups: int
+    group: int
+    node_id: str
+    role: int
+    term: int
+    leader_id: str | None
+    leader_address: str | None
+    commit_index: int
+    last_index: int
+    voters: tuple = ()
+    ready_to_serve: bool = False   # as AdminResponse's
+
+
 class ErrorCode(IntEnum):
     UNKNOWN = 1
     NOT_LEADER = 2
@@ -261,6 +291,7 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE = 20     # retriable: resend the producer's in-flight batches in order
     PRODUCER_SEQUENCE = 21         # not retriable: a sequence too old to tell (node/producers.py)
     MALFORMED_REQUEST = 22
+    UNKNOWN_GROUP = 23             # a group id this member does not host
 
 
 
@@ -277,6 +308,40 @@ class MalformedRequestError(qe.InvalidArgumentError):
     """The server could not decode the request (a field out of range, e.g. a negative
     offset or max_messages 0, a short or over-long payload): nothing was done, and the
     connection stays usable. The message names the field."""
+
+
+class HeartbeatBatch:
+    """The heartbeats of many Raft groups from one process to another in one frame (a
+    process hosting many groups, node/host.py): entries (group, term, commit_index, seq),
+    each one group's Heartbeat. A control-lane message; at most MAX_BATCH_GROUPS entries."""
+
+    __slots__ = ("src", "dst", "entries")
+    type_name = "HEARTBEAT_BATCH"
+    lane = CONTROL
+
+    def __init__(self, src, dst, entries):
+        self.src, self.dst, self.entries = src, dst, tuple(entries)
+
+    def describe(self) -> str:
+        return f"{self.src}->{self.dst} {self.type_name} x{len(self.entries)}"
+
+
+class HeartbeatResponseBatch(HeartbeatBatch):
+    """The answers to a HeartbeatBatch's heartbeats (or several): entries (group, term,
+    code, seq), each one group's HeartbeatResponse."""
+
+    __slots__ = ()
+    type_name = "HEARTBEAT_RESP_BATCH"
+
+
+# heartbeats per batch frame: 26 bytes each, so a batch stays under the control lane's
+# 4 KiB frames (a host with more groups sends several)
+MAX_BATCH_GROUPS = 128
+
+
+class UnknownGroupError(qe.InvalidArgumentError):
+    """A request or a peer frame names a Raft group this process does not host (outside
+    0..groups-1, or a group it did not open): refused, nothing changed."""
 
 
 class LeaderRedirectError(raft_errors.NotLeaderError):
@@ -314,6 +379,7 @@ ERROR_CLASSES: dict[ErrorCode, type] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE: qe.OutOfOrderSequenceError,
     ErrorCode.PRODUCER_SEQUENCE: qe.ProducerSequenceError,
     ErrorCode.MALFORMED_REQUEST: MalformedRequestError,
+    ErrorCode.UNKNOWN_GROUP: UnknownGroupError,
 }
 _CODE_OF_CLASS = {cls: code for code, cls in ERROR_CLASSES.items()}
 _CODE_OF_CLASS[raft_errors.NotLeaderError] = ErrorCode.NOT_LEADER

@@ -85,6 +85,9 @@ class TransportConfig:
     control_lane: bool = False
     control_max_frame_bytes: int = 4096            # a vote or a heartbeat is under 100 bytes
     control_max_send_queue_bytes: int = 256 << 10  # per peer, on its control connection
+    # peer frames may name a Raft group (the header's group field; a process hosting many
+    # groups, node/host.py): off, a nonzero group from a peer is a FrameError
+    allow_groups: bool = False
     # -- limits against floods (docs/net.md "Limits") -------------------------------------
     max_clients: int = 1024               # client connections past their HELLO, at once
     # at max_clients, a new client takes the place of the one idle longest (nothing received
@@ -346,6 +349,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.decoder.max_frame_bytes = limit
         self.decoder.limit_name = limit_name
         self.decoder.one_at_a_time = False
+        self.decoder.allow_groups = self.cfg.allow_groups and self.role != Role.CLIENT
         if not self.finished.done():
             self.finished.set_result(True)
         self.owner._conn_authenticated(self)
@@ -593,6 +597,9 @@ class PeerTransport:
         self.auth = auth
         self.config = (config or TransportConfig()).validate()
         self.on_message = on_message
+        # on_group_message(peer_id, group, message), when set, takes every peer message
+        # instead of on_message (a process hosting many groups: node/host.py demultiplexes)
+        self.on_group_message: Callable | None = None
         self.on_client_request = on_client_request
         if on_client_request is None:
             auth.accept_clients = False
@@ -705,11 +712,11 @@ class PeerTransport:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def send(self, peer_id: str, message) -> bool:
+    def send(self, peer_id: str, message, group: int = 0) -> bool:
         """Queue `message` for `peer_id`. Never blocks; False when the message was dropped
         (unknown peer, no connection, or the peer's byte budget is full). A CONTROL-lane
         message goes on the peer's control connection while there is one, else on the data
-        connection."""
+        connection. group: the Raft group it belongs to (the frame header names it)."""
         if self._closed:
             raise TransportClosedError("transport is closed")
         p = self._peers.get(peer_id)
@@ -728,7 +735,8 @@ class PeerTransport:
             st["dropped_no_connection"] += 1
             return False
         try:
-            parts = codec.encode(message, max_frame_bytes=self.config.max_frame_bytes)
+            parts = codec.encode(message, max_frame_bytes=self.config.max_frame_bytes,
+                                 group=group)
         except NetError as e:
             st["dropped_encode"] += 1
             log.error("cannot send %s to %r: %s", type(message).__name__, peer_id, e)
@@ -1014,7 +1022,10 @@ class PeerTransport:
         st["received"] += 1
         st["received_bytes"] += nbytes
         try:
-            self.on_message(c.peer_id, msg)
+            if self.on_group_message is not None:
+                self.on_group_message(c.peer_id, frame.group, msg)
+            else:
+                self.on_message(c.peer_id, msg)
         except Exception:
             log.exception("on_message failed for a message from %r", c.peer_id)
 

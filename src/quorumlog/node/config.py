@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_config, read_toml
 from ..errors import ConfigError
-from ..net.messages import MAX_PRODUCER_IN_FLIGHT
+from ..net.messages import MAX_GROUPS, MAX_PRODUCER_IN_FLIGHT
 from ..raft.core import RaftConfig
 
 __all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers", "split_settings"]
@@ -63,6 +63,9 @@ class NodeConfig:
     control_lane: bool = True
     # "host:port" where this replica serves Prometheus /metrics (None: not served)
     metrics_addr: str | None = None
+    # Raft groups this process hosts (node/groups.py: placement, layout; node/host.py):
+    # 1 is a single-group replica at <dir>; G > 1 keeps <dir>/groups/<g>/ per group
+    groups: int = 1
 
 
 NODE_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
@@ -77,7 +80,8 @@ _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_producers": (1, 1 << 24),
                "max_client_buffered_bytes": (1 << 16, 1 << 40),
                "client_frame_timeout_ms": (1, 3_600_000),
-               "client_idle_evict_ms": (1, 86_400_000)}
+               "client_idle_evict_ms": (1, 86_400_000),
+               "groups": (1, MAX_GROUPS)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:

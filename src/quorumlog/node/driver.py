@@ -124,12 +124,15 @@ class Node:
     def __init__(self, path, cfg: NodeConfig, raft_cfg: RaftConfig | None = None, *,
                  store_cfg=None, transport_config: TransportConfig | None = None,
                  rng: random.Random | None = None, transport: Transport | None = None,
-                 clock: Clock | None = None, flusher=PRODUCTION_FLUSHER):
+                 clock: Clock | None = None, flusher=PRODUCTION_FLUSHER,
+                 own_ticker: bool = True):
         """transport, clock, flusher: the seams (net/seam.py, node/clock.py,
         node/flusher.py). transport and clock None: the production ones (node/wiring.py:
         TCP, time.monotonic). flusher: PRODUCTION_FLUSHER (the default) is the flush thread
         in sync mode and none in async mode; None is none (every flush reported at once, as
-        async mode does); anything else is the FlushService to use."""
+        async mode does); anything else is the FlushService to use. own_ticker False: the
+        owner calls tick(now_ms) every tick_ms instead (node/host.py: one timer for every
+        group of a process)."""
         self.path = os.fspath(path)
         self.cfg = cfg
         self.raft_cfg = raft_cfg or RaftConfig()
@@ -139,6 +142,9 @@ class Node:
         self.clock = clock or MonotonicClock()
         self._given_transport = transport
         self._given_flusher = flusher
+        self._own_ticker = own_ticker
+        self._last_tick_ms: int | None = None
+        self._next_metrics_ms = 0
         self.id = cfg.node_id
         self.store = None          # MessageStore
         self.seam = None           # the store's seam (bridge_for)
@@ -222,7 +228,8 @@ class Node:
                 mhost, mport = parse_address(cfg.metrics_addr, "metrics_addr")
                 self._metrics_server, port = serve(self.store, mport, mhost, self.metrics)
                 self.metrics_address = (mhost, port)
-            self._ticker = self.loop.create_task(self._tick_loop())
+            if self._own_ticker:
+                self._ticker = self.loop.create_task(self._tick_loop())
         except BaseException:
             if self.transport is not None:
                 await self.transport.close()
@@ -282,28 +289,36 @@ class Node:
     async def _tick_loop(self) -> None:
         clock = self.clock
         interval = self.cfg.tick_ms
-        last = clock.now_ms()
-        next_metrics = last
+        self._last_tick_ms = self._next_metrics_ms = clock.now_ms()
         while True:
             await clock.sleep_ms(interval)
-            if self._failed is not None:
+            if not self.tick(clock.now_ms()):
                 return
-            now = clock.now_ms()
-            if now - last > 250:
-                # the loop did not run for that long (a blocked call, or an overloaded
-                # machine): heartbeats stopped too, followers may have started an election
-                self.stats["loop_stalls"] += 1
-                log.info("node %s: event loop stalled for %d ms", self.id, now - last)
-            last = now
-            try:
-                self.core.tick(now)
-                self._drain()
-            except Exception as e:
-                self._fail(e)
-                return
-            if now >= next_metrics:
-                next_metrics = now + _METRICS_EVERY_MS
-                self._sample_metrics()
+
+    def tick(self, now: int) -> bool:
+        """One tick of the core at `now` (the node's clock) and a drain; False once the node
+        failed or stopped (no more ticks needed)."""
+        if self._failed is not None or self._stopped:
+            return False
+        last = self._last_tick_ms
+        if last is None:
+            last = self._next_metrics_ms = now
+        if now - last > 250:
+            # the loop did not run for that long (a blocked call, or an overloaded
+            # machine): heartbeats stopped too, followers may have started an election
+            self.stats["loop_stalls"] += 1
+            log.info("node %s: event loop stalled for %d ms", self.id, now - last)
+        self._last_tick_ms = now
+        try:
+            self.core.tick(now)
+            self._drain()
+        except Exception as e:
+            self._fail(e)
+            return False
+        if now >= self._next_metrics_ms:
+            self._next_metrics_ms = now + _METRICS_EVERY_MS
+            self._sample_metrics()
+        return True
 
     def _on_message(self, peer: str, msg) -> None:
         if self._stopped or self._failed is not None:

@@ -14,6 +14,9 @@ The driver takes its flusher passed in (`FlushService`): this thread in producti
 simulated disk's flusher (quorumlog.testing.simdisk) under deterministic simulation. It calls
 `start(commitlog, loop, on_flushed, on_error)` once the store is open, `request` for every
 flush_to, `retarget` after an install and `await close()` at the end.
+
+`SharedFlusher`: one thread for the groups of a process (node/host.py): a round flushes
+every group's log with a waiting request and reports to each group.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from ..errors import LogClosedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FlushService", "Flusher"]
+__all__ = ["FlushService", "Flusher", "SharedFlusher"]
 
 
 class FlushService(Protocol):
@@ -121,3 +124,115 @@ class Flusher:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout=30)
+
+
+class SharedFlusher:
+    """Group commit across the Raft groups of one process (node/host.py, flush = "sync"):
+    one thread; each round flushes every group's log with a waiting request, one after the
+    other (each msync releases the GIL), and reports to each group on the loop. Give each
+    group's Node its own `handle()` (a FlushService). A group whose flush fails gets its
+    on_error and leaves the round; the others go on."""
+
+    def __init__(self, name="quorumlog-group-flusher"):
+        self.name = name
+        self.cv = threading.Condition()      # guards the handles and their requests
+        self._handles: list = []
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.rounds = 0          # rounds that flushed at least one log
+        self.flushes = 0         # logs flushed, over all rounds
+
+    def handle(self) -> "_GroupFlush":
+        return _GroupFlush(self)
+
+    def add(self, h) -> None:
+        with self.cv:
+            self._handles.append(h)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def _take(self) -> list:
+        """Wait for requests -> [(handle, log, index, gen)] of this round (empty: stop)."""
+        with self.cv:
+            while not self._stop and not any(h.want for h in self._handles):
+                self.cv.wait()
+            if self._stop:
+                return []
+            out = []
+            for h in self._handles:
+                if h.want is not None:
+                    out.append((h, h.cl, *h.want))
+                    h.want = None
+            return out
+
+    def _run(self) -> None:
+        while True:
+            work = self._take()
+            if not work:
+                return
+            for h, cl, index, gen in work:
+                try:
+                    cl.flush()
+                except Exception as e:  # EIO (or a closed log): never retried into success
+                    if isinstance(e, LogClosedError) and h.cl is not cl:
+                        continue        # an install replaced this group's log meanwhile
+                    log.critical("flush of %s failed: %s", getattr(cl, "path", "?"), e)
+                    self._drop(h)
+                    h.post(h.on_error, e)
+                    continue
+                self.flushes += 1
+                h.post(h.on_flushed, index, gen)
+            self.rounds += 1
+
+    def _drop(self, h) -> None:
+        with self.cv:
+            if h in self._handles:
+                self._handles.remove(h)
+
+    def remove(self, h) -> None:
+        """A group closed its handle; the last one stops the thread."""
+        with self.cv:
+            if h in self._handles:
+                self._handles.remove(h)
+            last = not self._handles
+            if last:
+                self._stop = True
+                self.cv.notify()
+        t = self._thread
+        if last and t is not None and t is not threading.current_thread():
+            t.join(timeout=30)
+
+
+class _GroupFlush:
+    """One group's FlushService on a SharedFlusher."""
+
+    def __init__(self, shared: SharedFlusher):
+        self.shared = shared
+        self.cl = self.loop = self.on_flushed = self.on_error = None
+        self.want: tuple | None = None      # (index, gen) of the newest request
+
+    def start(self, commitlog, loop, on_flushed, on_error) -> None:
+        self.cl, self.loop = commitlog, loop
+        self.on_flushed, self.on_error = on_flushed, on_error
+        self.shared.add(self)
+
+    def request(self, index: int, gen: int) -> None:
+        with self.shared.cv:
+            w = self.want
+            if w is None or gen != w[1] or index > w[0]:
+                self.want = (index, gen)
+            self.shared.cv.notify()
+
+    def retarget(self, commitlog) -> None:
+        with self.shared.cv:
+            self.cl = commitlog
+
+    def post(self, fn, *args) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:   # the loop is closed: the node is stopping
+            pass
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.shared.remove, self)

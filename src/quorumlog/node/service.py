@@ -6,6 +6,10 @@ next to the node.
 Requests on a follower: reads (fetch, offsets, status) are served from its own committed,
 dispatched data; writes and leadership/membership changes answer NOT_LEADER with the leader's
 id and client address, which clients follow.
+
+Many groups (node/host.py NodeHost): each request goes to the Node of the group that holds
+its (topic, queue) (node/groups.py); a NOT_LEADER then names that group's leader. Find by
+key asks every group; AdminRequest is group 0's, GroupAdminRequest names its group.
 """
 from __future__ import annotations
 
@@ -19,8 +23,11 @@ from ..net import messages as m
 from ..net.auth import AuthConfig
 from ..net.errors import NetError
 from ..net.transport import PeerTransport, TransportConfig
+from ..raft.messages import Role
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
+from .groups import group_of
+from .host import NodeHost
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +41,10 @@ _MAX_PARTS_PER_WRITE = 256
 class ClientService:
     """Serves client connections for one Node on its own listener (client_addr)."""
 
-    def __init__(self, node: Node, cfg: NodeConfig):
-        self.node = node
+    def __init__(self, node: Node | NodeHost, cfg: NodeConfig):
+        # a NodeHost: requests are routed to its groups' Nodes; a Node: it serves them all
+        self.host = node if isinstance(node, NodeHost) else None
+        self._node = None if self.host is not None else node
         self.cfg = cfg
         self.transport: PeerTransport | None = None
         self._rr: dict[str, int] = {}
@@ -67,6 +76,14 @@ class ClientService:
     def address(self):
         return self.transport.address if self.transport is not None else None
 
+    @property
+    def node(self) -> Node:
+        """The single group's Node (group 0 of a host)."""
+        return self._node if self.host is None else self.host.nodes[0]
+
+    def node_for(self, topic: str, queue_id: int) -> Node:
+        return self._node if self.host is None else self.host.node_for(topic, queue_id)
+
     async def stop(self) -> None:
         for t in list(self._tasks):
             t.cancel()
@@ -93,7 +110,9 @@ class ClientService:
         """Start a produce at once (Node.put_batch_future) and answer from the future's
         callback: per request no task, no coroutine frames."""
         try:
-            fut = self.node.put_batch_future(req.topic, req.bodies, **self._produce_args(req))
+            kw = self._produce_args(req)
+            fut = self.node_for(req.topic, kw["queue_id"]).put_batch_future(
+                req.topic, req.bodies, **kw)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, req, e))
             return
@@ -157,6 +176,8 @@ class ClientService:
                 resp = self._offsets(msg)
             elif isinstance(msg, m.AdminRequest):
                 resp = await self._admin(msg)
+            elif isinstance(msg, m.GroupAdminRequest):
+                resp = await self._group_admin(msg)
             elif isinstance(msg, m.ConsumerOffsetRequest):
                 resp = await self._consumer_offset(msg)
             elif isinstance(msg, m.FindByKeyRequest):
@@ -175,11 +196,13 @@ class ClientService:
         conn.reply(request_id, resp)
 
     async def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
-        r = await self.node.put_batch(req.topic, req.bodies, **self._produce_args(req))
+        kw = self._produce_args(req)
+        r = await self.node_for(req.topic, kw["queue_id"]).put_batch(req.topic, req.bodies, **kw)
         return self._produce_response(r)
 
     def _produce_args(self, req: m.ProduceRequest) -> dict:
         node = self.node
+        host = self.host
         if req.delay_level:
             raise InvalidArgumentError("delay levels are not served by the replicated "
                                        "client protocol yet")
@@ -193,8 +216,19 @@ class ClientService:
             # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
             # into one proposal (Pipeline._queue_put); over time every queue gets its share
             qid = (k >> 5) % nq
+            if host is not None and host.groups > 1:
+                qid = self._led_queue(req.topic, nq, k >> 5)
         return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
                 "sequence": req.sequence, "base_sequence": req.base_sequence}
+
+    def _led_queue(self, topic: str, nq: int, k: int) -> int:
+        """Many groups, a produce that lets the server choose: the k-th (round-robin) of the
+        topic's queues whose group this member leads (none: queue k mod nq, whose group's
+        Node answers NOT_LEADER naming its leader)."""
+        host = self.host
+        led = [q for q in range(nq)
+               if host.nodes[group_of(topic, q, host.groups)].core.role == Role.LEADER]
+        return led[k % len(led)] if led else k % nq
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
@@ -206,7 +240,7 @@ class ClientService:
                                  (r.position,))
 
     async def _fetch(self, req: m.FetchRequest) -> m.FetchResponse:
-        node = self.node
+        node = self.node_for(req.topic, req.queue_id)
         st = node.store
         wait = min(req.wait_ms, self.cfg.max_fetch_wait_ms) / 1000
         deadline = time.monotonic() + wait
@@ -227,7 +261,7 @@ class ClientService:
                                st.max_offset(req.topic, req.queue_id), records)
 
     def _offsets(self, req: m.OffsetsRequest) -> m.OffsetsResponse:
-        st = self.node.store
+        st = self.node_for(req.topic, req.queue_id).store
         ts = -1
         if req.timestamp_ms >= 0:
             ts = st.offset_for_timestamp(req.topic, req.queue_id, req.timestamp_ms)
@@ -237,17 +271,37 @@ class ClientService:
     async def _consumer_offset(self, req: m.ConsumerOffsetRequest) -> m.ConsumerOffsetResponse:
         """A commit goes through the Raft core (leader only, else NOT_LEADER); a read is
         served from this member's applied offsets."""
+        node = self.node_for(req.topic, req.queue_id)   # (offsets live with their queue)
         if req.offset >= 0:
-            await self.node.commit_offsets(req.group, [(req.topic, req.queue_id, req.offset)])
-        got = self.node.store.committed_offset(req.group, req.topic, req.queue_id)
+            await node.commit_offsets(req.group, [(req.topic, req.queue_id, req.offset)])
+        got = node.store.committed_offset(req.group, req.topic, req.queue_id)
         return m.ConsumerOffsetResponse(-1 if got is None else got)
 
     def _find_by_key(self, req: m.FindByKeyRequest) -> m.FindByKeyResponse:
-        msgs = self.node.store.find_by_key(req.topic, req.key, req.max_hits)
-        return m.FindByKeyResponse([msg.raw() for msg in msgs])
+        nodes = self.host.nodes if self.host is not None else [self._node]
+        msgs = []
+        for node in nodes:      # (a key may be on any queue of the topic: every group)
+            msgs.extend(node.store.find_by_key(req.topic, req.key, req.max_hits))
+        if len(nodes) > 1:
+            msgs.sort(key=lambda x: x.store_timestamp_ms, reverse=True)
+        return m.FindByKeyResponse([msg.raw() for msg in msgs[:req.max_hits]])
 
-    async def _admin(self, req: m.AdminRequest) -> m.AdminResponse:
-        node = self.node
+    async def _group_admin(self, req: m.GroupAdminRequest) -> m.GroupAdminResponse:
+        if self.host is None:
+            if req.group != 0:
+                raise m.UnknownGroupError(f"node {self.cfg.node_id} hosts group 0 only, not "
+                                          f"{req.group}")
+            node, groups = self._node, 1
+        else:
+            node, groups = self.host.node(req.group), self.host.groups
+        await self._admin(req, node)
+        s = self.status_response(node)
+        return m.GroupAdminResponse(groups, req.group, s.node_id, s.role, s.term, s.leader_id,
+                                    s.leader_address, s.commit_index, s.last_index, s.voters,
+                                    ready_to_serve=s.ready_to_serve)
+
+    async def _admin(self, req, node: Node | None = None) -> m.AdminResponse:
+        node = node or self.node
         op = req.op
         if op == m.AdminOp.TRANSFER_LEADERSHIP:
             if not req.node_id:
@@ -265,10 +319,10 @@ class ClientService:
             if not req.node_id:
                 raise InvalidArgumentError("remove_member needs a node id")
             node.remove_member(req.node_id)
-        return self.status_response()
+        return self.status_response(node)
 
-    def status_response(self) -> m.AdminResponse:
-        node = self.node
+    def status_response(self, node: Node | None = None) -> m.AdminResponse:
+        node = node or self.node
         core = node.core
         lid = core.leader_id
         return m.AdminResponse(node.id, int(core.role), core.term, lid,

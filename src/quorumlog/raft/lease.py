@@ -105,7 +105,9 @@ class LeaseRules:
         if self.is_ready_to_serve and not self.lease_valid():
             self.is_ready_to_serve = False
             self._events.append(LeaseExpired(self.term))
-        if now - self.last_send_heartbeat_ms >= c.heartbeat_interval_ms:
+        iv = c.heartbeat_interval_ms
+        if (now // iv > self.last_send_heartbeat_ms // iv if c.align_heartbeats
+                else now - self.last_send_heartbeat_ms >= iv):
             if self._hb_open:
                 self._close_heartbeat_round()
                 if self.role != Role.LEADER:

@@ -27,7 +27,8 @@ from ..references import touch_memory
 
 # Option names as BenchOptions spells them; the CLI shows them as --size, --count, ...
 ALL_OPTIONS = ("size", "count", "duration_s", "producers", "batch", "window", "flush",
-               "replicas", "connect", "secret_file", "kills", "kill_every_s", "rate")
+               "replicas", "connect", "secret_file", "kills", "kill_every_s", "rate",
+               "groups")
 OPTION_FLAGS = {"duration_s": "--duration", "kill_every_s": "--kill-every"}
 
 

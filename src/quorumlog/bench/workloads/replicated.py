@@ -34,7 +34,8 @@ import time
 from ...errors import ConfigError
 from ...net.messages import MAX_PRODUCER_IN_FLIGHT
 from ...node.config import NodeConfig, read_secret
-from ..cluster import (START_TIMEOUT_S, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
+from ...node.groups import group_of
+from ..cluster import (START_TIMEOUT_S, TOPIC, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
                        client_loop_runner, compare_logs, leader_address, read_back, start_local,
                        wait_converged)
 from ..goals import cluster_goal, failover_goal
@@ -95,7 +96,13 @@ def _integrity(verifier: Verifier, rb: dict, logs: dict | None, acked) -> dict:
     out["read_from"] = rb["read_from"]
     out["misplaced"] = rb["misplaced"]
     out["ok"] = out["ok"] and rb["misplaced"] == 0
-    if logs is not None:
+    if logs is not None and "groups" in logs:
+        # many groups: positions are per group's log (the queue says which group)
+        covered = all(a.last_position < logs["groups"][group_of(TOPIC, a.queue_id, len(
+            logs["groups"]))]["compared_bytes"] for a in acked)
+        out["replica_logs"] = {**logs, "covers_acknowledged": covered}
+        out["ok"] = out["ok"] and logs["identical"] and covered
+    elif logs is not None:
         last = max((a.last_position for a in acked), default=-1)
         covered = last < logs["compared_bytes"]
         out["replica_logs"] = {**logs, "covers_acknowledged": covered}
@@ -123,7 +130,7 @@ class _Run:
         r = self.r
         self.path = self.ctx.new_dir(f"{self.w.name}-{r.flush}-p{r.producers}-b{r.batch}"
                                      f"-w{r.window}")
-        self.cluster = start_local(self.path, r.replicas, r.flush)
+        self.cluster = start_local(self.path, r.replicas, r.flush, groups=r.groups)
         self.addresses = self.cluster.client_addresses()
         self.secret = self.cluster.secret()
 
@@ -208,7 +215,7 @@ class ClusterWorkload(_Replicated):
     defaults = {"duration_s": 10.0, "batch": 256, "producers": 2, "window": 8,
                 "flush": "async", "replicas": 3}
     uses = frozenset({"size", "count", "duration_s", "producers", "batch", "window", "flush",
-                      "replicas", "connect", "secret_file"})
+                      "replicas", "connect", "secret_file", "groups"})
 
     def run(self, r: Resolved, ctx: RunContext) -> list:
         if r.connect:           # the replicas are the ones named
@@ -225,7 +232,7 @@ class ClusterWorkload(_Replicated):
             cpu = CpuMeter(c) if c else None
             with ctx.progress.phase(self.describe(r), r.count, r.duration_s) as ph:
                 load = Load(run.addresses, run.secret, r, payload, latency,
-                            ph.use_slots(r.producers))
+                            ph.use_slots(r.producers), client_kw={"groups": r.groups})
                 if cpu:
                     cpu.start()
                 _, seconds, bench_cpu = run.runner(load.run())

@@ -1,0 +1,147 @@
+"""Many Raft groups per process (node/host.py): 3 replica processes on loopback hosting G
+groups each. Measured after every group elected and the leaders spread:
+
+  * idle CPU of each process (user + system, from /proc) over --seconds;
+  * frames per second between two processes (the control and data connections of n1 to n2,
+    as n1's transport counts them; heartbeats and their answers are nearly all of it), read
+    in-process from three NodeHosts in one event loop (--frames);
+  * --kills N: kill -9 of n1 (no load), N times: seconds until every group it led has a
+    leader again (polled every 20 ms), then n1 restarted and its groups given back.
+
+    .venv/bin/python bench/bench_groups.py --groups 1 64 [--seconds 20] [--frames]
+    .venv/bin/python bench/bench_groups.py --groups 16 --kills 5 --seconds 0
+
+Not a test: nothing here asserts a number. docs/benchmarks.md has the figures measured.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from quorumlog.bench.measure import pid_cpu_seconds  # noqa: E402
+from quorumlog.localcluster import LocalCluster, free_port  # noqa: E402
+from quorumlog.node import load_node_config  # noqa: E402
+from quorumlog.node.groups import preferred_leader  # noqa: E402
+from quorumlog.node.host import NodeHost  # noqa: E402
+from quorumlog.raft.messages import Role  # noqa: E402
+
+
+def idle_cpu(groups: int, seconds: float, base: str) -> dict:
+    c = LocalCluster(os.path.join(base, f"cpu-g{groups}"), 3, profile="small", groups=groups)
+    try:
+        c.start()
+        c.wait_started(timeout=120)
+        if groups > 1:
+            c.wait_group_leaders(timeout=120)
+        else:
+            c.wait_leader(timeout=60)
+        time.sleep(5)              # leaders moved back to their preferred members
+        pids = {n: c.pid(n) for n in c.ids}
+        cpu0 = {n: pid_cpu_seconds(p) for n, p in pids.items()}
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - t0
+        cpu = {n: (pid_cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()}
+    finally:
+        c.stop()
+    return {"groups": groups, "cpu_percent_of_one_core": {n: round(v, 2) for n, v in cpu.items()},
+            "cluster_cpu_percent_of_one_core": round(sum(cpu.values()), 2),
+            "seconds": round(wall, 1)}
+
+
+async def _frames(groups: int, seconds: float, base: str) -> dict:
+    ids = ["n1", "n2", "n3"]
+    peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
+    hosts = []
+    try:
+        for i in ids:
+            cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers,
+                                               secret="s" * 16, groups=groups,
+                                               store=dict(profile="small"))
+            h = NodeHost(os.path.join(base, f"frames-g{groups}", i), cfg, rcfg, store_cfg=scfg)
+            await h.start()
+            hosts.append(h)
+        deadline = time.monotonic() + 120
+        while not all(any(h.nodes[g].role == Role.LEADER for h in hosts)
+                      for g in range(groups)):
+            assert time.monotonic() < deadline, "not every group has a leader"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(5)
+
+        def count():
+            st = hosts[0].transport.stats()["peers"]["n2"]
+            lanes = [st] + ([st["control"]] if st.get("control") else [])
+            return sum(x["sent"] + x["received"] for x in lanes)
+        n0, t0 = count(), time.monotonic()
+        await asyncio.sleep(seconds)
+        rate = (count() - n0) / (time.monotonic() - t0)
+    finally:
+        for h in hosts:
+            await h.stop()
+    return {"groups": groups, "frames_per_s_n1_n2_both_ways": round(rate, 1)}
+
+
+def failover(groups: int, kills: int, base: str) -> dict:
+    c = LocalCluster(os.path.join(base, f"kill-g{groups}"), 3, profile="small", groups=groups)
+    gaps = []
+    try:
+        c.start()
+        c.wait_started(timeout=120)
+        with c.client(request_timeout=2, retry_timeout=2) as admin:
+            for _ in range(kills):
+                _wait(lambda: c.group_leaders(admin) == [preferred_leader(g, c.ids)
+                                                         for g in range(groups)], 120)
+                lost = [g for g, x in enumerate(c.group_leaders(admin)) if x == "n1"]
+                c.kill("n1")
+                t0 = time.monotonic()
+                _wait(lambda: all(x not in (None, "n1") for x in c.group_leaders(admin)), 60)
+                gaps.append(time.monotonic() - t0)
+                print(json.dumps({"groups": groups, "lost": lost,
+                                  "reelected_s": round(gaps[-1], 3)}), flush=True)
+                c.restart("n1")
+    finally:
+        c.stop()
+    gaps.sort()
+    return {"groups": groups, "kills": kills, "reelected_s_median": gaps[len(gaps) // 2],
+            "reelected_s_max": gaps[-1]}
+
+
+def _wait(cond, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--frames", action="store_true", help="also frames/s (in-process hosts)")
+    ap.add_argument("--kills", type=int, default=0, help="kill -9 of n1 this many times")
+    ap.add_argument("--dir", default=None)
+    a = ap.parse_args()
+    base = tempfile.mkdtemp(prefix="ql-groups-idle-", dir=a.dir)
+    for g in a.groups:
+        if a.kills:
+            print(json.dumps(failover(g, a.kills, base)), flush=True)
+        if not a.seconds:
+            continue
+        print(json.dumps(idle_cpu(g, a.seconds, base)), flush=True)
+        if a.frames:
+            print(json.dumps(asyncio.run(_frames(g, a.seconds, base))), flush=True)
+    shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""NodeHost: the Raft groups of one process (Multi-Raft). Each group is a whole `Node` (its own
+core, store directory, role, timers); the host owns what they share -- the event loop, one
+peer listener and one connection (lane pair) per peer pair -- and demultiplexes peer frames
+to the groups by the frame header's group field. It also keeps the groups' leaders spread
+over the members (preferred leaders, node/groups.py) by transferring leadership back, one
+group at a time.
+
+    host = NodeHost(path, cfg, raft_cfg, store_cfg=..., groups=8)
+    await host.start()
+    node = host.node_for("orders", 3)        # the Node of the group that holds the queue
+    await host.stop()
+
+groups == 1 is today's replica exactly: one Node at <dir> with a transport of its own (the
+frames' group field stays 0). groups > 1: <dir>/groups/<g>/, one shared PeerTransport whose
+decoder accepts the group field; a frame naming a group this process does not host is
+refused (UnknownGroupError, counted per peer in `stats()["unknown_group"]`, logged at most
+every few seconds) and changes nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import random
+import time
+
+from ..config import load_config
+from ..metrics import GroupsCollector, serve_collector
+from ..net.messages import (MAX_BATCH_GROUPS, HeartbeatBatch, HeartbeatResponseBatch,
+                            UnknownGroupError)
+from ..net.ratelog import RateLimitedLog
+from ..net.transport import DATA, TransportConfig
+from ..raft.core import RaftConfig
+from ..raft.messages import Heartbeat, HeartbeatResponse, Role
+from .clock import MonotonicClock
+from .config import NodeConfig, parse_address
+from .driver import Node
+from .flusher import SharedFlusher
+from .groups import check_groups, check_layout, group_dir, group_of, preferred_leader
+from .wiring import tcp_transport
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NodeHost", "GroupLink"]
+
+# a tick's heartbeats (and a batch's answers) of every group to one peer: one frame
+_BATCHED = {Heartbeat: HeartbeatBatch, HeartbeatResponse: HeartbeatResponseBatch}
+_UNBATCH = frozenset(_BATCHED.values())
+
+_BALANCE_EVERY_MS = 500         # how often a host looks for a group to give back
+_BALANCE_RETRY_MS = 5000        # a group whose transfer was asked is not asked again sooner
+_BALANCE_MAX_LAG = 64           # the preferred member must be this close to the leader's end
+
+
+class GroupLink:
+    """One group's view of the host's shared transport: the net/seam.py Transport a Node is
+    given. Sends carry the group id; start/close belong to the host."""
+
+    def __init__(self, host: "NodeHost", group: int):
+        self.host = host
+        self.group = group
+        self.on_message = None
+
+    @property
+    def address(self):
+        t = self.host.transport
+        return t.address if t is not None else None
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def send(self, peer_id: str, message) -> bool:
+        t = self.host.transport
+        if t is None or t.closed:
+            return False
+        if type(message) in _BATCHED:
+            return self.host.queue_heartbeat(peer_id, self.group, message)
+        return t.send(peer_id, message, self.group)
+
+    def add_peer(self, peer_id: str, address) -> None:
+        t = self.host.transport
+        if t is not None and (address is not None or peer_id not in t.peers()):
+            t.add_peer(peer_id, address)
+
+    def remove_peer(self, peer_id: str) -> None:
+        pass     # (the connection is shared: other groups may still have the member)
+
+    def is_connected(self, peer_id: str, lane: int = DATA) -> bool:
+        t = self.host.transport
+        return t is not None and t.is_connected(peer_id, lane)
+
+    def stats(self) -> dict:
+        t = self.host.transport
+        return t.stats() if t is not None else {"peers": {}}
+
+
+class NodeHost:
+    """See the module docstring. Build, then `await start()` in the loop that runs it."""
+
+    def __init__(self, path, cfg: NodeConfig, raft_cfg: RaftConfig | None = None, *,
+                 store_cfg=None, groups: int | None = None,
+                 transport_config: TransportConfig | None = None,
+                 rng: random.Random | None = None, balance: bool = True,
+                 node_class: type = Node):
+        self.path = path
+        self.cfg = cfg
+        self.groups = check_groups(groups if groups is not None else cfg.groups)
+        self.raft_cfg = raft_cfg or RaftConfig()
+        self.store_cfg = store_cfg
+        self.transport_config = transport_config
+        self.rng = rng or random.Random()
+        self.balance = balance and self.groups > 1
+        self.node_class = node_class     # (the benchmark's replica counts with a subclass)
+        self.transport = None
+        self.nodes: list[Node] = []
+        self._links: list[GroupLink] = []
+        self._balancer: asyncio.Task | None = None
+        self._ticker: asyncio.Task | None = None
+        self.clock = MonotonicClock()
+        self._metrics_server = None
+        self.metrics_address: tuple | None = None
+        self.flusher: SharedFlusher | None = None
+        self._asked: dict[int, float] = {}      # group -> when its transfer was asked
+        self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
+                      "batched_heartbeats": 0, "heartbeat_batches": 0}
+        self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
+        self._listeners: list = []
+        self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
+
+    # ---------------------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self._events.loop = asyncio.get_running_loop()
+        check_layout(self.path, self.groups)
+        if self.groups == 1:
+            node = self.node_class(self.path, self.cfg, self.raft_cfg,
+                                   store_cfg=self.store_cfg,
+                                   transport_config=self.transport_config, rng=self.rng)
+            self._listen(node, 0)
+            await node.start()
+            self.nodes = [node]
+            self.transport = node.transport
+            return
+        # the groups serve /metrics together (metrics.GroupsCollector), not one each
+        gcfg = dataclasses.replace(self.cfg, metrics_addr=None)
+        rcfg = dataclasses.replace(self.raft_cfg, align_heartbeats=True)
+        # sync mode: one flush thread for every group (a round flushes each waiting log)
+        self.flusher = SharedFlusher() if self.store_cfg.flush == "sync" else None
+        # an auto-created topic spans every group: at least G queues (clients assume the
+        # same when they choose a queue: client.py topic_queues)
+        scfg = self.store_cfg if self.store_cfg is not None else load_config(None, {})
+        self.store_cfg = dataclasses.replace(
+            scfg, default_topic_queues=max(scfg.default_topic_queues, self.groups))
+        try:
+            for g in range(self.groups):
+                link = GroupLink(self, g)
+                node = self.node_class(group_dir(self.path, g, self.groups), gcfg,
+                                       rcfg, store_cfg=self.store_cfg,
+                                       rng=random.Random(self.rng.random()), transport=link,
+                                       clock=self.clock, own_ticker=False,
+                                       flusher=self.flusher.handle() if self.flusher else None)
+                self._links.append(link)
+                self._listen(node, g)
+                await node.start()
+                self.nodes.append(node)
+            self.transport = self._shared_transport()
+            self.transport.on_group_message = self._on_group_message
+            await self.transport.start()
+        except BaseException:
+            await self._stop_nodes()
+            raise
+        loop = asyncio.get_running_loop()
+        if self.cfg.metrics_addr is not None:
+            mhost, mport = parse_address(self.cfg.metrics_addr, "metrics_addr")
+            collector = GroupsCollector(lambda: [(n.store, n.metrics) for n in self.nodes])
+            self._metrics_server, port = serve_collector(collector, mport, mhost)
+            self.metrics_address = (mhost, port)
+        self._ticker = loop.create_task(self._tick_loop())
+        if self.balance:
+            self._balancer = loop.create_task(self._balance_loop())
+        log.info("node %s: hosting %d Raft groups in %s", self.cfg.node_id, self.groups,
+                 self.path)
+
+    def _shared_transport(self):
+        tcfg = self.transport_config or TransportConfig(
+            max_frame_bytes=self.cfg.max_frame_bytes,
+            handshake_timeout_ms=self.cfg.handshake_timeout_ms,
+            max_send_queue_bytes=max(64 << 20, self.cfg.max_frame_bytes),
+            control_lane=self.cfg.control_lane)
+        tcfg = dataclasses.replace(tcfg, allow_groups=True)
+        return tcp_transport(self.cfg, transport_config=tcfg, rng=self.rng,
+                             segment_size_bytes=self.nodes[0].store.commitlog.segment_size_bytes)
+
+    async def stop(self) -> None:
+        for t in (self._balancer, self._ticker):
+            if t is not None:
+                t.cancel()
+                try:
+                    await t
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._balancer = self._ticker = None
+        if self._metrics_server is not None:
+            server, self._metrics_server = self._metrics_server, None
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: (server.shutdown(), server.server_close()))
+        await self._stop_nodes()
+
+    async def _tick_loop(self) -> None:
+        """One timer ticks every group (a task per group woke 100 times a second each)."""
+        clock = self.clock
+        interval = self.cfg.tick_ms
+        while True:
+            await clock.sleep_ms(interval)
+            now = clock.now_ms()
+            for node in self.nodes:
+                node.tick(now)
+
+    async def _stop_nodes(self) -> None:
+        for node in self.nodes:
+            await node.stop()
+        if self.groups > 1 and self.transport is not None:
+            await self.transport.close()
+
+    @property
+    def peer_address(self):
+        return self.transport.address if self.transport is not None else None
+
+    # ---------------------------------------------------------------------------- routing
+    def node(self, group: int) -> Node:
+        """The Node of `group`; UnknownGroupError for a group this process does not host."""
+        if type(group) is not int or not 0 <= group < len(self.nodes):
+            raise UnknownGroupError(f"node {self.cfg.node_id} hosts groups 0..{self.groups - 1}"
+                                    f", not {group!r}")
+        return self.nodes[group]
+
+    def group_of(self, topic: str, queue_id: int) -> int:
+        return group_of(topic, queue_id, self.groups)
+
+    def node_for(self, topic: str, queue_id: int) -> Node:
+        """The Node of the group that holds (topic, queue_id) (node/groups.py's rule)."""
+        return self.nodes[group_of(topic, queue_id, self.groups)] if self.groups > 1 \
+            else self.nodes[0]
+
+    # ---------------------------------------------------------------------------- heartbeats
+    def queue_heartbeat(self, peer: str, group: int, msg) -> bool:
+        """Queue one group's heartbeat (or answer) for `peer`: every one queued in this loop
+        turn goes in one frame at its end (the host ticks every group in one turn, and the
+        cores align their heartbeats to the same ticks: RaftConfig.align_heartbeats)."""
+        key = (peer, _BATCHED[type(msg)])
+        q = self._out.get(key)
+        if q is None:
+            if not self._out:
+                asyncio.get_running_loop().call_soon(self._send_batches)
+            q = self._out[key] = []
+        if type(msg) is Heartbeat:
+            q.append((group, msg.term, msg.commit_index, msg.seq))
+        else:
+            q.append((group, msg.term, msg.code, msg.seq))
+        return True
+
+    def _send_batches(self) -> None:
+        out, self._out = self._out, {}
+        t = self.transport
+        if t is None or t.closed:
+            return
+        me = self.cfg.node_id
+        for (peer, cls), entries in out.items():
+            self.stats["batched_heartbeats"] += len(entries)
+            for i in range(0, len(entries), MAX_BATCH_GROUPS):
+                self.stats["heartbeat_batches"] += 1
+                t.send(peer, cls(me, peer, entries[i:i + MAX_BATCH_GROUPS]))
+
+    def _unbatch(self, peer: str, msg) -> None:
+        me = self.cfg.node_id
+        hb = type(msg) is HeartbeatBatch
+        for group, term, x, seq in msg.entries:
+            one = Heartbeat(term, peer, me, x, seq) if hb else \
+                HeartbeatResponse(term, peer, me, x, seq)
+            self._on_group_message(peer, group, one)
+
+    def _on_group_message(self, peer: str, group: int, msg) -> None:
+        if type(msg) in _UNBATCH:
+            self._unbatch(peer, msg)
+            return
+        if group < len(self._links):
+            on = self._links[group].on_message
+            if on is not None:
+                on(peer, msg)
+                return
+        # a peer configured with more groups (or a broken peer): nothing of ours changes
+        self.stats["unknown_group"][peer] += 1
+        self._events.log(logging.WARNING, "unknown group",
+                         "peer %r sent %s for group %d: %s", peer, type(msg).__name__, group,
+                         UnknownGroupError(f"this process hosts groups 0..{self.groups - 1}"))
+
+    # ---------------------------------------------------------------------------- balance
+    async def _balance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_BALANCE_EVERY_MS / 1000)
+            try:
+                self.balance_once()
+            except Exception:
+                log.exception("node %s: leader balancing failed", self.cfg.node_id)
+
+    def balance_once(self) -> int | None:
+        """Give one group whose preferred leader is another, caught-up, connected member
+        back to it (leadership transfer); at most one group per call, and none while a
+        transfer asked by this host is still running. Returns the group or None."""
+        now = time.monotonic() * 1000
+        me = self.cfg.node_id
+        for g, node in enumerate(self.nodes):
+            core = node.core
+            if core is None or core.role != Role.LEADER or core.transferee is not None:
+                continue
+            if not node.ready_to_serve:
+                continue
+            if now - self._asked.get(g, -1e18) < _BALANCE_RETRY_MS:
+                continue
+            pref = preferred_leader(g, core.voters)
+            if pref == me or pref not in core.progress:
+                continue
+            if not self.transport.is_connected(pref):
+                continue
+            if core.log.last_index() - core.progress[pref].match > _BALANCE_MAX_LAG:
+                continue
+            self._asked[g] = now
+            try:
+                node.transfer_leadership(pref)
+            except Exception as e:      # (lost leadership meanwhile, a transfer running)
+                log.info("node %s: group %d: no transfer to %s: %s", me, g, pref, e)
+                continue
+            self.stats["transfers_asked"] += 1
+            log.info("node %s: group %d: leadership back to its preferred leader %s", me, g,
+                     pref)
+            return g
+        return None
+
+    def add_listener(self, fn) -> None:
+        """fn(group, event) on the loop for every core event of every group (RoleChanged,
+        ReadyToServe, ...: the group says whose); call before start() to miss none."""
+        self._listeners.append(fn)
+
+    def _listen(self, node, group: int) -> None:
+        node.add_listener(lambda ev: [fn(group, ev) for fn in self._listeners])
+
+    # ---------------------------------------------------------------------------- status
+    def leaders(self) -> list:
+        """The leader id each group's core knows (None: none known)."""
+        return [n.core.leader_id if n.core is not None else None for n in self.nodes]
+
+    def status(self) -> dict:
+        return {"node_id": self.cfg.node_id, "groups": self.groups,
+                "unknown_group": dict(self.stats["unknown_group"]),
+                "transfers_asked": self.stats["transfers_asked"],
+                "group_status": [n.status() for n in self.nodes]}
