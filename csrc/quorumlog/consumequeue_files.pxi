@@ -106,14 +106,21 @@ cdef class CQFile:
         """msync the file when it was written to. StorageError when that fails; the file
         then stays dirty, but a later msync returning 0 proves nothing (the kernel reports
         a write-back error once): the caller must not count on these entries again."""
-        cdef int err
         if self.dirty:
-            with nogil:
-                err = ql_msync(<char *>self.base, 0, self.capacity * sizeof(CQEntry))
-            if err:
-                raise StorageError(f"msync of consume queue file {self.path} failed: "
-                                   f"{os.strerror(err)}", str(self.path), err)
+            self.msync()
             self.dirty = False
+
+    def msync(self):
+        """msync the whole file, dirty or not, without the GIL and without touching `dirty`:
+        a checkpoint taken outside the store's lock clears `dirty` under the lock first (so
+        an entry written meanwhile marks the file again), then calls this. StorageError as
+        flush()."""
+        cdef int err
+        with nogil:
+            err = ql_msync(<char *>self.base, 0, self.capacity * sizeof(CQEntry))
+        if err:
+            raise StorageError(f"msync of consume queue file {self.path} failed: "
+                               f"{os.strerror(err)}", str(self.path), err)
 
 
 cdef inline void _put_entry(CQFile f, Py_ssize_t i, int64_t position, int32_t size,

@@ -183,3 +183,35 @@ def test_client_coalesces_concurrent_single_messages_and_splits_the_acks(tmp_pat
             for n in nodes:
                 await n.stop()
     asyncio.run(run())
+
+
+def test_status_answer_says_whether_the_member_is_ready_to_serve(tmp_path):
+    """The status answer carries ready_to_serve: True from the leader serving, False from a
+    follower, and False from the leader once its lease has run out (its followers stopped)."""
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        follower = next(n for n in nodes if n is not leader)
+        fcfg = dataclasses.replace(follower.cfg, client_addr=f"127.0.0.1:{free_port()}")
+        fsvc = ClientService(follower, fcfg)
+        await fsvc.start()
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                st = await cl.status(cfg.client_addr)
+                assert st.node_id == leader.id and st.ready_to_serve is True
+                st = await cl.status(fcfg.client_addr)
+                assert st.node_id == follower.id and st.ready_to_serve is False
+                for n in nodes:
+                    if n is not leader:
+                        await n.stop()
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while (await cl.status(cfg.client_addr)).ready_to_serve:
+                    assert loop.time() < deadline, "the leader still serving without a quorum"
+                    await asyncio.sleep(0.02)
+                assert not leader.ready_to_serve
+        finally:
+            await fsvc.stop()
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    asyncio.run(run())

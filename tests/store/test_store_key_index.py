@@ -3,6 +3,8 @@ from keyindex/ files built behind dispatch; collisions are confirmed against the
 a limit on hits; rebuilt from the log after a crash, a damaged or deleted file; files follow
 retention; bad input is refused."""
 import os
+import threading
+import time
 
 import pytest
 
@@ -110,3 +112,36 @@ def test_read_only_store_finds_keys(open_store, store_dir, dir_tree):
     with quorumlog.open(store_dir, read_only=True, environ={}) as r:
         assert [m.body for m in r.find_by_key("t", "k")] == [b"x"]
     assert dir_tree(store_dir) == before
+
+
+def test_the_timer_catches_the_index_up_a_bounded_stretch_per_turn(open_store, monkeypatch):
+    """A key index far behind (a restart) is caught up by the timer thread a bounded stretch
+    of log per turn, each holding the store's lock briefly, not the whole log at once; a
+    record larger than the stretch still gets indexed."""
+    from quorumlog.store import message_store
+    monkeypatch.setattr(message_store, "_KEYS_PER_TURN_BYTES", 16 << 10, raising=False)
+    steps = []
+    real = keyindex.KeyIndex.catch_up
+
+    def recording(self, upto, *a, **kw):
+        before = self.position
+        real(self, upto, *a, **kw)
+        if threading.current_thread().name == "quorumlog-store-timer" and self.position > before:
+            steps.append(self.position - before)
+    monkeypatch.setattr(keyindex.KeyIndex, "catch_up", recording)
+    s = open_store(background=True, schedule_interval_ms=5, disk_clean_ratio=1.0,
+                   disk_force_clean_ratio=1.0, disk_reject_ratio=1.0,   # (no retention)
+                   delete_when="%02d" % ((time.localtime().tm_hour + 12) % 24))
+    with s._lock:                       # (the timer waits: the index falls behind)
+        for i in range(200):
+            s.put("t", b"x" * 1000, keys=("k%d" % i,))
+        s.put("t", b"b" * (40 << 10), keys=("big",))
+    deadline = time.monotonic() + 20
+    while s._keys.position < s._dispatcher.position:     # the timer alone catches up
+        assert time.monotonic() < deadline, (s._keys.position, s._dispatcher.position, steps)
+        time.sleep(0.01)
+    # bounded stretches (past the bound: the one with the big record, a segment's padding)
+    assert len(steps) >= 10 and sum(n > 16 << 10 for n in steps) <= 2, steps
+    assert max(steps) <= (16 << 10) + (41 << 10), steps
+    assert [len(m.body) for m in s.find_by_key("t", "big")] == [40 << 10]
+    assert [m.body for m in s.find_by_key("t", "k7")] == [b"x" * 1000]

@@ -143,7 +143,8 @@ def cluster_start(nodes, directory, flush, segment_size_bytes, profile, groups, 
 @cluster.command("status")
 @click.option("--dir", "directory", required=True, type=click.Path(exists=True, file_okay=False))
 def cluster_status(directory):
-    """Roles, terms, commit indexes and lag of every member."""
+    """Roles, terms, commit indexes, lag of every member, and whether it is serving (a
+    leader ready to serve: its lease holds and its term's first entry is committed)."""
     c = LocalCluster(directory)
     if not c.peers:
         raise click.ClickException(f"no cluster in {directory}")
@@ -154,7 +155,7 @@ def cluster_status(directory):
     ok = [s for s in st.values() if not isinstance(s, Exception)]
     top = max((s.last_index for s in ok), default=0)
     click.echo(f"{'node':6} {'pid':>8} {'role':10} {'term':>6} {'commit':>10} {'last':>10} "
-               f"{'lag':>8}  leader")
+               f"{'lag':>8}  leader  serving")
     for nid in c.ids:
         s = st[nid]
         pid = c.pid(nid) if c.alive(nid) else "-"
@@ -163,7 +164,8 @@ def cluster_status(directory):
                        f"({type(s).__name__})")
             continue
         click.echo(f"{nid:6} {pid!s:>8} {Role(s.role).name:10} {s.term:>6} {s.commit_index:>10} "
-                   f"{s.last_index:>10} {top - s.last_index:>8}  {s.leader_id or '-'}")
+                   f"{s.last_index:>10} {top - s.last_index:>8}  {s.leader_id or '-':6}  "
+                   f"{'yes' if s.ready_to_serve else '-'}")
     # members the group has that this directory did not start (add_member): from the
     # leader's configuration, as it reports them
     leaders = [s for s in ok if s.role == int(Role.LEADER)]

@@ -659,7 +659,8 @@ register(0x45, m.OffsetsResponse, [("min_offset", INDEX), ("max_offset", INDEX),
 register(0x46, m.AdminRequest, [("op", Enum(m.AdminOp)), ("node_id", OPT_NODE_ID),
                                 ("address", ADDRESS)], channel=CLIENT)
 register(0x47, m.AdminResponse, [("role", U8), ("term", TERM), ("commit_index", INDEX),
-                                 ("last_index", INDEX), ("node_id", NODE_ID),
+                                 ("last_index", INDEX), ("ready_to_serve", BOOL),
+                                 ("node_id", NODE_ID),
                                  ("leader_id", OPT_NODE_ID), ("leader_address", ADDRESS),
                                  ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,
          build=lambda v, s, d: m.AdminResponse(**{**v, "voters": tuple(v["voters"])}))
@@ -669,6 +670,7 @@ register(0x4C, m.GroupAdminRequest, [("group", GROUP_ID), ("op", Enum(m.AdminOp)
 register(0x4D, m.GroupAdminResponse, [("groups", Fixed("H", 1, m.MAX_GROUPS)),
                                       ("group", GROUP_ID), ("role", U8), ("term", TERM),
                                       ("commit_index", INDEX), ("last_index", INDEX),
+                                      ("ready_to_serve", BOOL),
                                       ("node_id", NODE_ID), ("leader_id", OPT_NODE_ID),
                                       ("leader_address", ADDRESS),
                                       ("voters", List(NODE_ID, m.MAX_VOTERS))], channel=CLIENT,

@@ -237,6 +237,9 @@ class AdminResponse:
     commit_index: int
     last_index: int
     voters: tuple = ()
+    # a leader whose lease holds and whose term's first entry is committed (it serves writes
+    # and lease reads now); False on followers and on a leader not (or no longer) serving
+    ready_to_serve: bool = False
 
 
 @dataclass(slots=True)
@@ -262,6 +265,7 @@ class GroupAdminResponse:
     commit_index: int
     last_index: int
     voters: tuple = ()
+    ready_to_serve: bool = False   # as AdminResponse's
 
 
 class ErrorCode(IntEnum):

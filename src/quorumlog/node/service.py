@@ -297,7 +297,8 @@ class ClientService:
         await self._admin(req, node)
         s = self.status_response(node)
         return m.GroupAdminResponse(groups, req.group, s.node_id, s.role, s.term, s.leader_id,
-                                    s.leader_address, s.commit_index, s.last_index, s.voters)
+                                    s.leader_address, s.commit_index, s.last_index, s.voters,
+                                    ready_to_serve=s.ready_to_serve)
 
     async def _admin(self, req, node: Node | None = None) -> m.AdminResponse:
         node = node or self.node
@@ -327,7 +328,7 @@ class ClientService:
         return m.AdminResponse(node.id, int(core.role), core.term, lid,
                                self.cfg.client_addrs.get(lid) if lid else None,
                                core.commit_index, node.store.commitlog.last_index,
-                               tuple(core.voters))
+                               tuple(core.voters), ready_to_serve=bool(node.ready_to_serve))
 
 
 def records_next(msgs, n: int) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -180,6 +181,15 @@ class Dispatcher:
         self.before_checkpoint: Callable[[int], None] | None = None
         self.index = 0              # raft index of the last dispatched record (0: unknown)
         self._checkpoint_due = monotonic() + config.dispatch_checkpoint_interval_ms / 1000.0
+        # True while a thread of the store checkpoints every interval (checkpoint_unlocked):
+        # dispatch on the put/commit path then never does the checkpoint's msync and fsyncs
+        # itself -- on a replica's event loop they stalled acknowledgements for seconds when
+        # the disk was slow (docs/reliability.md, "Floods")
+        self.background = False
+        # held by a checkpoint's disk writes (msyncs, queue_offsets.json): one at a time;
+        # each checkpoint() bumps _cp_gen under it
+        self._cp_lock = threading.Lock()
+        self._cp_gen = 0
 
     # -- recovery ----------------------------------------------------------------------------
     def recover(self, topics_untrusted: bool, replicated: bool, counter: OffsetCounter) -> None:
@@ -429,7 +439,7 @@ class Dispatcher:
         finally:
             if self.position != start and self.on_advance is not None:
                 self.on_advance()
-        if checkpoint or self._monotonic() >= self._checkpoint_due:
+        if checkpoint or (not self.background and self._monotonic() >= self._checkpoint_due):
             self.checkpoint()
 
     def _dispatch_to(self, lg, limit: int, skip_damage: bool = False) -> None:
@@ -495,7 +505,7 @@ class Dispatcher:
             self.index = req.last_index
         if self.position < committed:
             self.dispatch()
-        elif self._monotonic() >= self._checkpoint_due:
+        elif not self.background and self._monotonic() >= self._checkpoint_due:
             self.checkpoint()
 
     def _place_batch(self, req) -> None:
@@ -635,6 +645,18 @@ class Dispatcher:
         re-dispatches from that position."""
         if getattr(self.log, "read_only", False):
             return      # a read-only store dispatches into memory only
+        # (_cp_lock: a checkpoint_unlocked still msyncing files whose `dirty` it cleared
+        # finishes first -- cq.flush() here skips them)
+        with self._cp_lock:
+            self._cp_gen += 1
+            saved = self._checkpoint_files()
+        if saved and self.position != self.log.dispatched_position:
+            self.log.set_dispatched_position(self.position)
+        self._checkpoint_due = (self._monotonic()
+                                + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+
+    def _checkpoint_files(self) -> bool:
+        """checkpoint()'s disk writes (store lock and _cp_lock held) -> the summary saved."""
         if self.durable_failed is None:
             try:
                 for t in self.topics.all():
@@ -647,16 +669,55 @@ class Dispatcher:
                           self.path, exc, self.log.dispatched_position)
         if self.durable_failed is None and self.before_checkpoint is not None:
             self.before_checkpoint(self.position)
-        if self.durable_failed is None and self._save_summary():
-            if self.position != self.log.dispatched_position:
-                self.log.set_dispatched_position(self.position)
-        self._checkpoint_due = (self._monotonic()
-                                + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+        return self.durable_failed is None and self._save_summary(self._summary_now())
 
-    def _save_summary(self) -> bool:
-        """Write queue_offsets.json for the dispatched position (the queue files are durable
-        up to it) -> False when it could not be written (the durable dispatched position then
-        stays where it was; a full disk is retried at the next checkpoint)."""
+    def checkpoint_unlocked(self, lock) -> None:
+        """checkpoint() for the store's timer thread, which holds `lock` (the store's) only
+        to take and to publish the snapshot: the msyncs and the summary's write run without
+        it, so puts, commits and reads go on while the disk is slow.
+
+        Under the lock: dispatch, the position P, the queue files written since the last
+        checkpoint (their `dirty` cleared: an entry placed meanwhile marks its file again
+        for the next one), the summary of the queues at P, the derived state
+        (before_checkpoint). Without it: msync those files, write the summary -- unless a
+        checkpoint() ran meanwhile (it covered a later position). Under the lock again: P
+        is handed to the log, as checkpoint() does, unless a checkpoint ran meanwhile."""
+        with lock:
+            if getattr(self.log, "closed", False):
+                return                # (replaced: an install reopened the store meanwhile)
+            if getattr(self.log, "read_only", False) or self.durable_failed is not None:
+                self.checkpoint()
+                return
+            self.dispatch()
+            position = self.position
+            files = [f for t in self.topics.all() for cq in t.queues
+                     for f in cq.files.values() if f.dirty]
+            for f in files:
+                f.dirty = False
+            summary = self._summary_now()
+            gen, lg = self._cp_gen, self.log
+            if self.before_checkpoint is not None:
+                self.before_checkpoint(position)
+            self._checkpoint_due = (self._monotonic()
+                                    + self.config.dispatch_checkpoint_interval_ms / 1000.0)
+        with self._cp_lock:       # (the store's lock is never taken while holding this one)
+            try:
+                for f in files:
+                    f.msync()
+            except StorageError as exc:
+                self.durable_failed = str(exc)
+                log.error("store %s: %s; the consume queues are not made durable again until "
+                          "the store is reopened (it re-dispatches from position %d)",
+                          self.path, exc, lg.dispatched_position)
+                return
+            saved = gen == self._cp_gen and self._save_summary(summary)
+        with lock:
+            if saved and gen == self._cp_gen and self.log is lg \
+                    and self.durable_failed is None and position > lg.dispatched_position:
+                lg.set_dispatched_position(position)
+
+    def _summary_now(self) -> dict:
+        """What queue_offsets.json says of the queues as dispatched now (store lock held)."""
         queues = {}
         for t in self.topics.all():
             qs = []
@@ -664,7 +725,12 @@ class Dispatcher:
                 e = None if cq.empty else cq.position_of(cq.next_offset - 1)
                 qs.append([int(cq.next_offset), -1 if e is None else e[0]])
             queues[t.name] = qs
-        summary = {"version": 1, "position": self.position, "queues": queues}
+        return {"version": 1, "position": self.position, "queues": queues}
+
+    def _save_summary(self, summary: dict) -> bool:
+        """Write queue_offsets.json (`summary`: the queue files are durable up to its
+        position) -> False when it could not be written (the durable dispatched position then
+        stays where it was; a full disk is retried at the next checkpoint). _cp_lock held."""
         if summary == self._summary:
             return True
         try:

@@ -45,6 +45,9 @@ from .topics import TopicRegistry, check_user_topic
 from .writes import BatchResult, PutRequest, PutResult, Writer, check_queue_id, complete
 
 _new_tuple = tuple.__new__
+# log bytes the timer thread indexes by key per turn, holding the store's lock (a turn is
+# every schedule_interval_ms at most: 4 MiB per 100 ms outruns any put rate of this store)
+_KEYS_PER_TURN_BYTES = 4 << 20
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +75,12 @@ class Services:
         return self.dispatcher.position
 
     def checkpoint_dispatch(self) -> None:
-        self.dispatcher.checkpoint()
+        # With the timer thread's checkpoints (background) the log's durable dispatched
+        # position is at most one interval old, and retention deletes only below it: no
+        # checkpoint here, whose msyncs and fsyncs would run under the store's lock (every
+        # retention run while the disk is past disk_clean_ratio)
+        if not self.dispatcher.background:
+            self.dispatcher.checkpoint()
 
     def queue_count(self, topic: str) -> int:
         t = self.topics.by_name.get(topic)
@@ -157,6 +165,8 @@ class MessageStore:
                                           self._clock_ms, TagHashes(),
                                           slow_path=lambda *rec: self._dispatch_slow(*rec))
             self._dispatcher.on_advance = self._wake_readers
+            # the timer thread checkpoints (outside the lock): never the put/commit path
+            self._dispatcher.background = bool(config.background) and not self._read_only
             self._offsets = ConsumerOffsets(self._path, config.max_consumer_offsets,
                                             self._read_only)
             self._offsets.load()
@@ -865,12 +875,22 @@ class MessageStore:
                     if now >= next_ret:
                         self.retention.run(self._clock_ms())
                         next_ret = now + cfg.retention_interval_ms / 1000.0
-                    if now >= next_cp:
-                        if self._keys is not None:    # behind dispatch, off the put path
-                            self._dispatcher.dispatch()
-                            self._keys.catch_up(self._dispatcher.position)
-                        self._dispatcher.dispatch(checkpoint=True)
+                    checkpoint = now >= next_cp
+                    if self._keys is not None:    # behind dispatch, off the put path
+                        self._dispatcher.dispatch()
+                        # a bounded stretch per turn: after a restart the key index may be
+                        # the whole log behind, and every put waits for this lock
+                        keys, upto = self._keys, self._dispatcher.position
+                        before = keys.position
+                        keys.catch_up(min(upto, before + _KEYS_PER_TURN_BYTES))
+                        if keys.position == before:     # one record larger than the stretch
+                            keys.catch_up(upto)
+                    if checkpoint:
                         next_cp = now + cfg.dispatch_checkpoint_interval_ms / 1000.0
+                    dispatcher = self._dispatcher
+                if checkpoint:
+                    # its msyncs and fsyncs without the lock: puts and commits go on
+                    dispatcher.checkpoint_unlocked(self._lock)
             except DiskFullError as exc:
                 log.warning("store %s: background task: %s", self._path, exc)
             except Exception:   # keep the timer alive; report

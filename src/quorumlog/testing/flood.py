@@ -16,7 +16,9 @@ During each flood the harness restarts a follower (kill -9, start) and times its
 (connect + a status request, one after the other), samples the leader's RSS and counts the
 lines its log grew by (item 4: refusals are rate-limited into summaries). It reports, per
 flood: acknowledgements per second (min over 1-s windows, total) and the longest gap
-between two acknowledgements, rejoin time, the 5 connect times, RSS growth, log growth.
+between two acknowledgements, rejoin time, the 5 connect times, RSS growth, log growth, and
+from the three replicas' logs the event-loop stalls (> 250 ms: count, longest) and the
+elections won while it lasted.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
+import re
 import resource
 import shutil
 import sys
@@ -57,6 +60,31 @@ def rss_bytes(pid: int, field: str = "RssAnon") -> int:
 def log_lines(path: str) -> int:
     with open(path, "rb") as fh:
         return sum(1 for _ in fh)
+
+
+_STALL = re.compile(rb"event loop stalled for (\d+) ms")
+
+
+def log_sizes(c: LocalCluster) -> dict:
+    return {n: os.path.getsize(c.log_file(n)) if os.path.exists(c.log_file(n)) else 0
+            for n in c.ids}
+
+
+def log_events(c: LocalCluster, since: dict) -> dict:
+    """What the replicas' logs say since `since` (log_sizes): event-loop stalls (count, the
+    longest in ms) and elections won."""
+    stalls, elections = [], 0
+    for n in c.ids:
+        try:
+            with open(c.log_file(n), "rb") as fh:
+                fh.seek(since.get(n, 0))
+                text = fh.read()
+        except OSError:
+            continue
+        stalls += [int(x) for x in _STALL.findall(text)]
+        elections += text.count(b": LEADER in term")
+    return {"loop_stalls": len(stalls), "longest_stall_ms": max(stalls, default=0),
+            "elections": elections}
 
 
 def _hostport(addr: str) -> tuple[str, int]:
@@ -283,6 +311,7 @@ async def run_flood(c: LocalCluster, kind: str, duration: float, load: Load) -> 
     pid = c.pid(leader)
     rss0, lines0 = rss_bytes(pid), log_lines(c.log_file(leader))
     vm0 = vm_max = rss_bytes(pid, "VmRSS")
+    sizes0 = log_sizes(c)
     proc, stop_evt, out = _start_flood(kind, c, leader)
     t0 = time.monotonic()
     rss_max, rejoin, clients = rss0, None, None
@@ -311,7 +340,8 @@ async def run_flood(c: LocalCluster, kind: str, duration: float, load: Load) -> 
             **load.window(t0, t1), "rejoin_s": rejoin, "new_clients_s": clients,
             "rss_growth_mib": round((rss_max - rss0) / (1 << 20), 1),
             "vmrss_growth_mib": round((vm_max - vm0) / (1 << 20), 1),
-            "log_lines": log_lines(c.log_file(leader)) - lines0, "flood_stats": stats}
+            "log_lines": log_lines(c.log_file(leader)) - lines0, **log_events(c, sizes0),
+            "flood_stats": stats}
 
 
 async def _main_async(args) -> list:
@@ -363,11 +393,13 @@ def main(argv=None) -> int:
     results = asyncio.run(_main_async(args))
     ok = True
     print(f"{'flood':10} {'s':>6} {'acks':>7} {'min/s':>6} {'gap s':>6} {'rejoin s':>8} "
-          f"{'RSS+ MiB':>8} {'log+':>5}  new clients (s)")
+          f"{'RSS+ MiB':>8} {'log+':>5} {'stalls':>6} {'max ms':>6} {'elect':>5}  "
+          f"new clients (s)")
     for r in results:
         print(f"{r['flood']:10} {r['duration_s']:6} {r['acks']:7} {r['min_acks_per_s']:6} "
               f"{r['max_gap_s']:6} {str(r['rejoin_s']):>8} {r['rss_growth_mib']:8} "
-              f"{r['log_lines']:5}  {r['new_clients_s']}")
+              f"{r['log_lines']:5} {r['loop_stalls']:6} {r['longest_stall_ms']:6} "
+              f"{r['elections']:5}  {r['new_clients_s']}")
         ok &= (isinstance(r["rejoin_s"], float) and r["rejoin_s"] < 2
                and r["rss_growth_mib"] < 64 and r["log_lines"] < 200 and r["min_acks_per_s"] > 0
                and all(isinstance(x, float) and x < 1 for x in r["new_clients_s"] or ["x"]))
