@@ -25,8 +25,10 @@ async def _group(tmp_path, flush="async"):
     clients = {i: f"127.0.0.1:{9000 + k}" for k, i in enumerate(ids)}   # names only
     nodes = []
     for i in ids:
+        # These tests are about one leader's answers, not elections: a 3 s lease (not 0.7 s)
+        # keeps a loaded machine's loop stalls from moving the leadership mid-test.
         cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers, secret="s" * 16,
-                                           client_addrs=clients,
+                                           client_addrs=clients, raft=dict(max_heartbeat_leak=30),
                                            store=dict(segment_size_bytes=1 << 22, flush=flush))
         n = Node(tmp_path / i, cfg, rcfg, store_cfg=scfg)
         await n.start()
