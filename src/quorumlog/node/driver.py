@@ -202,6 +202,14 @@ class Node:
                                  now_ms=self.clock.now_ms(),
                                  commit_index=cl.committed_index, restarted=restarted,
                                  recovering=recovering)
+            if self.core.recovering_term != hs.recovering_term:
+                # R1: the floor is durable before anything else happens. This open already
+                # rewrote the commit log's abort marker with this page cache's identity, so
+                # after a kill the next open would not see the power loss again, and a floor
+                # left for the first Ready (which a kill can beat) would be gone: the replica
+                # would vote and lead with a log short of what it acknowledged (nodesim
+                # seed 7476; tests/node/test_node_recovery_floor.py)
+                self.hsfile.save(self.core.hard_state)
             self._applied = self._commit_target = cl.committed_index
             self.metrics = ReplicaMetrics(term=self.core.term)
             self.metrics.set_commit_index(cl.committed_index)
