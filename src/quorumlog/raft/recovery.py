@@ -15,7 +15,9 @@ The rules (docs/raft.md "Recovery after power loss"; tests/raft/test_raft_recove
 
   R1  A replica opened with `recovering=True` (and a non-empty past) enters recovery with
       floor term T = max(its persisted term, its log's last term, an earlier floor still
-      set), recorded in the hard state (persisted before anything is sent, like a vote).
+      set), recorded in the hard state. The driver persists it at open, before the core
+      runs (not at the first Ready): the store's open already forgot the power loss (its
+      abort marker names this page cache now), so a kill before that write lost the floor.
   R2  While recovering it grants no vote and no pre-vote (REJECT_RECOVERING), does not
       campaign and ignores TAKE_LEADERSHIP. It follows leaders and replicates as usual.
   R3  It leaves recovery once its log holds an entry of a term > T, received from a leader.

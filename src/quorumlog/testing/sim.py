@@ -283,6 +283,7 @@ class Simulator:
                           hard_state=n.hard, config_history=history, peers=self.ids,
                           now_ms=n.clock(self.now), restarted=n.incarnation > 1,
                           recovering=recovering)
+        n.hard = n.core.hard_state  # R1: the floor is durable at open, as node/driver.py does
         self._push(self.now + n.tick_phase, TICK, n.id, n.incarnation)
         self._t(f"start {n.id} inc={n.incarnation} {n.core.status()}")
 
