@@ -15,7 +15,8 @@
 # flusher always see a consistent snapshot. Big copies + CRCs, fallocate, msync run without
 # the GIL while holding references to the mappings they touch.
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
+from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact,
+                            PyBytes_FromStringAndSize)
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
                              PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
 from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock,
@@ -162,6 +163,7 @@ assert sizeof(RecHeader) == HDR and sizeof(IdxEntry) == IDX_ENTRY
 include "commitlog_codec.pxi"       # record encode / verify / decode, checksum functions
 include "commitlog_args.pxi"        # argument validation and encoding (nothing written)
 include "commitlog_mapping.pxi"     # Mapping (one mmap'd file), segment files
+include "commitlog_producer.pxi"    # producer batches' properties, one loop per batch
 include "commitlog_preparer.pxi"    # next segment + page population off the append path
 include "commitlog_index.pxi"       # raft-index files and entries
 include "commitlog_append.pxi"      # leader appends: append, append_control, append_batch

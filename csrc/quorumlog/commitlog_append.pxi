@@ -107,6 +107,8 @@ cdef tuple append_message(CommitLog self, topic, body, queue_id, queue_offset, t
     if not (keys is None or (type(keys) is tuple and len(<tuple>keys) == 0)):
         kb = _encode_keys(keys)
         _set_keys(&s, kb)
+    if type(properties) is ProducerProperties and len(properties) == 1:
+        properties = properties[0]
     if properties is not None:
         pb = _encode_props(properties)
         _set_props(&s, pb)
@@ -199,6 +201,8 @@ cdef struct Batch:
     const int64_t *qids      # per-record columns, or NULL: qid0 / qoff0 + j / born0
     const int64_t *qoffs
     const int64_t *borns
+    const char *pprops       # a ProducerProperties' encoded fields back to back, or NULL
+    uint32_t *plens          # ... and the length of each record's (an array in `keep`)
     int64_t qid0, qoff0, born0
     int64_t term, store, total, first_index
     uint32_t flags
@@ -237,6 +241,15 @@ cdef tuple append_messages(CommitLog self, topic, bodies, queue_ids, queue_offse
     b.flags = <uint32_t>_check_flags(flags)
     b.store = ql_now_ms()
     _batch_columns(&b, queue_ids, queue_offsets, born_timestamps_ms, keep)
+    if type(properties) is ProducerProperties:
+        # a producer batch: every record's properties in one loop, no dict per message
+        lens = cnp.PyArray_EMPTY(1, [max(b.n, 1)], cnp.NPY_UINT32, 0)
+        keep.append(lens)
+        b.plens = <uint32_t *>cnp.PyArray_DATA(lens)
+        pbuf = _producer_batch_props(<ProducerProperties>properties, b.n, b.plens)
+        keep.append(pbuf)
+        b.pprops = PyBytes_AS_STRING(pbuf)
+        properties = None
     fields = _batch_fields(tags, keys, properties, b.n)
     positions = cnp.PyArray_EMPTY(1, [b.n], cnp.NPY_INT64, 0)
     b.posp = <int64_t *>cnp.PyArray_DATA(positions)
@@ -348,8 +361,10 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
     cdef uint32_t topic_len = <uint32_t>PyBytes_GET_SIZE(tb)
     cdef bint shared_tagged = shared_tags is not None and PyBytes_GET_SIZE(shared_tags) > 0
     # one branch per record when there are no tags, keys or properties at all
+    cdef const char *pprops = b.pprops
+    cdef const uint32_t *plens = b.plens
     cdef bint any_fields = (per_tags or per_keys or per_props or shared_tagged or
-                            shared_props is not None)
+                            shared_props is not None or pprops != NULL)
     if shared_tagged:
         shared_hash = _tag_hash(shared_tags)
     for j in range(b.n):
@@ -391,6 +406,10 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
                     _set_props(s, e)
             elif shared_props is not None:
                 _set_props(s, shared_props)
+            elif pprops != NULL:
+                s.props = pprops
+                s.props_len = plens[j]
+                pprops += plens[j]
         sizes[j] = _record_size(s, S, j)
         total += sizes[j]
     b.total = total

@@ -37,6 +37,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from ..commitlog import ProducerProperties
 from ..config import parse_delay_levels
 from ..errors import InvalidArgumentError, InvalidTopicError
 from ..format import TYPE_MESSAGE, check_topic_name
@@ -55,6 +56,8 @@ RESERVED_PROPERTIES = (PROP_REAL_TOPIC, PROP_REAL_QID, PROP_DELAY, PROP_SCHEDULE
 FLAG_FROM_SCHEDULE = 1                       # record flag: delivered by the schedule service
 PROGRESS_FILE = "delay_offsets.json"
 DELIVER_BATCH = 256
+# properties given per message: a list, or a producer batch's (nativelog.producer_properties)
+PER_MESSAGE = (list, ProducerProperties)
 MAX_SCAN_RECORDS = 65536
 
 
@@ -62,7 +65,7 @@ def check_delay_properties(properties, n: int) -> None:
     """A delayed put's properties (one dict, or a list with one per message) may not use the
     names the schedule service writes."""
     for i in range(n):
-        p = properties[i] if isinstance(properties, list) else properties
+        p = properties[i] if isinstance(properties, PER_MESSAGE) else properties
         if p:
             for k in RESERVED_PROPERTIES:
                 if k in p:
@@ -75,7 +78,7 @@ def delayed_properties(real_topic: str, real_queue_ids: list[int], level: int,
     message) plus its real topic and queue and its level."""
     out = []
     for i, qid in enumerate(real_queue_ids):
-        p = properties[i] if isinstance(properties, list) else properties
+        p = properties[i] if isinstance(properties, PER_MESSAGE) else properties
         d = dict(p) if p else {}
         d[PROP_REAL_TOPIC] = real_topic
         d[PROP_REAL_QID] = str(qid)
