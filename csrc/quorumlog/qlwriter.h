@@ -4,6 +4,9 @@
  * zero-filling populate) overlaps the encoding instead of following it. One writer per
  * log, one job at a time; the appending thread posts a piece, keeps encoding into its
  * other staging buffer, and waits for the job before it reuses a buffer or returns.
+ * A job the thread has not started by then (it was not scheduled: a busy machine) is
+ * taken back and written by the appending thread itself, so a batch never waits for the
+ * writer thread to get a processor -- at worst it writes inline, as without the thread.
  * Plain C (pthreads) so both sides run without the GIL. */
 #ifndef QL_WRITER_H
 #define QL_WRITER_H
@@ -15,7 +18,8 @@ typedef struct ql_writer {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int stop, busy, err;      /* busy: a job is posted and not finished */
+    int stop, err;
+    int busy;                 /* 0: no job, 1: posted, 2: being written by the thread */
     int fd, n;
     struct iovec *iov;
     int64_t off;
@@ -26,8 +30,9 @@ static void *ql_writer_main(void *arg) {
     int err;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->busy && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        if (!w->busy) break;                       /* stop, nothing pending */
+        while (w->busy != 1 && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->busy != 1) break;                   /* stop, nothing pending */
+        w->busy = 2;
         pthread_mutex_unlock(&w->mu);
         err = ql_pwritev_all(w->fd, w->iov, w->n, w->off);
         pthread_mutex_lock(&w->mu);
@@ -54,10 +59,16 @@ static ql_writer *ql_writer_new(void) {
     return w;
 }
 
-/* Wait for the posted job (if any) -> its errno, or 0; the error is reported once. */
+/* Finish the posted job (if any) -> its errno, or 0; the error is reported once. A job
+ * the thread has not started is written here instead. */
 static int ql_writer_wait(ql_writer *w) {
     int err;
     pthread_mutex_lock(&w->mu);
+    if (w->busy == 1) {
+        w->busy = 0;                       /* taken back: the thread will not see it */
+        pthread_mutex_unlock(&w->mu);
+        return ql_pwritev_all(w->fd, w->iov, w->n, w->off);
+    }
     while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
     err = w->err;
     w->err = 0;
