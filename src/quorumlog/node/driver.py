@@ -71,7 +71,7 @@ from ..raft.log import decode_config
 from ..raft.messages import Role
 from ..raft.ready import Duties, run_readies
 from ..store.nativeinstall import read_head
-from ..store.nativelog import RESERVED_PROPERTIES, producer_properties
+from ..store.nativelog import PER_MESSAGE, RESERVED_PROPERTIES, producer_properties
 from ..store.topics import check_user_topic
 from . import meta
 from .clock import Clock, MonotonicClock
@@ -822,7 +822,7 @@ class Node:
             bodies = [b for it in items for b in it.bodies]
             if any(it.props for it in items):
                 props = [p for it in items for p in (
-                    it.props if isinstance(it.props, list) else [it.props] * len(it.bodies))]
+                    it.props if isinstance(it.props, PER_MESSAGE) else [it.props] * len(it.bodies))]
             else:
                 props = None
         kw = {}

@@ -53,6 +53,8 @@ PROP_SEQ = "QL_SEQ"
 PROP_COUNT = "QL_N"
 PROP_ORDINAL = "QL_I"
 RESERVED_PROPERTIES = frozenset((PROP_PID, PROP_SEQ, PROP_COUNT, PROP_ORDINAL))
+# properties given per message: a list, or a producer batch's (producer_properties)
+PER_MESSAGE = (list, ProducerProperties)
 _LENGTHS = struct.Struct("<HHII")      # topic_len, tags_len, keys_len, props_len at 76
 
 

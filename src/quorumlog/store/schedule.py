@@ -37,12 +37,12 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..commitlog import ProducerProperties
 from ..config import parse_delay_levels
 from ..errors import InvalidArgumentError, InvalidTopicError
 from ..format import TYPE_MESSAGE, check_topic_name
 from ..errors import CorruptLogError
 from .files import read_checked_json, write_checked_json
+from .nativelog import PER_MESSAGE
 from .services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,6 @@ RESERVED_PROPERTIES = (PROP_REAL_TOPIC, PROP_REAL_QID, PROP_DELAY, PROP_SCHEDULE
 FLAG_FROM_SCHEDULE = 1                       # record flag: delivered by the schedule service
 PROGRESS_FILE = "delay_offsets.json"
 DELIVER_BATCH = 256
-# properties given per message: a list, or a producer batch's (nativelog.producer_properties)
-PER_MESSAGE = (list, ProducerProperties)
 MAX_SCAN_RECORDS = 65536
 
 

@@ -28,7 +28,8 @@ from ..config import StoreConfig, parse_delay_levels
 from ..errors import (BatchTooLargeError, InvalidArgumentError, InvalidDelayLevelError,
                       InvalidQueueError, InvalidTypeError, QueueTypeError)
 from .dispatch import Dispatcher, OffsetCounter
-from .schedule import PER_MESSAGE, SCHEDULE_TOPIC, check_delay_properties, delayed_properties
+from .nativelog import PER_MESSAGE
+from .schedule import SCHEDULE_TOPIC, check_delay_properties, delayed_properties
 from .topics import Topic, TopicRegistry
 
 log = logging.getLogger(__name__)
