@@ -63,3 +63,45 @@ def test_a_failed_async_flush_on_the_leader_stops_it_and_another_leads():
     assert failed, "the node goes on with a failed log"
     assert new_leader != old_leader
     assert offset >= 0
+
+
+async def _membership_scenario(sim):
+    sim.loop = asyncio.get_running_loop()
+    for m in sim.members.values():
+        await sim.start_member(m)
+    try:
+        lead = await _leader(sim)
+        await lead.node.put("t", b"before")
+        lead.disk.fail_next = True                 # the next background flush: EIO
+        await asyncio.sleep(0.2)
+        other = [i for i in sim.members if i != lead.id][0]
+        refused = None
+        try:
+            lead.node.remove_member(other)         # (the group is idle: no put finds it)
+        except QuorumlogError as e:
+            refused = e
+        failed = lead.node.status()["failed"]
+        return lead.id, refused, failed
+    finally:
+        for m in sim.live():
+            await m.node.stop()
+        for m in sim.members.values():
+            if m.flush_task is not None:
+                m.flush_task.cancel()
+
+
+def test_a_membership_change_on_an_idle_leader_with_a_failed_log_stops_it():
+    """Nodesim seed 2929 (async): the last fault failed the leader's background flush while
+    the group was idle; the harness's add_member (to give back the member the nemesis had
+    removed) raised LogFailedError every time, and the node went on leading an incomplete
+    group for good. Now a membership change that finds the failed log stops the node, as a
+    put does. Failed before (status failed None)."""
+    sim = NodeSim(5, mode="async")
+    loop = VirtualTimeLoop()
+    try:
+        _, refused, failed = loop.run_until_complete(_membership_scenario(sim))
+    finally:
+        loop.close()
+        shutil.rmtree(sim.root, ignore_errors=True)
+    assert isinstance(refused, QuorumlogError) and "refuses writes" in str(refused), refused
+    assert failed, "the node goes on with a failed log"

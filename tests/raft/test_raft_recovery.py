@@ -7,7 +7,9 @@ import pytest
 
 from quorumlog.raft import HardState, MemLog, RaftConfig, RaftCore, Role, VoteResult
 from quorumlog.raft.log import EntryKind
-from quorumlog.raft.messages import VoteRequest, VoteResponse
+from quorumlog.raft.errors import TransferError
+from quorumlog.raft.messages import (Append, Heartbeat, HeartbeatResponse, TakeLeadership,
+                                     VoteRequest, VoteResponse)
 from quorumlog.testing.cluster import ManualCluster
 
 VOTERS = ("n1", "n2", "n3")
@@ -86,20 +88,29 @@ def test_R2_a_recovering_replica_never_campaigns():
 
 
 def test_R2_a_recovering_replica_ignores_take_leadership():
+    core = make()
+    core.ready()
+    core.step(Append(3, "n2", "n1", 3, 3, 4, 3, 0, None, 0, 3, (), 0))   # (a probe: follow n2)
+    core.ready()
+    assert core.role == Role.FOLLOWER and core.leader_id == "n2"
+    core.step(TakeLeadership(3, "n2", "n1", 3))
+    assert core.role == Role.FOLLOWER and core.term == 3 and core.term_to_take_leadership == -1
+    assert not [m for m in core.ready().messages if isinstance(m, VoteRequest)]
+
+
+def test_R2_a_leader_refuses_to_transfer_leadership_to_a_recovering_follower():
+    # (it would ignore TAKE_LEADERSHIP: proposals would wait for the transfer timeout)
     c = ManualCluster(VOTERS)
     c.elect("n1")
     c.crash("n2")
     c.restart("n2", recovering=True)
-    c.settle(c.now + 300)
-    n2 = c.core("n2")
-    assert n2.role == Role.FOLLOWER and n2.recovering
-    term = c.core("n1").term
-    c.core("n1").transfer_leadership("n2")    # n1 sends TAKE_LEADERSHIP once n2 caught up
-    c.drain("n1")
-    c.settle(c.now + 2000)
-    assert any("TAKE_LEADERSHIP" in line for line in c.take_output())
-    assert n2.role == Role.FOLLOWER and n2.term == term and n2.term_to_take_leadership == -1
-    assert c.leaders() == ["n1"]
+    c.tick(c.now + 100, ["n1"])
+    c.deliver(match=lambda m: isinstance(m, Heartbeat))      # (n2 answers: recovering)
+    c.deliver(match=lambda m: isinstance(m, HeartbeatResponse))
+    assert c.core("n2").recovering and c.core("n1").progress["n2"].floor == 1
+    with pytest.raises(TransferError, match="n2 is recovering after a power loss"):
+        c.core("n1").transfer_leadership("n2")
+    assert c.core("n1").transferee is None
 
 
 def test_R2_a_recovering_voters_refusal_does_not_push_a_candidates_term_up():
@@ -138,21 +149,91 @@ def test_R3_an_entry_of_a_later_term_from_a_leader_ends_recovery_and_is_persiste
     assert n3.log.last_term() > floor
 
 
-def test_R3_following_the_leader_of_the_floor_term_does_not_end_recovery():
-    # documented cost: a follower that lost its power while its leader stayed up recovers
-    # only at the next election (the leader's log end is not known to be fresh)
-    c = ManualCluster(VOTERS)
+def _power_loss_under_a_live_leader(c, follower="n3"):
+    """n1 leads and commits; `follower` acknowledges entries from its page cache (async) and
+    loses its power while n1 stays up. Returns the entries the group acknowledged."""
+    for i in VOTERS:
+        c.async_flush(i)
     c.elect("n1")
     c.propose("n1", count=3)
     c.deliver()
-    c.crash("n3")
-    c.restart("n3", vote_guard=True, recovering=True)
+    for i in VOTERS:
+        c.sync_disk(i)
+    c.propose("n1", count=3)
+    c.deliver()
+    n1 = c.core("n1")
+    acked = [(i, n1.log.entry(i)) for i in range(1, n1.commit_index + 1)]
+    c.power_loss(follower)
+    assert c.logs[follower].last_index() < n1.log.last_index()
+    c.restart(follower, vote_guard=True, recovering=True)
+    assert c.core(follower).recovering_term == n1.term
+    return acked
+
+
+def test_R3b_a_follower_that_lost_power_under_a_live_leader_recovers_once_caught_up():
+    """Issue 18 (nodesim, 23 of 29 stops): its floor is the leader's own term and no later
+    term need ever come. It leaves recovery once it holds the leader's log through the end the
+    leader had when it first heard from it. Failed before R3b (recovering for good)."""
+    c = ManualCluster(VOTERS)
+    _power_loss_under_a_live_leader(c)
     c.propose("n1", count=3)
     c.settle(c.now + 2000)
     n3 = c.core("n3")
     assert n3.role == Role.FOLLOWER and n3.leader_id == "n1"
     assert n3.log.last_index() == c.core("n1").log.last_index()
+    assert not n3.recovering
+    assert c.hard["n3"].recovering_term == 0       # the cleared floor went out durably
+
+
+def test_R3b_then_the_leaders_power_loss_leaves_a_group_that_elects_and_loses_nothing():
+    """The sequence behind most of the nodesim stops: a follower loses power under the leader,
+    later the leader loses power too. Before R3b two of three voters were recovering and the
+    group never elected again, every replica up (no leader 5 s after the restarts)."""
+    c = ManualCluster(VOTERS)
+    acked = _power_loss_under_a_live_leader(c)
+    c.settle(c.now + 1000)
+    c.propose("n1", count=4)
+    c.deliver()
+    n1 = c.core("n1")
+    acked = [(i, n1.log.entry(i)) for i in range(1, n1.commit_index + 1)]
+    c.power_loss("n1")
+    c.restart("n1", vote_guard=True, recovering=True)
+    c.settle(c.now + 5000)
+    (ld,) = c.leaders()
+    assert ld in ("n2", "n3")
+    assert _lost(c, acked) == []
+    c.propose(ld, count=2)
+    c.settle(c.now + 1000)
+    assert not any(c.core(v).recovering for v in VOTERS)
+    for v in VOTERS:
+        assert all(c.logs[v].entry(i) == e for i, e in acked), v
+
+
+def test_R3b_the_mark_counts_only_for_the_incarnation_it_was_meant_for():
+    """A Heartbeat carrying the leader's end for an earlier incarnation of the follower (which
+    may have acknowledged more before it lost power again) ends nothing."""
+    c = ManualCluster(VOTERS)
+    _power_loss_under_a_live_leader(c)
+    n3 = c.core("n3")
+    n1 = c.core("n1")
+    c.settle(c.now + 300)
+    assert not n3.recovering                       # (its own incarnation's mark: recovered)
+    c.power_loss("n3")
+    c.restart("n3", vote_guard=True, recovering=True)
+    n3 = c.core("n3")
+    old = n1.progress["n3"].boot
+    assert old != n3.boot
+    c.deliver()                                    # (nothing queued for n3 from before)
+    n3.step(Append(n1.term, "n1", "n3", n3.log.last_index(), n3.log.last_term(),
+                   n3.log.last_index() + 1, n3.log.last_index(), 0, None, 0, n1.commit_index,
+                   (), n1.progress["n3"].epoch))   # (it matches n1 through its end)
+    n3.step(Heartbeat(n1.term, "n1", "n3", n1.commit_index, 99, old, 1))
     assert n3.recovering
+    n3.step(Heartbeat(n1.term, "n1", "n3", n1.commit_index, 100, n3.boot,
+                      n3.log.last_index() + 1))    # its own id, but it does not hold that far
+    assert n3.recovering
+    n3.step(Heartbeat(n1.term, "n1", "n3", n1.commit_index, 101, n3.boot, n3.log.last_index()))
+    assert not n3.recovering
 
 
 # -- R4: recovery survives restarts -----------------------------------------------------------

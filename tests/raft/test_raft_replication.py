@@ -335,3 +335,23 @@ def test_leader_commit_index_never_runs_ahead_of_its_flushed_log():
     assert c1.persisted_index < last and c1.commit_index <= c1.persisted_index
     cl.persist("n1")
     assert c1.commit_index == last
+
+
+def test_a_follower_restarted_while_the_group_is_idle_catches_up_with_the_commit_index():
+    """Nodesim seeds 3054 and 6545 (sync): a follower holding entries past its commit index
+    restarts after the last write. Its restart forgot what it knew to match the leader
+    (leader_match 0), while the leader kept its old match and sent heartbeats only: its commit
+    index -- and the reads it serves -- stayed behind until the next write. Now its answer's
+    new incarnation id makes the leader probe it at once. Failed before (commit stayed 1)."""
+    cl = elected()
+    first, last = cl.propose("n1", 3)
+    cl.deliver()                                   # n3 acknowledges; nothing carries the commit
+    assert cl.core("n1").commit_index == last
+    assert cl.core("n3").commit_index < last and cl.logs["n3"].last_index() == last
+    cl.crash("n3")
+    cl.restart("n3", vote_guard=True)
+    cl.settle(cl.now + 1000)
+    n3 = cl.core("n3")
+    assert n3.role == Role.FOLLOWER and n3.leader_id == "n1"
+    assert n3.commit_index == last
+    assert cl.core("n1").log.last_index() == last  # (no write helped it)

@@ -161,9 +161,9 @@ def test_a_seed_with_power_losses_and_pipelined_producers(mode):
 
 
 def test_seed_sweep_through_the_command_line():
-    """SWEEP_SEEDS seeds (QUORUMLOG_NODESIM_SEEDS), two processes, as `make soak-node`. Every
-    violation must be of the known async-mode class (a power loss in async mode:
-    docs/reliability.md); any other fails this test."""
+    """SWEEP_SEEDS seeds (QUORUMLOG_NODESIM_SEEDS), two processes, as `make soak-node`: no
+    violation at all. (Seeds where the group stops for recovery after power losses in async
+    mode -- docs/raft.md "Recovery after power loss" -- are reported apart, not violations.)"""
     cmd = [sys.executable, "-m", "quorumlog.testing.nodesim", "--seeds", str(SWEEP_SEEDS),
            "-j", "2"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S,
@@ -174,10 +174,13 @@ def test_seed_sweep_through_the_command_line():
     assert m, p.stdout[-2000:] + p.stderr[-2000:]
     seeds, violations, acked, nemeses = map(int, m.groups())
     assert seeds == SWEEP_SEEDS and acked > 0 and nemeses > 0
-    k = re.fullmatch(r"nodesim: seeds with violations: (\d+) unexplained .*", lines[-2])
+    k = re.fullmatch(r"nodesim: seeds with violations: (\d+) .*stopped for recovery .*: "
+                     r"(\d+) .*", lines[-2])
     assert k, lines[-2]
-    assert int(k.group(1)) == 0, p.stdout[-4000:]
-    assert violations == 0 or p.returncode == 1
+    assert int(k.group(1)) == 0 and violations == 0, p.stdout[-4000:]
+    assert p.returncode == 0
+    # (the stop is a minority outcome: most async seeds with power losses converge)
+    assert int(k.group(2)) < seeds // 4, lines[-2]
 
 
 def _fake_member(nid, voters, floor, end, may=True):
@@ -207,13 +210,13 @@ def test_the_checker_tells_a_stop_for_recovery_from_a_liveness_bug():
     assert "recovering ['n1']" in c.recovery_stop()
 
 
-def test_seed_11_stops_for_recovery_and_is_reported_so():
-    """Seed 11 (async): n1 loses power twice (floor 2) while the nemesis removes n3 (the
-    change at index 351 never commits: n1 is down), then the leader n2 is killed. In the
-    latest configuration {n1, n2} only n2 is not recovering: no quorum, the documented stop
-    (docs/raft.md "Recovery after power loss"). Reported apart, not as a liveness bug."""
-    res = nodesim.run_seed(11)
+def test_a_stop_for_recovery_is_reported_apart_and_is_not_a_violation():
+    """Seed 16 (async): the leader n3 loses power while n2, back from its own power loss, has
+    not caught up with it (it was cut off): two of three voters recovering, no quorum that
+    may elect -- the documented stop (docs/raft.md "Recovery after power loss"). Reported as
+    stopped, its committed prefixes checked, not a violation (a run's seeds depend on the
+    code: if this one stops no more, pick another from a sweep's "stopped" line)."""
+    res = nodesim.run_seed(16)
     assert res.mode == "async" and res.stats.get("power_losses", 0) >= 2
-    assert len(res.violations) == 1, res.violations
-    assert "stopped for recovery: recovering ['n1']" in res.violations[0], res.violations
-    assert res.stopped_for_recovery
+    assert res.ok, res.violations
+    assert res.stopped.startswith("stopped for recovery: recovering ["), res.stopped

@@ -513,8 +513,11 @@ def _raft(code, cls, fields, **kw):
 _raft(0x10, VoteRequest, [("ledger_end_index", INDEX), ("ledger_end_term", TERM),
                           ("transfer", BOOL), ("pre", BOOL)])
 _raft(0x11, VoteResponse, [("req_term", TERM), ("pre", BOOL), ("result", Enum(VoteResult))])
-_raft(0x12, Heartbeat, [("commit_index", INDEX), ("seq", INDEX)])
-_raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX)])
+# `boot` / `boot_end` / `floor`: a follower's incarnation and recovery (raft/recovery.py R3b)
+_raft(0x12, Heartbeat, [("commit_index", INDEX), ("seq", INDEX), ("boot", INDEX),
+                        ("boot_end", INDEX)])
+_raft(0x13, HeartbeatResponse, [("code", Enum(Code)), ("seq", INDEX), ("boot", INDEX),
+                                ("floor", TERM)])
 
 
 def _build_append(v, src, dst):

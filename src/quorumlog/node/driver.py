@@ -1023,12 +1023,20 @@ class Node:
         host, port = parse_address(address, f"address of {peer!r}")
         self._added_peers.add(peer)
         self.transport.add_peer(peer, (host, port))
-        self.core.add_member(peer)
+        try:
+            self.core.add_member(peer)
+        except LogFailedError as e:
+            self._fail(e)      # (a failed async flush found by this append: as in a put)
+            raise
         self._schedule_drain()
 
     def remove_member(self, peer: str) -> int:
         self._check_writable()
-        idx = self.core.remove_member(peer)
+        try:
+            idx = self.core.remove_member(peer)
+        except LogFailedError as e:
+            self._fail(e)      # (nodesim seed 2929: an idle leader kept leading, unable to add)
+            raise
         self._schedule_drain()
         return idx
 

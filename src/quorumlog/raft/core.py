@@ -81,7 +81,7 @@ from .messages import (Append, AppendResponse, Heartbeat, HeartbeatResponse, Ins
                        InstallSegmentResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse)
 from .progress import Progress
-from .recovery import RecoveryRules
+from .recovery import RecoveryRules, boot_id
 from .replication import ReplicationRules
 # (the values are defined in state.py and re-exported here, where callers import them from)
 from .state import (COMPARE, NEVER, BehindRetention, ConfigChanged, HardState, LeaseExpired,
@@ -99,7 +99,7 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
                  config: RaftConfig | None = None, *, hard_state: HardState = HardState(),
                  voters=None, config_history=None, peers=(), now_ms: int = 0,
                  persisted_index: int | None = None, commit_index: int = 0,
-                 restarted: bool = False, recovering: bool = False):
+                 restarted: bool = False, recovering: bool = False, boot: int = 0):
         """voters: the initial voter set (or config_history: [(index, voters[, learners]), ...]
         recovered from the log, oldest first, starting with index 0). peers: every node id the
         driver can talk to (heartbeats from anyone else are answered UNKNOWN_MEMBER).
@@ -108,8 +108,10 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         when: for max_heartbeat_leak x heartbeat_interval_ms it grants no vote (nor pre-vote)
         and does not campaign. False only for a first start, or after a longer downtime.
         recovering: this open may have lost entries the replica acknowledged (flush = "async"
-        and the page cache did not survive: a power loss); see raft/recovery.py."""
+        and the page cache did not survive: a power loss); see raft/recovery.py.
+        boot: this incarnation's id, non-zero (default: drawn from rng's state, recovery.py)."""
         self.id = node_id
+        self.boot = boot or boot_id(rng)
         self.cfg = (config or RaftConfig()).validate()
         self.log = log_store
         self.rng = rng

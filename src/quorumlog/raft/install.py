@@ -155,8 +155,6 @@ class InstallRules:
         self._events.append(LogInstalled(im.first_index, last, im.meta))
         self._follower_commit(m.commit_index)
         self._reply_install(m, Code.SUCCESS, nxt, last)
-        if self.recovering_term:
-            self._check_recovered()
 
     def _holds(self, index: int, term: int) -> bool:
         lg = self.log

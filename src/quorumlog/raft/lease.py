@@ -134,6 +134,14 @@ class LeaseRules:
                 self._events.append(TransferAborted(self.term, self.transferee, "timeout"))
                 self.transferee = None
                 self._next_preferred_try_ms = now + 2 * c.transfer_timeout_ms
+                if self._handed_over:
+                    # TAKE_LEADERSHIP went out: the transferee may still win this term, so
+                    # this leader has no lease in it again -- and never became ready to
+                    # serve for the rest of a stable term (nodesim seed 3583). Run again in a
+                    # new term, at once (its log is the group's best).
+                    self._step_down_to(self.term)
+                    self.next_time_to_request_vote = now
+                    return
             else:
                 self._check_transfer()
         elif (c.preferred_leader_id is not None and c.preferred_leader_id != self.id
@@ -155,8 +163,9 @@ class LeaseRules:
         self.last_send_heartbeat_ms = self.now_ms
         self._hb_sent[self._hb_seq] = self.now_ms
         self._hb_sent.pop(self._hb_seq - 256, None)  # (answers that late no longer matter)
-        for peer in self.progress:
-            self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq))
+        for peer, pr in self.progress.items():
+            self._msgs.append(Heartbeat(self.term, self.id, peer, self.commit_index, self._hb_seq,
+                                        pr.boot, pr.boot_end))
         if self._hb_succ >= self.quorum:  # a group of one
             self._hb_open = False
             self.last_succ_heartbeat_ms = self.now_ms
@@ -171,6 +180,9 @@ class LeaseRules:
         if m.code == Code.SUCCESS:
             pr = self.progress.get(m.src)
             if pr is not None and m.term == self.term:
+                if m.boot != pr.boot and m.boot:
+                    self._new_boot(pr, m.boot, m.floor)
+                pr.floor = m.floor
                 pr.last_resp_ms = self.now_ms  # check-quorum: late answers count too
                 if m.seq > pr.acked_seq:
                     pr.acked_seq = m.seq

@@ -10,6 +10,10 @@ from .messages import Heartbeat, ParseResult, Role, TakeLeadership
 from .progress import Progress
 from .state import COMPARE, ConfigChanged, LeaseExpired
 
+# a follower is healthy for a membership change if it answered within this many heartbeat
+# intervals (and is not recovering)
+HEALTHY_WITHIN_HEARTBEATS = 3
+
 
 class MembershipRules:
     def add_member(self, peer: str) -> int:
@@ -35,7 +39,37 @@ class MembershipRules:
         if peer not in self.voters:
             raise MembershipChangeError(f"remove_member: {peer} is not a voter")
         self._check_no_change_in_progress()
-        return self._append_config(tuple(v for v in self.voters if v != peer), self._learners)
+        voters = tuple(v for v in self.voters if v != peer)
+        if self.cfg.strict_reconfig_check:
+            self._check_healthy_quorum(voters, f"remove_member {peer}")
+        return self._append_config(voters, self._learners)
+
+    def _check_healthy_quorum(self, voters: tuple, what: str) -> None:
+        """Refuse a change whose configuration would not have a quorum of healthy voters --
+        the leader, and followers that answered within HEALTHY_WITHIN_HEARTBEATS heartbeat
+        intervals and are not recovering (raft/recovery.py) -- as etcd's strict reconfig
+        check does. Removing a voter while another one is down left the group without a
+        quorum by the operator's own hand; and a two-voter configuration with a recovering
+        voter cannot elect until it recovers (simulation seeds 11, 145)."""
+        window = self.cfg.heartbeat_interval_ms * HEALTHY_WITHIN_HEARTBEATS
+        healthy, why = [], []
+        for v in voters:
+            pr = self.progress.get(v)
+            if v == self.id:
+                healthy.append(v)
+            elif pr is None or pr.acked_seq == 0:
+                why.append(f"{v} has not answered this leader")
+            elif pr.floor:
+                why.append(f"{v} is recovering after a power loss (floor term {pr.floor})")
+            elif self.now_ms - pr.last_resp_ms > window:
+                why.append(f"{v} has not answered for {self.now_ms - pr.last_resp_ms} ms")
+            else:
+                healthy.append(v)
+        quorum = len(voters) // 2 + 1
+        if len(healthy) < quorum:
+            raise MembershipChangeError(
+                f"{what}: refused: the voters left, {list(voters)}, need {quorum} for a quorum "
+                f"and only {healthy} are healthy ({'; '.join(why)}); retry once they answer")
 
     def transfer_leadership(self, to: str) -> None:
         if self.role != Role.LEADER:
@@ -44,6 +78,11 @@ class MembershipRules:
             raise TransferError(f"transfer to {self.transferee} already in progress")
         if to == self.id or to not in self.voters:
             raise TransferError(f"transfer_leadership: {to} is not another voter")
+        pr = self.progress.get(to)
+        if pr is not None and pr.floor:
+            # (it would ignore TAKE_LEADERSHIP, recovery R2: proposals wait for the timeout)
+            raise TransferError(f"transfer_leadership: {to} is recovering after a power loss "
+                                f"(floor term {pr.floor}) and may not lead until it recovers")
         self.transferee = to
         self.transfer_deadline_ms = self.now_ms + self.cfg.transfer_timeout_ms
         self._take_sent = False

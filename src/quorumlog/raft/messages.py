@@ -143,29 +143,42 @@ class VoteResponse(Message):
 
 
 class Heartbeat(Message):
-    __slots__ = ("commit_index", "seq")
+    """`boot`, `boot_end`: the follower's incarnation the leader last heard from (its
+    HeartbeatResponse.boot) and the leader's last index when it first heard from it -- a
+    recovering follower that holds the leader's log through boot_end leaves recovery
+    (raft/recovery.py, R3b). 0, 0 until the leader has heard from the follower."""
+
+    __slots__ = ("commit_index", "seq", "boot", "boot_end")
     type_name = "HEARTBEAT"
 
-    def __init__(self, term, src, dst, commit_index, seq):
+    def __init__(self, term, src, dst, commit_index, seq, boot=0, boot_end=0):
         Message.__init__(self, term, src, dst)
         self.commit_index = commit_index
         self.seq = seq  # heartbeat round, so late answers to an old round are not counted
+        self.boot = boot
+        self.boot_end = boot_end
 
     def fields(self):
+        # (boot ids are random: left out of the stable one-line form scenario scripts compare)
         return f"commit={self.commit_index} seq={self.seq}"
 
 
 class HeartbeatResponse(Message):
-    __slots__ = ("code", "seq")
+    """`boot`: the responder's incarnation (a random id drawn when its core was built: a new
+    one after every restart); `floor`: its recovery floor term, 0 unless recovering."""
+
+    __slots__ = ("code", "seq", "boot", "floor")
     type_name = "HEARTBEAT_RESP"
 
-    def __init__(self, term, src, dst, code, seq):
+    def __init__(self, term, src, dst, code, seq, boot=0, floor=0):
         Message.__init__(self, term, src, dst)
         self.code = code
         self.seq = seq
+        self.boot = boot
+        self.floor = floor
 
     def fields(self):
-        return f"{self.code.name} seq={self.seq}"
+        return f"{self.code.name} seq={self.seq}" + (f" floor=t{self.floor}" if self.floor else "")
 
 
 class Append(Message):

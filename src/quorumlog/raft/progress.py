@@ -26,7 +26,7 @@ class Progress:
     __slots__ = ("peer", "state", "match", "next", "inflight", "epoch", "probe_prev",
                  "probe_sent_ms", "last_resp_ms", "is_learner", "behind_retention", "leaving_at",
                  "acked_seq", "lease_ack_ms", "image", "image_sent", "image_acked",
-                 "gaps_below_match", "gap_probe_epoch")
+                 "gaps_below_match", "gap_probe_epoch", "boot", "boot_end", "floor")
 
     def __init__(self, peer: str, next_index: int, now_ms: int, is_learner: bool = False):
         self.peer = peer
@@ -53,6 +53,11 @@ class Progress:
         # follower that lost acknowledged entries (async flush + power loss) is re-probed
         self.gaps_below_match = 0
         self.gap_probe_epoch = -1
+        # the follower's incarnation (HeartbeatResponse.boot), our last index when we first
+        # heard from it, and its recovery floor (0: not recovering): raft/recovery.py R3b
+        self.boot = 0
+        self.boot_end = 0
+        self.floor = 0
 
     def reset_to(self, state: DispatchState, next_index: int) -> None:
         self.state = state

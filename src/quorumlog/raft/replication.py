@@ -48,12 +48,17 @@ class ReplicationRules:
         if c > self.commit_index:
             self.commit_index = c
             self._commit_changed = True
+        if self.recovering_term:
+            self._check_recovered()   # (R3 / R3b: the match with the leader may have grown)
 
     def _on_heartbeat(self, m: Heartbeat) -> None:
         code = self._check_sender(m)
         if code == Code.SUCCESS:
+            if self.recovering_term:
+                self._note_boot_end(m.boot, m.boot_end)
             self._follower_commit(m.commit_index)
-        self._msgs.append(HeartbeatResponse(self.term, self.id, m.src, code, m.seq))
+        self._msgs.append(HeartbeatResponse(self.term, self.id, m.src, code, m.seq, self.boot,
+                                            self.recovering_term))
 
     def _reply_append(self, m: Append, code: Code, hint_index: int = 0, hint_term: int = 0) -> None:
         r = self._reportable()
@@ -141,8 +146,6 @@ class ReplicationRules:
         self._flush_to = lastb
         self._follower_commit(m.commit_index)
         self._maybe_report(False)
-        if self.recovering_term:
-            self._check_recovered()
 
     def _truncate_after(self, index: int) -> None:
         if index < self.commit_index:
@@ -197,6 +200,27 @@ class ReplicationRules:
         pr.probe_sent_ms = self.now_ms
         self._msgs.append(Append(self.term, self.id, pr.peer, prev, prev_term, prev + 1, prev,
                                  0, None, 0, self.commit_index, (), pr.epoch))
+
+    def _new_boot(self, pr: Progress, boot: int, floor: int) -> None:
+        """A follower answered with another incarnation id: note where our log ends (recovery
+        R3b) and, if it restarted under us, probe it at once. Its restart reset what it knew
+        to match us (leader_match) and may have cut its tail (a power loss); without the probe
+        a leader with nothing new to send kept sending heartbeats only, and the restarted
+        follower's commit index stayed behind until the next write (simulation seeds 3054,
+        6545). The probe asks at its acknowledged match, and its answer is taken as its state
+        now (gap_probe_epoch: a GAP below the match at once re-probes lower)."""
+        restarted = pr.boot != 0
+        pr.boot = boot
+        pr.boot_end = self.log.last_index()
+        if floor:
+            # tell it now, not at the next round (seq 0: counted in no round), so a recovering
+            # follower leaves recovery as soon as its appends have caught up
+            self._msgs.append(Heartbeat(self.term, self.id, pr.peer, self.commit_index, 0,
+                                        boot, pr.boot_end))
+        if restarted and pr.state != INSTALL:
+            pr.epoch += 1
+            pr.gap_probe_epoch = pr.epoch
+            self._send_probe(pr, min(pr.match, pr.boot_end))
 
     def _behind_retention(self, pr: Progress) -> None:
         if not pr.behind_retention:
@@ -328,7 +352,7 @@ class ReplicationRules:
                 # batch so, a stale answer is a one-off: after GAP_PROBE_AFTER of them in a
                 # row, probe with a fresh epoch; the answer says where the follower is now.
                 pr.gaps_below_match += 1
-                if pr.gaps_below_match >= GAP_PROBE_AFTER:
+                if pr.gaps_below_match >= GAP_PROBE_AFTER or m.epoch == pr.gap_probe_epoch:
                     pr.gaps_below_match = 0
                     pr.epoch += 1
                     pr.gap_probe_epoch = pr.epoch

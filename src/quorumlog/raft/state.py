@@ -57,11 +57,15 @@ class RaftConfig:
     max_clock_rate_skew_permille: int = 50
     lease_guard_ms: int = 30
     max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
+    # remove_member refuses a configuration without a quorum of healthy voters (membership.py;
+    # etcd's --strict-reconfig-check); False lets an operator (or a test) do it anyway
+    strict_reconfig_check: bool = True
 
     def validate(self) -> "RaftConfig":
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote"):
+            if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote",
+                          "strict_reconfig_check"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")

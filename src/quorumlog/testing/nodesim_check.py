@@ -10,12 +10,16 @@ As the run goes:
   * a consumer's read of any replica agrees with every earlier read and acknowledgement of
     the same (queue, offset), and its offsets are dense.
 After the last heal (`converge`, then `final`):
-  * the group converges: every replica up, one leader ready to serve, every replica applied
-    to the same last index of the same term. A group that does not is told apart as
-    "stopped for recovery" when no replica that may campaign has, in its own latest
-    configuration, a quorum of voters that are not recovering and whose logs are not newer
-    than its own (docs/raft.md "Recovery after power loss": the documented stop until a
-    peer returns or an operator runs end_recovery) -- else it is a liveness bug;
+  * the group converges: every replica up, one leader ready to serve, no replica still
+    recovering (raft/recovery.py R3b: a follower of a live leader recovers once caught up),
+    every replica applied to the same last index of the same term. A group that does not is
+    told apart as "stopped for recovery" when the run is in async mode with a power loss
+    and no replica that may campaign has, in its own latest configuration, a quorum of
+    voters that are not recovering and whose logs are not newer than its own (docs/raft.md
+    "Recovery after power loss": the documented stop until an operator runs end_recovery).
+    That is the engine refusing to guess, not a violation: it is reported apart
+    (SeedResult.stopped), and the replicas' committed prefixes must still agree. Any other
+    non-convergence is a liveness bug (a violation);
   * the replicas' logs are byte-identical up to the commit index, and so are their queues;
   * every queue's offsets are dense; every acknowledged message is there exactly once at its
     acknowledged (queue, offset); no message of a batch that never reached a node's log path
@@ -32,8 +36,8 @@ from ..raft.messages import Role
 __all__ = ["HistoryChecker", "STOPPED_FOR_RECOVERY"]
 
 TOPIC = "sim"
-_HELD_ENTRIES = 4096
-STOPPED_FOR_RECOVERY = "stopped for recovery"       # a downed replica's log, remembered for the majority check
+_HELD_ENTRIES = 4096        # a downed replica's last entries, remembered for the majority check
+STOPPED_FOR_RECOVERY = "stopped for recovery"
 
 
 class HistoryChecker:
@@ -142,6 +146,8 @@ class HistoryChecker:
         if set(core.voters) != set(sim.members):
             sim.change_members()       # (a member removed by the nemesis comes back)
             return False
+        if any(m.node.core.recovering_term for m in live):
+            return False
         ends = {(m.node.applied_index, m.node.store.commitlog.last_index,
                  m.node.store.commitlog.last_term) for m in live}
         if len(ends) != 1:
@@ -154,10 +160,13 @@ class HistoryChecker:
         while not self.converged():
             if sim.loop.time() > deadline:
                 why = self.recovery_stop()
-                if why is not None:
+                if why is not None and sim.mode == "async" and sim.stats.get("power_losses"):
                     sim.stats["stopped_for_recovery"] = 1
-                self.violation("no convergence after the last heal: " + self.states()
-                               + (f" [{STOPPED_FOR_RECOVERY}: {why}]" if why else ""))
+                    sim.res.stopped = (f"{STOPPED_FOR_RECOVERY}: {why}: {self.states()}")
+                    self._check_committed_prefixes()
+                else:
+                    self.violation("no convergence after the last heal: " + self.states()
+                                   + (f" [{STOPPED_FOR_RECOVERY}? {why}]" if why else ""))
                 return False
             await asyncio.sleep(0.05)
             await sim.reap_failed()
@@ -186,6 +195,14 @@ class HistoryChecker:
             return None
         configs = sorted({f"{i}:{'+'.join(sorted(n.core.voters))}" for i, n in live.items()})
         return f"recovering {rec}, latest voters {configs}"
+
+    def _check_committed_prefixes(self) -> None:
+        """A stopped group: the live replicas' logs agree up to the smallest commit index."""
+        logs = [(m.id, m.node.store.commitlog) for m in self.sim.live()]
+        upto = min(min(cl.committed_index, cl.last_index) for _, cl in logs)
+        digests = {i: _log_digest(cl, upto) for i, cl in logs}
+        if len(set(digests.values())) != 1:
+            self.violation(f"stopped group: replica logs differ up to {upto}: {digests}")
 
     def states(self) -> str:
         out = []
@@ -241,10 +258,10 @@ class HistoryChecker:
         self.sim.stats["stored"] = len(where)
 
 
-def _log_digest(cl) -> str:
+def _log_digest(cl, upto: int | None = None) -> str:
     """SHA-256 of the log's records up to the commit index (the bytes replicas share)."""
     h = hashlib.sha256()
-    i, upto = cl.first_index, cl.committed_index
+    i, upto = max(cl.first_index, 1), cl.committed_index if upto is None else upto
     while i <= upto:
         view, n = cl.read(i, upto + 1, 1 << 20)
         if n == 0:
