@@ -15,7 +15,8 @@
 # flusher always see a consistent snapshot. Big copies + CRCs, fallocate, msync run without
 # the GIL while holding references to the mappings they touch.
 cimport cython
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
+from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact,
+                            PyBytes_FromStringAndSize)
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
                              PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
 from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock,
@@ -61,6 +62,11 @@ log = logging.getLogger(__name__)
 if sys.byteorder != "little":  # the format is little-endian and the codec writes natively
     raise ImportError("quorumlog's native commit log needs a little-endian CPU")
 
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+
 cdef extern from "qlsys.h" nogil:
     int64_t ql_now_ms()
     int ql_map_file(const char *path, int64_t size, int create, int always_allocate,
@@ -74,13 +80,16 @@ cdef extern from "qlsys.h" nogil:
     int ql_pwrite_all(int fd, const char *buf, int64_t length, int64_t off)
     void ql_fail_write(int err)
 
+cdef extern from "qlwriter.h" nogil:
+    ctypedef struct ql_writer:
+        pass
+    ql_writer *ql_writer_new()
+    int ql_writer_wait(ql_writer *w)
+    void ql_writer_post(ql_writer *w, int fd, iovec *iov, int n, int64_t off)
+    void ql_writer_free(ql_writer *w)
+
 cdef extern from "<sys/mman.h>" nogil:
     int munmap(void *addr, size_t length)
-
-cdef extern from "<sys/uio.h>" nogil:
-    struct iovec:
-        void *iov_base
-        size_t iov_len
 
 cdef extern from "<unistd.h>" nogil:
     int close(int fd)
@@ -98,6 +107,12 @@ cdef enum:
     STAGE_BYTES = 1048576
     STAGE_ROOM = 73728
     IOV_MAX_N = 1000
+    # A batch of at least PAR_WRITE_BYTES has its pwritev calls done by the log's writer
+    # thread (qlwriter.h) in pieces of PAR_PIECE_BYTES, overlapping the encoding of the
+    # next piece; smaller batches (a cluster leader's usual ones) write inline, where two
+    # thread hand-offs would cost more than they hide.
+    PAR_WRITE_BYTES = 524288
+    PAR_PIECE_BYTES = 262144
     POPULATE_AHEAD = 1048576  # the writer's own populate step ahead of single appends
     # The preparer thread keeps pages faulted in up to BG_POPULATE_AHEAD bytes past the end
     # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
@@ -148,6 +163,7 @@ assert sizeof(RecHeader) == HDR and sizeof(IdxEntry) == IDX_ENTRY
 include "commitlog_codec.pxi"       # record encode / verify / decode, checksum functions
 include "commitlog_args.pxi"        # argument validation and encoding (nothing written)
 include "commitlog_mapping.pxi"     # Mapping (one mmap'd file), segment files
+include "commitlog_producer.pxi"    # producer batches' properties, one loop per batch
 include "commitlog_preparer.pxi"    # next segment + page population off the append path
 include "commitlog_index.pxi"       # raft-index files and entries
 include "commitlog_append.pxi"      # leader appends: append, append_control, append_batch
@@ -208,6 +224,9 @@ cdef class CommitLog:
     # pwrite appends (batches, replication) need no populated pages
     cdef int64_t _seg_pop_want
     cdef char *_stage              # append_batch's staging buffer (STAGE_BYTES), write lock
+    cdef char *_stage2             # ... its second one while the writer thread writes the first
+    cdef ql_writer *_writer        # append_batch's writer thread (NULL until a big batch)
+    cdef bint _no_writer           # test hook: big batches write inline too
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
@@ -240,7 +259,9 @@ cdef class CommitLog:
         self._closed = True
 
     def __dealloc__(self):
+        ql_writer_free(self._writer)
         free(self._stage)
+        free(self._stage2)
         if self._wlock != NULL:
             PyThread_free_lock(self._wlock)
         if self._lock_fd >= 0:
@@ -530,6 +551,11 @@ cdef class CommitLog:
         write_checkpoint(self, clean)
 
     # ------------------------------------------------------------------ lifecycle
+    def _write_inline(self, bint inline):
+        """Test hook: write big batches inline too (True), or through the writer thread
+        (False, the default) -- both must leave the same bytes."""
+        self._no_writer = inline
+
     def close(self):
         """Flush, write a clean checkpoint, unmap (views stay valid), remove the abort
         marker, release the lock. Idempotent. A read-only log only unmaps."""

@@ -107,6 +107,8 @@ cdef tuple append_message(CommitLog self, topic, body, queue_id, queue_offset, t
     if not (keys is None or (type(keys) is tuple and len(<tuple>keys) == 0)):
         kb = _encode_keys(keys)
         _set_keys(&s, kb)
+    if type(properties) is ProducerProperties and len(properties) == 1:
+        properties = properties[0]
     if properties is not None:
         pb = _encode_props(properties)
         _set_props(&s, pb)
@@ -199,6 +201,8 @@ cdef struct Batch:
     const int64_t *qids      # per-record columns, or NULL: qid0 / qoff0 + j / born0
     const int64_t *qoffs
     const int64_t *borns
+    const char *pprops       # a ProducerProperties' encoded fields back to back, or NULL
+    uint32_t *plens          # ... and the length of each record's (an array in `keep`)
     int64_t qid0, qoff0, born0
     int64_t term, store, total, first_index
     uint32_t flags
@@ -210,6 +214,9 @@ cdef struct BatchTarget:
     char **idxaddr           # raft-index files f0, f0 + 1, ...
     char *stage              # the log's staging buffer (STAGE_BYTES)
     iovec *iov               # IOV_MAX_N
+    ql_writer *w             # the writer thread for a big batch, else NULL (write inline)
+    char *stage2             # with w: the second staging buffer and iovec array
+    iovec *iov2
     int64_t k_cur, S, end, f0, N
     int64_t ipop_from, ipop_to   # offsets in the first raft-index file still to populate
 
@@ -234,6 +241,15 @@ cdef tuple append_messages(CommitLog self, topic, bodies, queue_ids, queue_offse
     b.flags = <uint32_t>_check_flags(flags)
     b.store = ql_now_ms()
     _batch_columns(&b, queue_ids, queue_offsets, born_timestamps_ms, keep)
+    if type(properties) is ProducerProperties:
+        # a producer batch: every record's properties in one loop, no dict per message
+        lens = cnp.PyArray_EMPTY(1, [max(b.n, 1)], cnp.NPY_UINT32, 0)
+        keep.append(lens)
+        b.plens = <uint32_t *>cnp.PyArray_DATA(lens)
+        pbuf = _producer_batch_props(<ProducerProperties>properties, b.n, b.plens)
+        keep.append(pbuf)
+        b.pprops = PyBytes_AS_STRING(pbuf)
+        properties = None
     fields = _batch_fields(tags, keys, properties, b.n)
     positions = cnp.PyArray_EMPTY(1, [b.n], cnp.NPY_INT64, 0)
     b.posp = <int64_t *>cnp.PyArray_DATA(positions)
@@ -345,8 +361,10 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
     cdef uint32_t topic_len = <uint32_t>PyBytes_GET_SIZE(tb)
     cdef bint shared_tagged = shared_tags is not None and PyBytes_GET_SIZE(shared_tags) > 0
     # one branch per record when there are no tags, keys or properties at all
+    cdef const char *pprops = b.pprops
+    cdef const uint32_t *plens = b.plens
     cdef bint any_fields = (per_tags or per_keys or per_props or shared_tagged or
-                            shared_props is not None)
+                            shared_props is not None or pprops != NULL)
     if shared_tagged:
         shared_hash = _tag_hash(shared_tags)
     for j in range(b.n):
@@ -388,6 +406,10 @@ cdef int _gather_batch(CommitLog self, Batch *b, tuple bt, bytes tb, tags, keys,
                     _set_props(s, e)
             elif shared_props is not None:
                 _set_props(s, shared_props)
+            elif pprops != NULL:
+                s.props = pprops
+                s.props_len = plens[j]
+                pprops += plens[j]
         sizes[j] = _record_size(s, S, j)
         total += sizes[j]
     b.total = total
@@ -424,6 +446,7 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
         free(t.segfd)
         free(t.idxaddr)
         free(t.iov)
+        free(t.iov2)
     if err:
         # nothing of the batch is published (the end has not moved); what reached the
         # files lies past the end, where recovery finds a torn tail
@@ -458,6 +481,17 @@ cdef int _batch_target(CommitLog self, const Batch *b, list new_segs,
     if self._stage == NULL:
         self._stage = <char *>malloc(STAGE_BYTES)
     t.stage = self._stage
+    if b.total >= PAR_WRITE_BYTES and not self._no_writer:
+        if self._stage2 == NULL:
+            self._stage2 = <char *>malloc(STAGE_BYTES)
+        if self._writer == NULL and self._stage2 != NULL:
+            self._writer = ql_writer_new()     # NULL (no thread): write inline
+        if self._writer != NULL and self._stage2 != NULL:
+            t.iov2 = <iovec *>malloc(IOV_MAX_N * sizeof(iovec))
+            if t.iov2 == NULL:
+                raise MemoryError()
+            t.w = self._writer
+            t.stage2 = self._stage2
     t.segfd = <int *>malloc(nseg * sizeof(int))
     t.idxaddr = <char **>malloc(nidx * sizeof(char *))
     t.iov = <iovec *>malloc(IOV_MAX_N * sizeof(iovec))
@@ -491,7 +525,9 @@ cdef void _free_batch(Batch *b) noexcept:
 
 
 # Pass 3 writes through an Out: the file range [off, off + len) is pending in iov[0..n),
-# staged bytes in stage[0 .. sp) and big bodies straight from the caller's buffers.
+# staged bytes in stage[0 .. sp) and big bodies straight from the caller's buffers. With
+# a writer thread (w), a flushed piece is posted to it and the Out goes on in the other
+# staging buffer and iovec array (stage2, iov2) while it is written.
 cdef struct Out:
     int fd
     int64_t off, len
@@ -499,6 +535,9 @@ cdef struct Out:
     int n
     char *stage
     char *sp
+    ql_writer *w
+    iovec *iov2
+    char *stage2
 
 
 cdef inline void _out_add(Out *o, const char *p, size_t len) noexcept nogil:
@@ -520,7 +559,16 @@ cdef inline void _out_add(Out *o, const char *p, size_t len) noexcept nogil:
 
 cdef inline int _out_flush(Out *o) noexcept nogil:
     cdef int err = 0
-    if o.n:
+    cdef iovec *iov
+    cdef char *stage
+    if o.n and o.w != NULL:
+        err = ql_writer_wait(o.w)        # the previous piece is written: its buffers are free
+        if err == 0:
+            ql_writer_post(o.w, o.fd, o.iov, o.n, o.off)
+            iov, stage = o.iov, o.stage
+            o.iov, o.stage = o.iov2, o.stage2
+            o.iov2, o.stage2 = iov, stage
+    elif o.n:
         err = ql_pwritev_all(o.fd, o.iov, o.n, o.off)
     o.off += o.len
     o.len = 0
@@ -530,6 +578,17 @@ cdef inline int _out_flush(Out *o) noexcept nogil:
 
 
 cdef int _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
+    # -> 0 or an errno; with a writer thread, only once its last piece is written (the
+    # pieces point into the caller's bodies and the staging buffers).
+    cdef int err = _encode_write(b, t), err2
+    if t.w != NULL:
+        err2 = ql_writer_wait(t.w)
+        if err == 0:
+            err = err2
+    return err
+
+
+cdef int _encode_write(const Batch *b, const BatchTarget *t) noexcept nogil:
     # Pass 3: encode every record into the staging buffer (a big body stays in the
     # caller's buffer) and pwritev them, write each raft-index entry, a BLANK where a
     # record moves on to the next segment. -> 0 or an errno. The columns are copied to
@@ -561,11 +620,15 @@ cdef int _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
     o.n = 0
     o.stage = t.stage
     o.sp = t.stage
+    o.w = t.w
+    o.iov2 = t.iov2
+    o.stage2 = t.stage2
     if t.ipop_to - t.ipop_from >= 4096:
         ql_populate_write(ibase, t.ipop_from & ~(<int64_t>4095),
                           t.ipop_to - (t.ipop_from & ~(<int64_t>4095)))
     for j in range(n):
-        if o.n >= IOV_MAX_N - 2 or (o.stage + STAGE_BYTES) - o.sp < STAGE_ROOM:
+        if o.n >= IOV_MAX_N - 2 or (o.stage + STAGE_BYTES) - o.sp < STAGE_ROOM or \
+                (o.w != NULL and o.len >= PAR_PIECE_BYTES):
             err = _out_flush(&o)
             if err:
                 return err

@@ -116,6 +116,16 @@ cdef stop_threads(CommitLog self):
     self._threads = []
 
 
+cdef void _stop_writer(CommitLog self) noexcept:
+    # Write lock held, so no batch is using the writer thread (a batch waits for its last
+    # piece before it returns): join it.
+    cdef ql_writer *w = self._writer
+    self._writer = NULL
+    if w != NULL:
+        with nogil:
+            ql_writer_free(w)
+
+
 cdef close_log(CommitLog self):
     if self._closed:
         return
@@ -126,6 +136,7 @@ cdef close_log(CommitLog self):
     stop_threads(self)
     _acquire(self)
     try:
+        _stop_writer(self)
         if self._failed is not None:
             # nothing more is written: the abort marker stays, so the next open is an
             # unclean one and recovery checks what reached the disk
@@ -158,6 +169,7 @@ cdef crash_log(CommitLog self):
     stop_threads(self)
     _acquire(self)
     try:
+        _stop_writer(self)
         self._closed = True
         forget_mappings(self)
         self._prepared = None       # kept on disk, as a crash would leave it

@@ -15,6 +15,7 @@ from quorumlog._commitlog import (  # noqa: F401
     RECORD_INFO,
     CommitLog,
     Mapping,
+    ProducerProperties,
     crc32c,
     crc32c_hardware,
     crc32c_software,
@@ -28,6 +29,6 @@ from quorumlog.errors import (  # noqa: F401  (re-exported: wrong-type errors of
 )
 
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
-           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "crc32c",
+           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "ProducerProperties", "crc32c",
            "ArgumentTypeError", "InvalidTypeError", "TopicTypeError", "QueueTypeError",
            "crc32c_hardware", "crc32c_software", "fnv1a64"]

@@ -48,8 +48,21 @@ def reference_ratio(res, refs: dict | None) -> float | None:
     return None
 
 
+def cpu_per_work(res) -> tuple[float | None, float | None]:
+    """(ms of CPU per MB of bodies, µs of CPU per message), the CPU summed over every
+    process the row measured (the bench process, and each replica of a cluster row: for a
+    replicated row, per MB and per message replicated to all of them); None without work."""
+    total = sum(res.cpu_seconds.values()) if res.cpu_seconds else None
+    if total is None:
+        return None, None
+    per_mb = total * 1e3 / (res.payload_bytes / 1e6) if res.payload_bytes else None
+    per_msg = total * 1e6 / res.messages if res.messages else None
+    return per_mb, per_msg
+
+
 def result_dict(res, refs) -> dict:
     ratio = reference_ratio(res, refs)
+    per_mb, per_msg = cpu_per_work(res)
     return {
         "workload": res.workload,
         "op": res.op,
@@ -63,6 +76,8 @@ def result_dict(res, refs) -> dict:
         "flushes": res.flushes,
         "msgs_per_flush": res.msgs_per_flush,
         "cpu_seconds": res.cpu_seconds,
+        "cpu_ms_per_MB": per_mb,
+        "cpu_us_per_msg": per_msg,
         "reference": None if res.reference is None else {"name": res.reference,
                                                          "ratio": ratio},
         "integrity": res.integrity,
@@ -205,6 +220,14 @@ def _cells(r) -> dict:
     }
 
 
+def _cpu_per_text(r: dict) -> str:
+    """'; all processes: 12.9 ms per MB, 410 µs per message' (what is known of it)."""
+    per_mb, per_msg = r.get("cpu_ms_per_MB"), r.get("cpu_us_per_msg")
+    parts = ([f"{per_mb:,.2f} ms per MB"] if per_mb is not None else []) + \
+        ([f"{per_msg:,.1f} µs per message"] if per_msg is not None else [])
+    return f"; all processes: {', '.join(parts)}" if parts else ""
+
+
 def goal_cell(goal: dict | None) -> str:
     """'0.19x ≥500 MB/s' (19 % of the goal); '-' when no goal applies to the row's shape."""
     if not goal:
@@ -250,7 +273,8 @@ def print_summary(console: Console, doc: dict, wide: bool = False) -> None:
             console.print(f"{run} vs goal: {goal_cell(r['goal'])}", highlight=False)
         if len(r["cpu_seconds"]) > 1:
             console.print(f"{run} CPU seconds: " + ", ".join(
-                f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items()), highlight=False)
+                f"{k} {v:.1f}" for k, v in r["cpu_seconds"].items())
+                + _cpu_per_text(r), highlight=False)
         for n in r["notes"]:
             line = f"{run}: {n}"
             if line not in printed:

@@ -34,7 +34,7 @@ from ..errors import InvalidArgumentError, LogClosedError, LogFailedError, Topic
 from ..net.messages import LeaderRedirectError
 from ..raft.errors import BackpressureError, NotLeaderError
 from ..raft.messages import Role
-from ..store.nativelog import RESERVED_PROPERTIES, producer_properties
+from ..store.nativelog import PER_MESSAGE, RESERVED_PROPERTIES, producer_properties
 from ..store.topics import check_user_topic
 from ..store.writes import BatchResult
 from . import meta
@@ -490,7 +490,7 @@ class Pipeline:
             bodies = [b for it in items for b in it.bodies]
             if any(it.props for it in items):
                 props = [p for it in items for p in (
-                    it.props if isinstance(it.props, list) else [it.props] * len(it.bodies))]
+                    it.props if isinstance(it.props, PER_MESSAGE) else [it.props] * len(it.bodies))]
             else:
                 props = None
         kw = {}

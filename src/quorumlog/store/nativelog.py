@@ -39,6 +39,7 @@ import struct
 
 import numpy as np
 
+from ..commitlog import ProducerProperties
 from ..errors import IndexOutOfRangeError, InstallError, InvalidArgumentError
 from ..raft.errors import NotSupportedByLogError
 from ..raft.log import EntryKind
@@ -52,27 +53,27 @@ PROP_SEQ = "QL_SEQ"
 PROP_COUNT = "QL_N"
 PROP_ORDINAL = "QL_I"
 RESERVED_PROPERTIES = frozenset((PROP_PID, PROP_SEQ, PROP_COUNT, PROP_ORDINAL))
+# properties given per message: a list, or a producer batch's (producer_properties)
+PER_MESSAGE = (list, ProducerProperties)
 _LENGTHS = struct.Struct("<HHII")      # topic_len, tags_len, keys_len, props_len at 76
 
 
 def producer_properties(pid: int, seq: int, count: int, first_ordinal: int, properties=None):
     """The per-message properties of messages first_ordinal.. of batch (pid, seq) of `count`
     messages: the caller's (one dict, a list with one per message, or None) with the reserved
-    ones added; a caller's reserved key: InvalidArgumentError."""
-    n = count - first_ordinal if not isinstance(properties, list) else len(properties)
-    ps = properties if isinstance(properties, list) else [properties] * n
-    # (the reserved ones first, in this order: producers() reads them at a fixed place)
-    p_, s_, n_ = str(pid), str(seq), str(count)
-    out = []
-    for i, p in enumerate(ps):
-        d = {PROP_PID: p_, PROP_SEQ: s_, PROP_COUNT: n_, PROP_ORDINAL: str(first_ordinal + i)}
-        if p:
-            if RESERVED_PROPERTIES.intersection(p):
+    ones added (first, in the order QL_PID, QL_SEQ, QL_N, QL_I: producers() reads them at a
+    fixed place); a caller's reserved key: InvalidArgumentError. -> a ProducerProperties (a
+    sequence of those dicts that CommitLog.append_batch encodes in one loop, with no Python
+    object per message)."""
+    if isinstance(properties, list):
+        for p in properties:
+            if p and RESERVED_PROPERTIES.intersection(p):
                 raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are "
                                            "reserved")
-            d.update(p)
-        out.append(d)
-    return out
+    elif properties and RESERVED_PROPERTIES.intersection(properties):
+        raise InvalidArgumentError(f"properties {sorted(RESERVED_PROPERTIES)} are reserved")
+    return ProducerProperties(pid, seq, count, first_ordinal,
+                              properties if properties or isinstance(properties, list) else None)
 
 
 _FAST_KEYS = tuple(np.frombuffer(k, np.uint8) for k in (
@@ -132,7 +133,7 @@ def _tags(cl, index, positions, plen, pre):
     legacy = np.zeros(len(index), bool)
     for k in np.flatnonzero(~ok & (plen > 0)).tolist():     # other layouts: one by one
         tag = producer_tag(cl.record_at(int(positions[k])))
-        if tag is None or not all(0 <= v <= _U64 for v in tag if v is not None):
+        if tag is None:
             continue
         keep[k] = True
         legacy[k] = tag[2] is None
@@ -141,41 +142,53 @@ def _tags(cl, index, positions, plen, pre):
     return (index[keep], *(v[keep] for v in vals), legacy[keep])
 
 
+def _decimal(v: bytes) -> int | None:
+    """A u64 written in ASCII decimal digits (what producer_properties writes), else None."""
+    if not 1 <= len(v) <= 20 or not v.isdigit():
+        return None
+    x = int(v)
+    return x if x <= _U64 else None
+
+
 def producer_tag(rec) -> tuple | None:
     """(pid, seq, count, ordinal) of a MESSAGE record's bytes (count, ordinal None when it
-    carries only QL_PID/QL_SEQ), or None without a producer. Reads the properties field in
-    place: a new leader reads this for every record of its window."""
+    carries only QL_PID/QL_SEQ), or None without a producer -- also for a properties field
+    that is not a sequence of length-prefixed strings or a reserved value that is not a
+    u64 in decimal. Reads the properties field in place: a new leader reads this for every
+    record of its window."""
     tl, gl, kl, plen = _LENGTHS.unpack_from(rec, 76)
     if not plen:
         return None
     o = 96 + tl + gl + kl
     b = bytes(rec[o:o + plen])
-    o, stop = 0, plen
-    pid = seq = count = ordinal = None
-    try:
-        while o < stop:
-            klen = b[o] | b[o + 1] << 8
-            k = b[o + 2:o + 2 + klen] if klen in (4, 6) else None
-            o += 2 + klen
-            vlen = b[o] | b[o + 1] << 8
-            if k is not None:
-                v = b[o + 2:o + 2 + vlen]
-                if k == b"QL_PID":
-                    pid = int(v)
-                elif k == b"QL_SEQ":
-                    seq = int(v)
-                elif k == b"QL_N":
-                    count = int(v)
-                elif k == b"QL_I":
-                    ordinal = int(v)
-            o += 2 + vlen
-    except ValueError:
-        return None
+    o, stop = 0, len(b)
+    got = {}
+    while o < stop:
+        if o + 2 > stop:
+            return None
+        klen = b[o] | b[o + 1] << 8
+        k = b[o + 2:o + 2 + klen]
+        o += 2 + klen
+        if o + 2 > stop:
+            return None
+        vlen = b[o] | b[o + 1] << 8
+        if o + 2 + vlen > stop:
+            return None
+        if k in _TAG_KEYS:
+            got[k] = _decimal(b[o + 2:o + 2 + vlen])
+            if got[k] is None:
+                return None
+        o += 2 + vlen
+    pid, seq = got.get(b"QL_PID"), got.get(b"QL_SEQ")
+    count, ordinal = got.get(b"QL_N"), got.get(b"QL_I")
     if pid is None or seq is None:
         return None
     if count is None or ordinal is None:
         return pid, seq, None, None
     return pid, seq, count, ordinal
+
+
+_TAG_KEYS = frozenset((b"QL_PID", b"QL_SEQ", b"QL_N", b"QL_I"))
 
 
 class NativeRaftLog:

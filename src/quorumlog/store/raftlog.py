@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..commitlog import ProducerProperties
 from ..errors import InvalidArgumentError
-from .nativelog import (PROP_COUNT, PROP_ORDINAL, PROP_PID, PROP_SEQ, NativeRaftLog,
-                              producer_properties)
+from .nativelog import NativeRaftLog, producer_properties
 
 __all__ = ["StoreRaftLog", "producer_properties"]
 
@@ -46,11 +46,8 @@ class StoreRaftLog(NativeRaftLog):
         InvalidArgumentError, nothing written)."""
         props = getattr(batch, "properties", None)
         n = getattr(batch, "count", 0)
-        want = {PROP_PID: str(pid), PROP_SEQ: str(seq), PROP_COUNT: str(n)}
-        if not (isinstance(props, list) and len(props) == n and n
-                and all(p.get(k) == v for p in (props[0], props[-1]) for k, v in want.items())
-                and props[0].get(PROP_ORDINAL) == "0"
-                and props[-1].get(PROP_ORDINAL) == str(n - 1)):
+        if not (isinstance(props, ProducerProperties) and len(props) == n and n
+                and (props.pid, props.seq, props.count, props.first) == (pid, seq, n, 0)):
             raise InvalidArgumentError(
                 f"append_producer_batch: the request's properties are not those of producer "
                 f"{pid} sequence {seq} (make them with producer_properties)")

@@ -42,6 +42,7 @@ from ..errors import InvalidArgumentError, InvalidTopicError
 from ..format import TYPE_MESSAGE, check_topic_name
 from ..errors import CorruptLogError
 from .files import read_checked_json, write_checked_json
+from .nativelog import PER_MESSAGE
 from .services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def check_delay_properties(properties, n: int) -> None:
     """A delayed put's properties (one dict, or a list with one per message) may not use the
     names the schedule service writes."""
     for i in range(n):
-        p = properties[i] if isinstance(properties, list) else properties
+        p = properties[i] if isinstance(properties, PER_MESSAGE) else properties
         if p:
             for k in RESERVED_PROPERTIES:
                 if k in p:
@@ -75,7 +76,7 @@ def delayed_properties(real_topic: str, real_queue_ids: list[int], level: int,
     message) plus its real topic and queue and its level."""
     out = []
     for i, qid in enumerate(real_queue_ids):
-        p = properties[i] if isinstance(properties, list) else properties
+        p = properties[i] if isinstance(properties, PER_MESSAGE) else properties
         d = dict(p) if p else {}
         d[PROP_REAL_TOPIC] = real_topic
         d[PROP_REAL_QID] = str(qid)

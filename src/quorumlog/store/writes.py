@@ -28,6 +28,7 @@ from ..config import StoreConfig, parse_delay_levels
 from ..errors import (BatchTooLargeError, InvalidArgumentError, InvalidDelayLevelError,
                       InvalidQueueError, InvalidTypeError, QueueTypeError)
 from .dispatch import Dispatcher, OffsetCounter
+from .nativelog import PER_MESSAGE
 from .schedule import SCHEDULE_TOPIC, check_delay_properties, delayed_properties
 from .topics import Topic, TopicRegistry
 
@@ -350,7 +351,7 @@ class Writer:
             for name, v in (("tags", tags), ("keys", keys), ("properties", properties),
                             ("sharding_key", sharding_key),
                             ("born_timestamps_ms", born_timestamps_ms)):
-                if isinstance(v, list) and len(v) != n:
+                if isinstance(v, PER_MESSAGE) and len(v) != n:
                     raise InvalidArgumentError(f"{name}: {len(v)} values for {n} messages")
         if delay_level:
             check_delay_properties(properties, n)
