@@ -243,8 +243,11 @@ cdef forget_mappings(CommitLog self):
 
 
 cdef drop_mappings(CommitLog self):
-    """forget_mappings, and unlink a prepared segment the log never used."""
-    forget_mappings(self)
+    """Unlink a prepared segment the log never used, then forget_mappings. In this order:
+    _discard_prepared's guard (never unlink a segment the log holds) reads self._segs,
+    which forget_mappings empties; the other order unlinked the last segment, records and
+    all, when the prepared mapping was also the log's newest segment at close."""
     with self._prep_cv:
         if self._prepared is not None:
             _discard_prepared(self)
+    forget_mappings(self)
