@@ -8,7 +8,6 @@ import asyncio
 import collections
 import os
 import threading
-import time
 
 from cluster_support import (assert_logs_identical, kill_leaders_under_load, read_queue,
                              wait_until)
@@ -61,7 +60,9 @@ def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make
         try:
             leader = kill_leaders_under_load(c, admin, leader, prod, KILLS, before=500)
             # the last restarted replica catches up while the load goes on
-            time.sleep(0.5)
+            n0 = prod.count()
+            wait_until(lambda: prod.count() >= n0 + 500 or prod.errors, 60,
+                       "500 more messages acknowledged after the last restart")
         finally:
             prod.stop.set()
             prod.thread.join(90)
