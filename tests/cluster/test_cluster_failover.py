@@ -4,50 +4,17 @@ its producer id and sequence, so a new leader drops the duplicate), and the kill
 restarts and catches up byte-identically."""
 from __future__ import annotations
 
-import asyncio
 import collections
 import os
-import threading
 
-from cluster_support import (assert_logs_identical, kill_leaders_under_load, read_queue,
-                             wait_until)
+from cluster_support import (Producers, assert_logs_identical, kill_leaders_under_load,
+                             read_queue, wait_until)
 
-from quorumlog.client import AsyncClient, Client
+from quorumlog.client import Client
 
 TOPIC = "events"
 # `make cluster-soak` sets more (QUORUMLOG_CLUSTER_KILLS=20); make test runs 3
 KILLS = int(os.environ.get("QUORUMLOG_CLUSTER_KILLS", "3"))
-
-
-class Producers:
-    """Two producers writing batches continuously from a thread of their own."""
-
-    def __init__(self, addresses, secret, n=2, batch=50):
-        self.addresses, self.secret, self.n, self.batch = addresses, secret, n, batch
-        self.acked = []          # (queue_id, first_offset, bodies)
-        self.errors = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _one(self, pid):
-        async with AsyncClient(self.addresses, secret=self.secret, retry_timeout=60,
-                               request_timeout=3) as c:
-            k = 0
-            while not self.stop.is_set():
-                bodies = [f"p{pid}-b{k:06d}-m{i:03d}".encode() for i in range(self.batch)]
-                try:
-                    r = await c.produce(TOPIC, bodies)
-                except Exception as e:  # (any failure ends the test with this error)
-                    self.errors.append(e)
-                    return
-                self.acked.append((r.queue_id, r.first_queue_offset, bodies))
-                k += 1
-
-    async def _run(self):
-        await asyncio.gather(*(self._one(p) for p in range(self.n)))
-
-    def count(self):
-        return sum(len(b) for _, _, b in self.acked)
 
 
 def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make_cluster):

@@ -6,8 +6,7 @@ import os
 import re
 import signal
 
-from cluster_support import assert_logs_identical, checkpoint, wait_until
-from test_cluster_failover import Producers
+from cluster_support import Producers, assert_logs_identical, checkpoint, wait_until
 
 from quorumlog.client import Client
 
