@@ -3,11 +3,12 @@ the producers that load a cluster from a thread of their own."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import threading
 import time
 
-from quorumlog.client import AsyncClient
+from quorumlog.client import AsyncClient, Client
 from quorumlog.format import decode_checkpoint
 from quorumlog.localcluster import LocalCluster
 
@@ -149,3 +150,31 @@ def kill_leaders_under_load(c: LocalCluster, admin, leader, load, kills: int, *,
         c.restart(leader)
         leader = new
     return leader
+
+
+def check_acked_on_every_replica(c: LocalCluster, prod: Producers) -> dict:
+    """Every message `prod` had acknowledged at its (queue, offset) on every replica, no
+    offset acknowledged twice, no body stored twice -> {queue: {offset: body}}."""
+    acked = collections.defaultdict(dict)
+    for q, first, bodies in prod.acked:
+        for i, b in enumerate(bodies):
+            assert first + i not in acked[q], f"offset {q}/{first + i} acknowledged twice"
+            acked[q][first + i] = b
+    seen = collections.Counter()
+    topic = prod.topic
+    for nid in c.ids:
+        addr = c.clients[nid]
+        with Client([addr], secret=c.secret(), retry_timeout=30, groups=prod.groups) as m:
+            for q in sorted(acked):
+                end = max(acked[q]) + 1
+                wait_until(lambda: m.offsets(topic, q)[1] >= end, 60,
+                           f"{nid} catching up {topic}/{q}")
+                got = read_queue(m, addr, topic, q, m.offsets(topic, q)[1])
+                for off, b in acked[q].items():
+                    assert got[off] == b, f"{nid}: {topic}/{q}@{off} is {got[off]!r}, acked {b!r}"
+                if nid == c.ids[0]:
+                    seen.update(got)
+    dups = [b for b, n in seen.items() if n > 1]
+    assert not dups, f"{len(dups)} messages stored twice, e.g. {dups[:3]}"
+    assert sum(len(v) for v in acked.values()) == prod.count()
+    return acked

@@ -10,9 +10,9 @@ import collections
 import math
 import time
 
-from cluster_support import Producers, assert_logs_identical, read_queue, wait_until
+from cluster_support import (Producers, assert_logs_identical, check_acked_on_every_replica,
+                             wait_until)
 
-from quorumlog.client import Client
 from quorumlog.node.groups import group_of, preferred_leader
 
 G = 8
@@ -30,29 +30,8 @@ def _spread_ok(c, leaders):
 
 
 def _check_every_replica(c, prod):
-    """Every acknowledged message at its offset on every replica, none stored twice."""
-    acked = collections.defaultdict(dict)
-    for q, first, bodies in prod.acked:
-        for i, b in enumerate(bodies):
-            assert first + i not in acked[q], f"offset {q}/{first + i} acknowledged twice"
-            acked[q][first + i] = b
+    acked = check_acked_on_every_replica(c, prod)
     assert {group_of(TOPIC, q, G) for q in acked} == set(range(G)), "not every group used"
-    seen = collections.Counter()
-    for nid in c.ids:
-        addr = c.clients[nid]
-        with Client([addr], secret=c.secret(), retry_timeout=30, groups=G) as m:
-            for q in sorted(acked):
-                end = max(acked[q]) + 1
-                wait_until(lambda: m.offsets(TOPIC, q)[1] >= end, 60,
-                           f"{nid} catching up {TOPIC}/{q}")
-                got = read_queue(m, addr, TOPIC, q, m.offsets(TOPIC, q)[1])
-                for off, b in acked[q].items():
-                    assert got[off] == b, f"{nid}: {TOPIC}/{q}@{off} is {got[off]!r}, acked {b!r}"
-                if nid == c.ids[0]:
-                    seen.update(got)
-    dups = [b for b, n in seen.items() if n > 1]
-    assert not dups, f"{len(dups)} messages stored twice, e.g. {dups[:3]}"
-    assert sum(len(v) for v in acked.values()) == prod.count()
 
 
 def _stop_and_compare_logs(c):
