@@ -65,7 +65,7 @@ cdef int _plan_replicated(CommitLog self, const char *p, Py_ssize_t n, RepPlan *
     cdef int64_t run_src = 0, run_dst = -1, run_len = 0
     cdef const RecHeader *h
     # a big range: the CRCs afterwards in one loop without the GIL (releasing it per record
-    # cost a GIL hand-off per message: issue 20 §3); a small one: inline, GIL held
+    # cost a GIL hand-off per message); a small one: inline, GIL held
     cdef bint crc_later = n >= NOGIL_BYTES
     cdef int64_t first_index = plan.expect
     while off < n:

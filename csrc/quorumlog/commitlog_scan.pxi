@@ -125,7 +125,7 @@ cdef int _verify_span(CommitLog self, int64_t from_pos, int64_t limit,
         else:
             # a few records (a leader's read for one APPEND of single messages): ~40 ns per
             # KiB of CRC costs less than handing the GIL to another thread and waiting to
-            # get it back (a futex wake-up, up to a switch interval) -- issue 20 §3
+            # get it back (a futex wake-up, up to a switch interval)
             rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, NULL, limit, &count,
                             expect_index)
     finally:

@@ -330,7 +330,7 @@ def test_fuzz_append_replicated(fuzz_pair, ops, n):
 
 # ------------------------------------------------------------------ big ranges (>= NOGIL_BYTES)
 # A range of at least NOGIL_BYTES (256 KiB) has its CRCs checked in one loop without the GIL
-# after the per-record checks (issue 20 §3); the small segments above never reach that path.
+# after the per-record checks; the small segments above never reach that path.
 
 BIG_SEG = 1 << 20
 

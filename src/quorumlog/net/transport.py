@@ -198,7 +198,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.reserved = 0              # bytes of the listener's frame budget this one holds
         self._frame_timer = None
         # frames sent during this loop turn, written together at its end (_flush_turn): one
-        # write per connection per turn, not one per message (issue 20 §3)
+        # write per connection per turn, not one per message
         self._turn: list = []
         self._turn_bytes = 0
         self.writes = 0                # transport.write/writelines calls (~ send syscalls)
