@@ -152,7 +152,10 @@ _CH_AUTH, _CH_RAFT, _CH_CLIENT = (codec.AUTH,), (codec.RAFT,), (codec.CLIENT,)
 
 
 def _nbytes(parts) -> int:
-    return sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
+    n = 0
+    for p in parts:
+        n += p.nbytes if type(p) is memoryview else len(p)
+    return n
 
 
 class _Conn(asyncio.BufferedProtocol):
@@ -468,10 +471,12 @@ class _Conn(asyncio.BufferedProtocol):
         t = self.transport
         return self.queued_bytes + (t.get_write_buffer_size() if t is not None else 0)
 
-    def send_parts(self, parts: list, control: bool) -> bool:
+    def send_parts(self, parts: list, control: bool, n: int = -1) -> bool:
+        """Queue a frame's buffers (n: their size, when the caller knows it)."""
         if self.closed:
             return False
-        n = _nbytes(parts)
+        if n < 0:
+            n = _nbytes(parts)
         held = self.held_bytes()
         budget, reserve = self.send_budget
         if held + n > budget + (reserve if control else 0):
@@ -787,7 +792,7 @@ class PeerTransport:
             if c is None:
                 st["dropped_no_connection"] += 1
                 return False
-        if not c.send_parts(parts, control=type(message) is not Append):
+        if not c.send_parts(parts, control=type(message) is not Append, n=n):
             st["dropped_backpressure"] += 1
             return False
         st["sent"] += 1
