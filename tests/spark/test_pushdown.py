@@ -370,3 +370,30 @@ def test_per_queue_metadata_is_complete_from_queue_ends(spark, index_store, tmp_
     assert "from consume queues, complete" in _explain(got)
     assert sorted(map(tuple, got.collect())) == sorted(
         map(tuple, by_topic(_walk(spark, index_store)).collect()))
+
+
+def test_consume_queue_reads_report_partitioning_by_topic_and_queue(spark, index_store):
+    """A read that is all consume-queue entries has one partition per queue and says so
+    (SupportsReportPartitioning, KeyGroupedPartitioning by topic and queue_id): an aggregation
+    grouped by (topic, queue_id) that Spark cannot push runs without a shuffle, and equals
+    the same aggregation over the log walk (which needs the Exchange)."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    per_queue = lambda df: df.groupBy("topic", "queue_id").agg(  # noqa: E731
+        F.sum(F.crc32("body")), F.count(F.lit(1)), F.max("position"))
+    for cond in (F.col("topic") == "beta", F.col("tags") == "tag4",
+                 (F.col("topic") == "gamma") & (F.col("queue_offset") >= 10)):
+        got = per_queue(_pushed(spark, index_store).where(cond))
+        plan = _explain(got)
+        assert "PartitionedBy: [topic, queue_id]" in plan and "Exchange" not in plan, plan
+        assert "PushedAggregation" not in plan, plan     # Spark aggregates the rows itself
+        walk = per_queue(_walk(spark, index_store).where(cond))
+        assert "Exchange" in _explain(walk)
+        want = sorted(map(tuple, walk.collect()))
+        assert want and sorted(map(tuple, got.collect())) == want
+    # the log walk has a partition per split, each holding every queue: no claim
+    whole = per_queue(_pushed(spark, index_store))
+    assert "PartitionedBy" not in _explain(whole) and "Exchange" in _explain(whole)
+    assert sorted(map(tuple, whole.collect())) == sorted(
+        map(tuple, per_queue(_walk(spark, index_store)).collect()))

@@ -37,8 +37,11 @@ final class IndexPlanner {
         final List<String> how = new ArrayList<>();
     }
 
+    /** perQueue: one partition per queue (PositionsReader.QueuePart, keyed by topic and
+     *  queue) for the stores read through their consume queues. */
     static Plan plan(Configuration conf, Path[] roots, StoreMeta[] metas, RecordFilter filter,
-            long splitBytes, int parallelism, boolean useIndexes) throws IOException {
+            long splitBytes, int parallelism, boolean useIndexes, boolean perQueue)
+            throws IOException {
         Plan plan = new Plan();
         for (int i = 0; i < roots.length; i++) {
             StoreMeta m = metas[i];
@@ -48,7 +51,8 @@ final class IndexPlanner {
                     splitBytes, parallelism)) {
                 continue;
             } else if (indexed && filter.narrowsQueues() && m.dispatchedPosition > m.minPosition
-                    && planQueues(plan, conf, roots[i], m, filter, splitBytes, parallelism)) {
+                    && planQueues(plan, conf, roots[i], m, filter, splitBytes, parallelism,
+                        perQueue)) {
                 continue;
             } else {
                 walk(plan, conf, roots[i], m, splitBytes, 0, Long.MAX_VALUE,
@@ -75,12 +79,18 @@ final class IndexPlanner {
     }
 
     private static boolean planQueues(Plan plan, Configuration conf, Path root, StoreMeta m,
-            RecordFilter filter, long splitBytes, int parallelism) throws IOException {
+            RecordFilter filter, long splitBytes, int parallelism, boolean perQueue)
+            throws IOException {
         FileSystem fs = root.getFileSystem(conf);
         long limit = Math.min(m.dispatchedPosition, m.committedPosition);
         List<StoreIndexes.CqRange> rs = ranges(fs, root, m, filter, limit, true);
         if (rs.isEmpty() && StoreIndexes.topics(fs, root).isEmpty()) return false;
-        for (StoreIndexes.CqRange[] group : spread(rs, parallelism)) {
+        for (StoreIndexes.CqRange r : perQueue ? rs : List.<StoreIndexes.CqRange>of()) {
+            plan.parts.add(new PositionsReader.QueuePart(root.toString(), m.segmentSizeBytes,
+                m.minPosition, m.committedPosition, r));
+        }
+        for (StoreIndexes.CqRange[] group : perQueue ? List.<StoreIndexes.CqRange[]>of()
+                : spread(rs, parallelism)) {
             plan.parts.add(new PositionsReader.Part(root.toString(), m.segmentSizeBytes,
                 m.minPosition, m.committedPosition, group, null, group.length + " queues"));
         }

@@ -16,12 +16,16 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.read.HasPartitionKey;
 import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.unsafe.types.UTF8String;
 
 final class PositionsReader implements RecordSource {
 
     /** What one task reads: some consume-queue ranges, or explicit positions, of one store. */
-    static final class Part implements InputPartition, Serializable {
+    static class Part implements InputPartition, Serializable {
         private static final long serialVersionUID = 1L;
         final String root;
         final long segmentSize, minPos, committed;
@@ -41,6 +45,24 @@ final class PositionsReader implements RecordSource {
         }
 
         @Override public String toString() { return "PositionsReader.Part(" + describe + ")"; }
+    }
+
+    /** The entries of exactly one queue, keyed by (topic, queue_id): the scan reports its
+     *  partitioning by those columns (QuorumlogSource.StoreScan.outputPartitioning), so an
+     *  aggregation grouped by them needs no shuffle. */
+    static final class QueuePart extends Part implements HasPartitionKey {
+        private static final long serialVersionUID = 1L;
+
+        QueuePart(String root, long segmentSize, long minPos, long committed,
+                  StoreIndexes.CqRange range) {
+            super(root, segmentSize, minPos, committed, new StoreIndexes.CqRange[] { range },
+                null, range.topic + "/" + range.queue);
+        }
+
+        @Override public InternalRow partitionKey() {
+            return new GenericInternalRow(new Object[] {
+                UTF8String.fromString(ranges[0].topic), ranges[0].queue });
+        }
     }
 
     /** Records whose gap is at most this many bytes are read with one read (a run). */
