@@ -10,6 +10,7 @@ package io.quorumlog.spark;
 
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
@@ -84,6 +85,7 @@ final class PositionsReader implements RecordSource {
     private int[] rangeOf;              // index into part.ranges
     private int at;                     // next entry
     private int curRange;
+    private byte[][] topicBytes;        // UTF-8 of each range's topic, made when first used
 
     private long openBase = -1;
     private PositionedFile in;
@@ -238,11 +240,19 @@ final class PositionsReader implements RecordSource {
         return true;
     }
 
-    /** A consume-queue entry must name a record of its own topic, queue and offset. */
+    /** A consume-queue entry must name a record of its own topic, queue and offset (the
+     *  topic compared as bytes: no String per record). */
     private void confirmQueue(long pos, long offset) throws IOException {
         StoreIndexes.CqRange r = part.ranges[curRange];
+        if (topicBytes == null) topicBytes = new byte[part.ranges.length][];
+        if (topicBytes[curRange] == null) {
+            topicBytes[curRange] = r.topic.getBytes(StandardCharsets.UTF_8);
+        }
+        byte[] t = topicBytes[curRange];
+        int at = value.topicOffset();
         if (value.queueId() != r.queue || value.queueOffset() != offset
-                || !value.topic().equals(r.topic)) {
+                || value.topicLength() != t.length
+                || !Arrays.equals(value.buf, at, at + t.length, t, 0, t.length)) {
             throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
                 + " offset " + offset + " points at a record of " + value.topic() + "/"
                 + value.queueId() + " offset " + value.queueOffset(), value.file(),

@@ -341,6 +341,24 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         public Filter[] pushedFilters() { return pushed; }
 
+        /** A complete aggregate from the consume queues of one store: QueueAnswerRule reads
+         *  it on the driver (queueRows) and Spark runs no job for it. */
+        boolean answersOnDriver() {
+            return agg != null && aggFromQueues && aggComplete && metas.length == 1;
+        }
+
+        /** The rows of that aggregate: each queue's first and last entry (binary search) and
+         *  the two records they name. */
+        InternalRow[] queueRows() {
+            try {
+                return agg.fromQueues(conf(), roots[0].toString(), metas[0],
+                    IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
+                    .toArray(new InternalRow[0]);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
         /**
          * A read that is all consume-queue entries (one store, a filter naming queues, the
          * queues covering every committed record, no aggregate pushed) has one partition per
