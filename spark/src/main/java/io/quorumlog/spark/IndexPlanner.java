@@ -31,7 +31,8 @@ import org.apache.spark.sql.connector.read.InputPartition;
 final class IndexPlanner {
     private IndexPlanner() {}
 
-    /** A consume-queue read is cut into slices of the log of at least this many bytes. */
+    /** A consume-queue read is cut into slices of the log of at least this many bytes (or
+     *  of the read's splitBytes option when it has one). */
     static final long MIN_SLICE_BYTES = 16L << 20;
 
     /** How the last plan read each store (tests and explain). */
@@ -110,7 +111,8 @@ final class IndexPlanner {
             // each read (in runs) most of the same bytes; split by position, the log is read
             // once.
             long lo = m.minPosition, span = Math.max(0, limit - lo);
-            int n = (int) Math.max(1, Math.min(2L * parallelism, span / MIN_SLICE_BYTES));
+            long least = splitBytes > 0 ? splitBytes : MIN_SLICE_BYTES;
+            int n = (int) Math.max(1, Math.min(2L * parallelism, span / least));
             for (int k = 0; k < n; k++) {
                 long a = lo + span * k / n, b = lo + span * (k + 1) / n;
                 plan.parts.add(new PositionsReader.Part(root.toString(), m.segmentSizeBytes,
