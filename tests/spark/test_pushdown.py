@@ -362,11 +362,76 @@ def test_per_queue_metadata_is_complete_from_queue_ends(spark, index_store, tmp_
     pushed = q(_pushed(spark, index_store))
     plan = _explain(pushed)
     assert "from consume queues, complete" in plan and "Exchange" not in plan, plan
+    # answered on the driver while planning (QueueAnswerStrategy): collected without a job
+    assert plan.startswith("CommandResult"), plan
     want = sorted(map(tuple, q(_walk(spark, index_store)).collect()))
-    assert sorted(map(tuple, pushed.collect())) == want
+    sc = spark.sparkContext
+    sc.setJobGroup("queue-answer", "per-queue metadata from the queue ends")
+    try:
+        got = sorted(map(tuple, q(_pushed(spark, index_store)).collect()))
+        assert list(sc.statusTracker().getJobIdsForGroup("queue-answer")) == []
+        q(_walk(spark, index_store)).collect()        # the check itself can see a job
+        assert list(sc.statusTracker().getJobIdsForGroup("queue-answer"))
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert got == want
     by_topic = lambda df: df.where(F.col("topic") == "beta").groupBy(  # noqa: E731
         "queue_id", "topic").agg(F.count(F.lit(1)), F.max("queue_offset"), F.min("position"))
     got = by_topic(_pushed(spark, index_store))
     assert "from consume queues, complete" in _explain(got)
     assert sorted(map(tuple, got.collect())) == sorted(
         map(tuple, by_topic(_walk(spark, index_store)).collect()))
+
+
+def test_consume_queue_reads_report_partitioning_by_topic_and_queue(spark, index_store):
+    """A read that is all consume-queue entries has one partition per queue and says so
+    (SupportsReportPartitioning, KeyGroupedPartitioning by topic and queue_id): an aggregation
+    grouped by (topic, queue_id) that Spark cannot push runs without a shuffle, and equals
+    the same aggregation over the log walk (which needs the Exchange)."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    per_queue = lambda df: df.groupBy("topic", "queue_id").agg(  # noqa: E731
+        F.sum(F.crc32("body")), F.count(F.lit(1)), F.max("position"))
+    for cond in (F.col("topic") == "beta", F.col("tags") == "tag4",
+                 (F.col("topic") == "gamma") & (F.col("queue_offset") >= 10)):
+        got = per_queue(_pushed(spark, index_store).where(cond))
+        plan = _explain(got)
+        assert "PartitionedBy: [topic, queue_id]" in plan and "Exchange" not in plan, plan
+        assert "PushedAggregation" not in plan, plan     # Spark aggregates the rows itself
+        walk = per_queue(_walk(spark, index_store).where(cond))
+        assert "Exchange" in _explain(walk)
+        want = sorted(map(tuple, walk.collect()))
+        assert want and sorted(map(tuple, got.collect())) == want
+    # the log walk has a partition per split, each holding every queue: no claim
+    whole = per_queue(_pushed(spark, index_store))
+    assert "PartitionedBy" not in _explain(whole) and "Exchange" in _explain(whole)
+    assert sorted(map(tuple, whole.collect())) == sorted(
+        map(tuple, per_queue(_walk(spark, index_store)).collect()))
+
+
+def test_consume_queue_reads_in_slices_of_the_log_equal_the_log_walk(spark, index_store,
+                                                                      tmp_path):
+    """Consume-queue reads cut into slices of the log by position (splitBytes small: several
+    slices, each queue's entries split between them, the first of a slice found by binary
+    search): aggregates and the rows of two stores (no partitioning by queue) equal the log
+    walk's, every record once."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    other = _copy(index_store, tmp_path, "other")
+    sliced = lambda *ps: spark.read.format("quorumlog").option(  # noqa: E731
+        "splitBytes", "8192").load(list(ps))
+    walk = lambda *ps: spark.read.format("quorumlog").option(  # noqa: E731
+        "pushdown", "false").load(list(ps))
+    agg = [F.count(F.lit(1)), F.sum(F.length("body")), F.min("position"), F.max("position")]
+    for cond in (F.col("tags") == "tag3", F.col("topic") == "beta",
+                 (F.col("topic") == "gamma") & (F.col("queue_offset") >= 30)):
+        got = sliced(index_store).where(cond).agg(*agg)
+        assert "from record headers, complete" in _explain(got)
+        assert got.collect() == walk(index_store).where(cond).agg(*agg).collect()
+        rows = sliced(index_store, other).where(cond)
+        plan = _explain(rows)
+        assert "ReadVia: consume queues" in plan and "PartitionedBy" not in plan, plan
+        want = st.canon_rows(walk(index_store, other).where(cond))
+        assert want and st.canon_rows(rows) == want

@@ -31,14 +31,21 @@ import org.apache.spark.sql.connector.read.InputPartition;
 final class IndexPlanner {
     private IndexPlanner() {}
 
+    /** A consume-queue read is cut into slices of the log of at least this many bytes (or
+     *  of the read's splitBytes option when it has one). */
+    static final long MIN_SLICE_BYTES = 16L << 20;
+
     /** How the last plan read each store (tests and explain). */
     static final class Plan {
         final List<InputPartition> parts = new ArrayList<>();
         final List<String> how = new ArrayList<>();
     }
 
+    /** perQueue: one partition per queue (PositionsReader.QueuePart, keyed by topic and
+     *  queue) for the stores read through their consume queues. */
     static Plan plan(Configuration conf, Path[] roots, StoreMeta[] metas, RecordFilter filter,
-            long splitBytes, int parallelism, boolean useIndexes) throws IOException {
+            long splitBytes, int parallelism, boolean useIndexes, boolean perQueue)
+            throws IOException {
         Plan plan = new Plan();
         for (int i = 0; i < roots.length; i++) {
             StoreMeta m = metas[i];
@@ -48,7 +55,8 @@ final class IndexPlanner {
                     splitBytes, parallelism)) {
                 continue;
             } else if (indexed && filter.narrowsQueues() && m.dispatchedPosition > m.minPosition
-                    && planQueues(plan, conf, roots[i], m, filter, splitBytes, parallelism)) {
+                    && planQueues(plan, conf, roots[i], m, filter, splitBytes, parallelism,
+                        perQueue)) {
                 continue;
             } else {
                 walk(plan, conf, roots[i], m, splitBytes, 0, Long.MAX_VALUE,
@@ -59,30 +67,58 @@ final class IndexPlanner {
         return plan;
     }
 
-    /** The consume-queue ranges of the queues the filter allows, positions below limit. */
-    private static List<StoreIndexes.CqRange> ranges(FileSystem fs, Path root, StoreMeta m,
-            RecordFilter filter, long limit, boolean withTags) throws IOException {
+    /** The consume-queue ranges of the queues the filter allows, positions in [from, limit). */
+    private static List<StoreIndexes.CqRange> ranges(FileSystem fs, Path root, RecordFilter filter,
+            long from, long limit, boolean withTags) throws IOException {
         List<StoreIndexes.CqRange> out = new ArrayList<>();
         for (String t : StoreIndexes.topics(fs, root)) {
             if (!filter.acceptsTopic(t)) continue;
             for (int q : StoreIndexes.queues(fs, root, t)) {
                 if (!filter.acceptsQueue(q)) continue;
                 out.add(new StoreIndexes.CqRange(t, q, Math.max(0, filter.offsetMin),
-                    filter.offsetMax, m.minPosition, limit, withTags ? filter.tagHashes : null));
+                    filter.offsetMax, from, limit, withTags ? filter.tagHashes : null));
             }
         }
         return out;
     }
 
+    /** rs cut to positions [a, b). */
+    private static StoreIndexes.CqRange[] within(List<StoreIndexes.CqRange> rs, long a, long b) {
+        StoreIndexes.CqRange[] out = new StoreIndexes.CqRange[rs.size()];
+        for (int i = 0; i < out.length; i++) {
+            StoreIndexes.CqRange r = rs.get(i);
+            out[i] = new StoreIndexes.CqRange(r.topic, r.queue, r.offLo, r.offHi, a, b,
+                r.tagHashes);
+        }
+        return out;
+    }
+
     private static boolean planQueues(Plan plan, Configuration conf, Path root, StoreMeta m,
-            RecordFilter filter, long splitBytes, int parallelism) throws IOException {
+            RecordFilter filter, long splitBytes, int parallelism, boolean perQueue)
+            throws IOException {
         FileSystem fs = root.getFileSystem(conf);
         long limit = Math.min(m.dispatchedPosition, m.committedPosition);
-        List<StoreIndexes.CqRange> rs = ranges(fs, root, m, filter, limit, true);
+        List<StoreIndexes.CqRange> rs = ranges(fs, root, filter, m.minPosition, limit, true);
         if (rs.isEmpty() && StoreIndexes.topics(fs, root).isEmpty()) return false;
-        for (StoreIndexes.CqRange[] group : spread(rs, parallelism)) {
-            plan.parts.add(new PositionsReader.Part(root.toString(), m.segmentSizeBytes,
-                m.minPosition, m.committedPosition, group, null, group.length + " queues"));
+        if (perQueue) {
+            for (StoreIndexes.CqRange r : rs) {
+                plan.parts.add(new PositionsReader.QueuePart(root.toString(),
+                    m.segmentSizeBytes, m.minPosition, m.committedPosition, r));
+            }
+        } else if (!rs.isEmpty()) {
+            // Each task takes every queue's entries in one slice of the log, not some queues
+            // over all of it: the queues interleave in the log, so tasks split by queue would
+            // each read (in runs) most of the same bytes; split by position, the log is read
+            // once.
+            long lo = m.minPosition, span = Math.max(0, limit - lo);
+            long least = splitBytes > 0 ? splitBytes : MIN_SLICE_BYTES;
+            int n = (int) Math.max(1, Math.min(2L * parallelism, span / least));
+            for (int k = 0; k < n; k++) {
+                long a = lo + span * k / n, b = lo + span * (k + 1) / n;
+                plan.parts.add(new PositionsReader.Part(root.toString(), m.segmentSizeBytes,
+                    m.minPosition, m.committedPosition, within(rs, a, b), null,
+                    rs.size() + " queues in [" + a + ", " + b + ")"));
+            }
         }
         walk(plan, conf, root, m, splitBytes, Math.max(limit, m.minPosition), Long.MAX_VALUE, true);
         plan.how.add(root + ": consume queues of " + rs.size() + " queue(s) below " + limit
@@ -121,7 +157,7 @@ final class IndexPlanner {
     static List<StoreIndexes.CqRange> aggregateRanges(Configuration conf, Path root,
             StoreMeta m, RecordFilter filter) throws IOException {
         long limit = Math.min(m.dispatchedPosition, m.committedPosition);
-        return ranges(root.getFileSystem(conf), root, m, filter, limit, false);
+        return ranges(root.getFileSystem(conf), root, filter, m.minPosition, limit, false);
     }
 
     /** rs dealt round-robin into at most n groups (queues of similar size share tasks). */

@@ -10,18 +10,23 @@ package io.quorumlog.spark;
 
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.read.HasPartitionKey;
 import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.unsafe.types.UTF8String;
 
 final class PositionsReader implements RecordSource {
 
     /** What one task reads: some consume-queue ranges, or explicit positions, of one store. */
-    static final class Part implements InputPartition, Serializable {
+    static class Part implements InputPartition, Serializable {
         private static final long serialVersionUID = 1L;
         final String root;
         final long segmentSize, minPos, committed;
@@ -43,6 +48,24 @@ final class PositionsReader implements RecordSource {
         @Override public String toString() { return "PositionsReader.Part(" + describe + ")"; }
     }
 
+    /** The entries of exactly one queue, keyed by (topic, queue_id): the scan reports its
+     *  partitioning by those columns (QuorumlogSource.StoreScan.outputPartitioning), so an
+     *  aggregation grouped by them needs no shuffle. */
+    static final class QueuePart extends Part implements HasPartitionKey {
+        private static final long serialVersionUID = 1L;
+
+        QueuePart(String root, long segmentSize, long minPos, long committed,
+                  StoreIndexes.CqRange range) {
+            super(root, segmentSize, minPos, committed, new StoreIndexes.CqRange[] { range },
+                null, range.topic + "/" + range.queue);
+        }
+
+        @Override public InternalRow partitionKey() {
+            return new GenericInternalRow(new Object[] {
+                UTF8String.fromString(ranges[0].topic), ranges[0].queue });
+        }
+    }
+
     /** Records whose gap is at most this many bytes are read with one read (a run). */
     static final int RUN_GAP = 16 << 10;
     /** A run's bytes at most (one record may be longer: it is then read alone). */
@@ -62,6 +85,7 @@ final class PositionsReader implements RecordSource {
     private int[] rangeOf;              // index into part.ranges
     private int at;                     // next entry
     private int curRange;
+    private byte[][] topicBytes;        // UTF-8 of each range's topic, made when first used
 
     private long openBase = -1;
     private PositionedFile in;
@@ -216,11 +240,19 @@ final class PositionsReader implements RecordSource {
         return true;
     }
 
-    /** A consume-queue entry must name a record of its own topic, queue and offset. */
+    /** A consume-queue entry must name a record of its own topic, queue and offset (the
+     *  topic compared as bytes: no String per record). */
     private void confirmQueue(long pos, long offset) throws IOException {
         StoreIndexes.CqRange r = part.ranges[curRange];
+        if (topicBytes == null) topicBytes = new byte[part.ranges.length][];
+        if (topicBytes[curRange] == null) {
+            topicBytes[curRange] = r.topic.getBytes(StandardCharsets.UTF_8);
+        }
+        byte[] t = topicBytes[curRange];
+        int at = value.topicOffset();
         if (value.queueId() != r.queue || value.queueOffset() != offset
-                || !value.topic().equals(r.topic)) {
+                || value.topicLength() != t.length
+                || !Arrays.equals(value.buf, at, at + t.length, t, 0, t.length)) {
             throw new CorruptRecordException("consume queue " + r.topic + "/" + r.queue
                 + " offset " + offset + " points at a record of " + value.topic() + "/"
                 + value.queueId() + " offset " + value.queueOffset(), value.file(),

@@ -1,6 +1,7 @@
 /*
  * The quorumlog session extension (spark.sql.extensions=io.quorumlog.spark.QuorumlogExtensions;
- * quorumlog.spark.session() sets it): adds the BodyLengthRule optimizer rule, so
+ * quorumlog.spark.session() sets it): adds QueueAnswerStrategy (a complete aggregate from the
+ * consume queues answered on the driver, no job) and the BodyLengthRule optimizer rule, so
  * length(body) over a quorumlog scan is read from each record's header instead of from a
  * copied body -- and, being a plain column then, sum(length(body)) can be pushed into the
  * scan (SupportsPushDownAggregates). A session without it reads the same rows, slower.
@@ -22,6 +23,14 @@ public final class QuorumlogExtensions extends AbstractFunction1<SparkSessionExt
                     org.apache.spark.sql.catalyst.plans.logical.LogicalPlan> apply(
                     org.apache.spark.sql.SparkSession s) {
                 return new BodyLengthRule();
+            }
+        });
+        ext.injectPlannerStrategy(new AbstractFunction1<org.apache.spark.sql.SparkSession,
+                org.apache.spark.sql.execution.SparkStrategy>() {
+            @Override
+            public org.apache.spark.sql.execution.SparkStrategy apply(
+                    org.apache.spark.sql.SparkSession s) {
+                return new QueueAnswerStrategy(s);
             }
         });
         return BoxedUnit.UNIT;

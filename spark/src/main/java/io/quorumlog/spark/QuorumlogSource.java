@@ -42,6 +42,12 @@ import org.apache.spark.sql.connector.metric.CustomSumMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.SupportsReportPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.KeyGroupedPartitioning;
+import org.apache.spark.sql.connector.read.partitioning.Partitioning;
+import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
@@ -190,7 +196,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
     }
 
     static final class StoreScan implements ScanBuilder, SupportsPushDownRequiredColumns,
-            SupportsPushDownV2Filters, SupportsPushDownAggregates, Scan, Batch {
+            SupportsPushDownV2Filters, SupportsPushDownAggregates, SupportsReportPartitioning,
+            Scan, Batch {
         private final CaseInsensitiveStringMap options;
         private final Path[] roots;
         private final StoreMeta[] metas;
@@ -333,6 +340,56 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
 
         public Filter[] pushedFilters() { return pushed; }
+
+        /** A complete aggregate from the consume queues of one store: QueueAnswerRule reads
+         *  it on the driver (queueRows) and Spark runs no job for it. */
+        boolean answersOnDriver() {
+            return agg != null && aggFromQueues && aggComplete && metas.length == 1;
+        }
+
+        /** The rows of that aggregate: each queue's first and last entry (binary search) and
+         *  the two records they name. */
+        InternalRow[] queueRows() {
+            try {
+                return agg.fromQueues(conf(), roots[0].toString(), metas[0],
+                    IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
+                    .toArray(new InternalRow[0]);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
+        /**
+         * A read that is all consume-queue entries (one store, a filter naming queues, the
+         * queues covering every committed record, no aggregate pushed) has one partition per
+         * queue, keyed by (topic, queue_id): Spark then groups by those columns, or joins on
+         * them, without a shuffle. Any other read reports no partitioning.
+         */
+        boolean byQueue() {
+            if (agg != null || !useIndexes() || metas.length != 1 || filter.keys != null
+                    || !filter.narrowsQueues()) {
+                return false;
+            }
+            StoreMeta m = metas[0];
+            try {
+                return m.hasCheckpoint && m.dispatchedPosition >= m.committedPosition
+                    && m.dispatchedPosition > m.minPosition
+                    && StoreMeta.listIndexFiles(roots[0], conf()).length > 0;
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+
+        @Override public Partitioning outputPartitioning() {
+            if (!byQueue()) return new UnknownPartitioning(0);
+            try {
+                int n = IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter).size();
+                return new KeyGroupedPartitioning(new Expression[] {
+                    Expressions.column("topic"), Expressions.column("queue_id") }, n);
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
         @Override public Scan build() { return this; }
         @Override public StructType readSchema() { return agg != null ? agg.schema : required; }
 
@@ -346,7 +403,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             else if (filter.hasStoreTs()) read = "ReadVia: log walk cut to the store_timestamp range";
             else read = "ReadVia: log walk";
             return "quorumlog store " + joined(roots) + " PushedFilters: "
-                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "] " + read;
+                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "] " + read
+                + (byQueue() ? " PartitionedBy: [topic, queue_id]" : "");
         }
         @Override public Batch toBatch() { return this; }
 
@@ -389,7 +447,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     return parts.toArray(new InputPartition[0]);
                 }
                 IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
-                    options.getLong("splitBytes", -1), parallelism, useIndexes());
+                    options.getLong("splitBytes", -1), parallelism, useIndexes(), byQueue());
                 planned = String.join("; ", plan.how);
                 InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
                 if (agg != null && aggComplete && agg.groupBy.length == 0) {

@@ -12,7 +12,6 @@ import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
@@ -21,7 +20,9 @@ public final class RaftIndex implements Closeable {
     private final Path dir;
     private final long entriesPerFile;
     private final long[] fileFirsts;
-    private final Map<Long, FSDataInputStream> open = new HashMap<>();
+    // positioned reads (one pread each): Hadoop's checksummed local stream opens a new
+    // checker, and stats the file, for every positioned read
+    private final Map<Long, PositionedFile> open = new HashMap<>();
     private final Map<Long, Long> fileLengths = new HashMap<>();
     private final byte[] entry = new byte[Format.INDEX_ENTRY_SIZE];
     /** Number of entries read so far (tests assert the search stays logarithmic). */
@@ -90,13 +91,13 @@ public final class RaftIndex implements Closeable {
     /** Position of raft index i, or Long.MAX_VALUE when its entry is unused or missing. */
     long positionOf(long i) throws IOException {
         long first = ((i - 1) / entriesPerFile) * entriesPerFile + 1;
-        FSDataInputStream in = open.get(first);
+        PositionedFile in = open.get(first);
         if (in == null) {
             Path p = new Path(dir, Format.segmentName(first));
             if (!fs.exists(p)) return Long.MAX_VALUE;
-            in = fs.open(p);
+            in = PositionedFile.open(fs, p);
             open.put(first, in);
-            fileLengths.put(first, fs.getFileStatus(p).getLen());
+            fileLengths.put(first, in.length());
         }
         long off = ((i - 1) % entriesPerFile) * Format.INDEX_ENTRY_SIZE;
         if (off + Format.INDEX_ENTRY_SIZE > fileLengths.get(first)) return Long.MAX_VALUE;
@@ -114,7 +115,7 @@ public final class RaftIndex implements Closeable {
 
     @Override
     public void close() throws IOException {
-        for (FSDataInputStream in : open.values()) in.close();
+        for (PositionedFile in : open.values()) in.close();
         open.clear();
     }
 }

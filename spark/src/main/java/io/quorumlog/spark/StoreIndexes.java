@@ -139,10 +139,11 @@ final class StoreIndexes {
             Long.parseLong(b.getPath().getName())));
         byte[] buf = new byte[CQ_CHUNK * CQ_ENTRY];
         boolean seen = false;
+        long start = Math.max(r.offLo, startOffset(fs, root, r));
         for (FileStatus st : files) {
             long first = Long.parseLong(st.getPath().getName());
             long count = st.getLen() / CQ_ENTRY;
-            long lo = Math.max(first, r.offLo), hi = Math.min(first + count - 1, r.offHi);
+            long lo = Math.max(first, start), hi = Math.min(first + count - 1, r.offHi);
             if (lo > hi) continue;
             try (PositionedFile in = PositionedFile.open(fs, st.getPath())) {
                 int reads = 0;
@@ -175,6 +176,27 @@ final class StoreIndexes {
             }
         }
         return out;
+    }
+
+    /**
+     * The first offset of r's queue whose entry lies at or after r.minPos, by binary search
+     * (a read of one slice of the log skips the entries before it without reading them); 0
+     * when the queue's first entry already does, or when the files leave a gap or the queue
+     * starts with holes (read() then scans from r.offLo).
+     */
+    private static long startOffset(FileSystem fs, Path root, CqRange r) throws IOException {
+        try (EntryProbe e = EntryProbe.open(fs, root, r)) {
+            if (e == null) return 0;
+            long a = Math.max(e.first, r.offLo), b = e.end;
+            if (a >= b || e.size(a) <= 0 || e.position(a) >= r.minPos) return 0;
+            // used entries (positions growing) then unused ones: "unused or at/after minPos"
+            // is false, then true
+            while (a < b) {
+                long m = a + (b - a) / 2;
+                if (e.size(m) <= 0 || e.position(m) >= r.minPos) b = m; else a = m + 1;
+            }
+            return a;
+        }
     }
 
     /** A queue's first and last entries (index 0 and 1) and how many lie between. */

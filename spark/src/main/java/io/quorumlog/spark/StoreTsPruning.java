@@ -3,7 +3,8 @@
  * timestamps never decrease along the log (a leader stamps max(clock, last stamp)), so every
  * record of a split is stamped between the first record at or after the split's start and
  * the first record at or after its end: one raft-index search and one 96-byte header read per
- * split boundary, at planning time. Anything unknown (no index, no such record, a header
+ * split boundary, at planning time (positioned reads, PositionedFile: Hadoop's checksummed
+ * local stream costs an open and a stat per read). Anything unknown (no index, no such record, a header
  * that does not check out) keeps the split.
  */
 package io.quorumlog.spark;
@@ -13,7 +14,6 @@ import java.util.ArrayList;
 import java.util.List;
 
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -84,7 +84,7 @@ final class StoreTsPruning {
         long off = p - Long.parseLong(seg.getPath().getName());
         if (off + Format.HEADER_SIZE > seg.getLen()) return Long.MIN_VALUE;
         byte[] h = new byte[Format.HEADER_SIZE];
-        try (FSDataInputStream in = fs.open(seg.getPath())) {
+        try (PositionedFile in = PositionedFile.open(fs, seg.getPath())) {
             in.readFully(off, h, 0, h.length);
         }
         if (Format.checkHeader(h, 0, p, seg.getLen() - off) != null) return Long.MIN_VALUE;
@@ -104,7 +104,7 @@ final class StoreTsPruning {
         long off = p - Long.parseLong(seg.getPath().getName());
         if (off + Format.HEADER_SIZE > seg.getLen()) return unknown;
         byte[] h = new byte[Format.HEADER_SIZE];
-        try (FSDataInputStream in = fs.open(seg.getPath())) {
+        try (PositionedFile in = PositionedFile.open(fs, seg.getPath())) {
             in.readFully(off, h, 0, h.length);
         }
         if (Format.u16(h, Format.OFF_MAGIC) != Format.MAGIC

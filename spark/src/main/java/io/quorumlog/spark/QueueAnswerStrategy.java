@@ -1,0 +1,74 @@
+/*
+ * Planner strategy: a complete aggregate the consume queues answer (the Project Spark puts
+ * over a StoreScan that answersOnDriver: one row per queue, from each queue's first and last
+ * entry and the two records they name) is read here, on the driver, while the query is
+ * planned, and planned as a CommandResultExec holding its rows. Spark collects that without
+ * running a job, so a metadata query costs its reads (a few probes of 20 bytes and two
+ * record headers per queue), not a job's scheduling. The CommandResultExec keeps the scan's
+ * own physical plan for explain(): "CommandResult [...] +- BatchScan ... PushedAggregation:
+ * [...] from consume queues, complete".
+ */
+package io.quorumlog.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.InterpretedMutableProjection;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.execution.CommandResultExec;
+import org.apache.spark.sql.execution.SparkPlan;
+import org.apache.spark.sql.execution.SparkStrategy;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+final class QueueAnswerStrategy extends SparkStrategy {
+    private final SparkSession session;
+
+    QueueAnswerStrategy(SparkSession session) { this.session = session; }
+
+    @Override
+    public Seq<SparkPlan> apply(LogicalPlan plan) {
+        QuorumlogSource.StoreScan scan = driverScan(plan);
+        if (scan == null) return seq(List.of());
+        return seq(List.of(answer((Project) plan, scan)));
+    }
+
+    /** The scan of a Project over a quorumlog scan the driver answers, or null. */
+    private static QuorumlogSource.StoreScan driverScan(LogicalPlan p) {
+        if (!(p instanceof Project)) return null;
+        LogicalPlan c = ((Project) p).child();
+        if (!(c instanceof DataSourceV2ScanRelation)) return null;
+        Object s = ((DataSourceV2ScanRelation) c).scan();
+        return s instanceof QuorumlogSource.StoreScan
+            && ((QuorumlogSource.StoreScan) s).answersOnDriver()
+            ? (QuorumlogSource.StoreScan) s : null;
+    }
+
+    /** p's rows (the queue rows through p's projection), held by a CommandResultExec. */
+    private SparkPlan answer(Project p, QuorumlogSource.StoreScan scan) {
+        DataSourceV2ScanRelation rel = (DataSourceV2ScanRelation) p.child();
+        List<Expression> exprs = new ArrayList<>();
+        for (NamedExpression e : CollectionConverters.asJava(p.projectList())) exprs.add((Expression) e);
+        List<Attribute> in = new ArrayList<>(CollectionConverters.asJava(rel.output()));
+        InterpretedMutableProjection proj = new InterpretedMutableProjection(seq(exprs), seq(in));
+        proj.initialize(0);
+        List<InternalRow> rows = new ArrayList<>();
+        for (InternalRow r : scan.queueRows()) rows.add(proj.apply(r).copy());
+        // the scan Spark would have run, shown by explain() under the CommandResult (the bare
+        // scan relation: this strategy matches only the Project over it)
+        SparkPlan shown = session.sessionState().planner().plan(rel).next();
+        return new CommandResultExec(p.output(), shown, seq(rows));
+    }
+
+    @SuppressWarnings("unchecked")
+    private static <T> Seq<T> seq(List<T> xs) {
+        return (Seq<T>) CollectionConverters.asScala(xs).toList();
+    }
+}
