@@ -44,11 +44,7 @@ async def _scenario(sim):
         r = await asyncio.wait_for(new.node.put("t", b"after"), 5)
         return lead.id, refused, failed, new.id, r.queue_offset
     finally:
-        for m in sim.live():
-            await m.node.stop()
-        for m in sim.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
+        await sim.stop_all()
 
 
 def test_a_failed_async_flush_on_the_leader_stops_it_and_another_leads():
@@ -83,11 +79,7 @@ async def _membership_scenario(sim):
         failed = lead.node.status()["failed"]
         return lead.id, refused, failed
     finally:
-        for m in sim.live():
-            await m.node.stop()
-        for m in sim.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
+        await sim.stop_all()
 
 
 def test_a_membership_change_on_an_idle_leader_with_a_failed_log_stops_it():

@@ -27,70 +27,48 @@ async def _leader(sim, timeout_s=10.0):
     raise AssertionError("no leader: " + sim.checker.states())
 
 
-async def _scenario(sim):
-    sim.loop = asyncio.get_running_loop()
-    for m in sim.members.values():
-        await sim.start_member(m)
+def _run(after_power_loss):
+    """Three real nodes (nodesim seed 5, async): a leader takes five messages, a follower
+    loses power, then `after_power_loss(sim, follower)` -> its result (every node stopped
+    after)."""
+    sim = NodeSim(5, mode="async")
+
+    async def scenario():
+        sim.loop = asyncio.get_running_loop()
+        for m in sim.members.values():
+            await sim.start_member(m)
+        try:
+            lead = await _leader(sim)
+            for k in range(5):
+                await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
+            f = next(m for m in sim.members.values() if m is not lead)
+            await sim.take_down(f, power=True)
+            return await after_power_loss(sim, f)
+        finally:
+            await sim.stop_all()
+
+    loop = VirtualTimeLoop()
     try:
-        lead = await _leader(sim)
-        for k in range(5):
-            await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
-        f = next(m for m in sim.members.values() if m is not lead)
-        await sim.take_down(f, power=True)
+        return loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+        shutil.rmtree(sim.root, ignore_errors=True)
+
+
+def test_a_kill_right_after_an_unclean_async_open_keeps_the_recovery_floor():
+    async def kill_after_open(sim, f):
         await sim.start_member(f)                  # unclean async open: recovering
         first = f.node.core.recovering_term
         await sim.take_down(f, power=False)        # killed before its first Ready
         on_disk = HardStateFile(f.path).load().recovering_term
         await sim.start_member(f)
-        again = f.node.core.recovering_term, f.node.core.may_campaign()
-        return first, on_disk, again
-    finally:
-        for m in sim.live():
-            await m.node.stop()
-        for m in sim.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
+        return first, on_disk, (f.node.core.recovering_term, f.node.core.may_campaign())
 
-
-def test_a_kill_right_after_an_unclean_async_open_keeps_the_recovery_floor():
-    sim = NodeSim(5, mode="async")
-    loop = VirtualTimeLoop()
-    try:
-        first, on_disk, (again, may_campaign) = loop.run_until_complete(_scenario(sim))
-    finally:
-        loop.close()
-        shutil.rmtree(sim.root, ignore_errors=True)
+    first, on_disk, (again, may_campaign) = _run(kill_after_open)
     assert first > 0, "the open after the power loss did not enter recovery"
     assert on_disk == first, f"the floor {first} was not durable when the node came up"
     assert again == first, f"the floor {first} was lost to a kill (now {again})"
     assert not may_campaign
-
-
-async def _failed_start_scenario(sim, monkeypatch):
-    sim.loop = asyncio.get_running_loop()
-    for m in sim.members.values():
-        await sim.start_member(m)
-    try:
-        lead = await _leader(sim)
-        for k in range(5):
-            await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
-        f = next(m for m in sim.members.values() if m is not lead)
-        await sim.take_down(f, power=True)
-
-        def fail(self, hs):
-            raise OSError(28, "No space left on device (the floor's save)")
-        with monkeypatch.context() as mp:
-            mp.setattr(HardStateFile, "save", fail)
-            await sim.start_member(f)              # the open saw lost writes; the save failed
-        failed_start = f.node is None
-        await sim.start_member(f)
-        return failed_start, f.node.core.recovering_term, f.node.core.may_campaign()
-    finally:
-        for m in sim.live():
-            await m.node.stop()
-        for m in sim.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
 
 
 def test_a_start_that_fails_before_the_floor_is_saved_keeps_the_lost_writes(monkeypatch):
@@ -99,14 +77,18 @@ def test_a_start_that_fails_before_the_floor_is_saved_keeps_the_lost_writes(monk
     save; a SIGKILL there is the same, tests/commitlog/test_power_cut.py) closed the store
     cleanly, which removed the marker: the next open was clean, no floor. The commit log now
     keeps a lost-writes mark until the driver settles it after the floor is durable."""
-    sim = NodeSim(5, mode="async")
-    loop = VirtualTimeLoop()
-    try:
-        failed, floor, may_campaign = loop.run_until_complete(
-            _failed_start_scenario(sim, monkeypatch))
-    finally:
-        loop.close()
-        shutil.rmtree(sim.root, ignore_errors=True)
+    def fail(self, hs):
+        raise OSError(28, "No space left on device (the floor's save)")
+
+    async def start_fails_then_again(sim, f):
+        with monkeypatch.context() as mp:
+            mp.setattr(HardStateFile, "save", fail)
+            await sim.start_member(f)              # the open saw lost writes; the save failed
+        failed_start = f.node is None
+        await sim.start_member(f)
+        return failed_start, f.node.core.recovering_term, f.node.core.may_campaign()
+
+    failed, floor, may_campaign = _run(start_fails_then_again)
     assert failed, "the start with a failing floor save did not fail"
     assert floor > 0, "the floor was lost with the failed start"
     assert not may_campaign
