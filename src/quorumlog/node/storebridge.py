@@ -196,7 +196,10 @@ class MetaSeam:
         """The leader's META record: a new topic is staged in the store (its first messages
         follow at once and need its queues) and made durable when the record commits; any
         other META is applied now, as before."""
-        d = meta.decode(req.payload)
+        try:
+            d = meta.decode(req.payload)
+        except InvalidArgumentError:
+            d = {"op": None}             # (_apply_payload logs it, as before)
         staged = d["op"] == "topic" and self.store.stage_topic(d["name"], d["queues"])
         if not staged:
             self._apply_payload(req.payload, local=True)
