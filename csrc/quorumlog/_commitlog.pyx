@@ -122,6 +122,24 @@ cdef enum:
     BG_POPULATE_LOW = 50331648
     BG_POPULATE_CHUNK = 4194304
 
+# Fork: a child process inherits every open log's mappings, file descriptors and the open
+# file description its lock is held on, but none of its threads (the writer, preparer and
+# flusher run in the parent only). Each log records the fork generation it was opened in;
+# a forked child's generation moves on, so there an inherited log may be read but refuses
+# writes, and its close only lets go of the child's references: no flush, no checkpoint, no
+# abort-marker removal, no unlink, no thread join (a join of the parent's writer thread hung
+# the child for good), no lock release -- the log still belongs to the parent.
+cdef int64_t _fork_generation = 0
+
+
+def _after_fork_in_child():
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 # Test hook: the name of a step of a multi-step file operation (truncation, retention) at
 # which the process exits at once, as kill -9 there would (tests crash at each step in a
 # subprocess and check that the store opens).
@@ -254,6 +272,8 @@ cdef class CommitLog:
     cdef object _flush_error
     # why the log failed (a flush hit an I/O error): then it refuses every write
     cdef object _failed
+    # the fork generation this log was opened in (see _fork_generation)
+    cdef int64_t _gen
 
     def __cinit__(self, *args, **kwargs):
         self._wlock = PyThread_allocate_lock()
@@ -263,7 +283,9 @@ cdef class CommitLog:
         self._closed = True
 
     def __dealloc__(self):
-        ql_writer_free(self._writer)
+        if self._gen == _fork_generation:
+            ql_writer_free(self._writer)
+        # (in a forked child the writer thread is the parent's: its struct is left alone)
         free(self._stage)
         free(self._stage2)
         if self._wlock != NULL:
@@ -308,6 +330,7 @@ cdef class CommitLog:
         self._cur_idxf = -1
         self._flush_hist = [0] * (len(FLUSH_LATENCY_BUCKETS_NS) + 1)
         self.read_only = bool(read_only)
+        self._gen = _fork_generation
         if self.read_only:
             # Read-only: the directory must hold a log already; nothing is created.
             if not os.path.isdir(self._segdir):
@@ -341,6 +364,12 @@ cdef class CommitLog:
     @property
     def closed(self):
         return self._closed
+
+    @property
+    def inherited(self):
+        """True in a process forked after this log was opened: readable, not writable, and
+        close() only lets go of this process's references (the parent owns the log)."""
+        return self._gen != _fork_generation
 
     @property
     def lost_writes_possible(self):

@@ -38,6 +38,10 @@ cdef inline int _check_writable(CommitLog self) except -1:
     _check_open(self)
     if self.read_only:
         raise ReadOnlyError(f"commit log {self.path} was opened read-only")
+    if self._gen != _fork_generation:
+        raise ReadOnlyError(f"commit log {self.path} was opened before this process was "
+                            "forked: the child may read it, only the process that opened "
+                            "it may write (open the store in the child instead)")
     if self._failed is not None:
         _raise_failed(self)
     return 0
@@ -126,8 +130,20 @@ cdef void _stop_writer(CommitLog self) noexcept:
             ql_writer_free(w)
 
 
+cdef _let_go_in_child(CommitLog self):
+    """close() of a log inherited through fork: drop this process's references only."""
+    self._closed = True
+    self._writer = NULL          # the parent's thread; its memory is the parent's copy too
+    self._prepared = None
+    forget_mappings(self)
+    _unlock(self)                # closes this process's descriptor; the parent keeps the lock
+
+
 cdef close_log(CommitLog self):
     if self._closed:
+        return
+    if self._gen != _fork_generation:
+        _let_go_in_child(self)
         return
     if self.read_only:
         self._closed = True
@@ -171,6 +187,9 @@ cdef close_log(CommitLog self):
 
 cdef crash_log(CommitLog self):
     if self._closed:
+        return
+    if self._gen != _fork_generation:
+        _let_go_in_child(self)
         return
     stop_threads(self)
     _acquire(self)

@@ -26,7 +26,10 @@ CHILD = textwrap.dedent("""
 """ % SEG)
 
 _CREATE = re.compile(r'openat\(AT_FDCWD[^,]*, "([^"]*/commitlog/(\d{20}))", [^)]*O_CREAT')
-_DIR_FSYNC = re.compile(r'fsync\(\d+<([^>]*/commitlog)>\)\s+= 0')
+_DIR_FSYNC = re.compile(r'^(\d+) +fsync\(\d+<([^>]*/commitlog)>(\)\s+= 0| <unfinished)')
+# strace splits a call another thread interrupts: "fsync(... <unfinished ...>" then, later,
+# "<... fsync resumed>) = 0" from the same pid; the sync counts where it returned
+_RESUMED = re.compile(r'^(\d+) +<\.\.\. fsync resumed>\)\s+= 0')
 _ACK = re.compile(r'write\(1<[^>]*>, "acked (\d+) (\d+)\\n"')
 
 
@@ -39,11 +42,20 @@ def test_a_new_segment_is_named_durably_before_a_put_into_it_is_acknowledged(tmp
                         sys.executable, "-c", CHILD, str(tmp_path / "s")],
                        capture_output=True, text=True, timeout=100)
     assert r.returncode == 0, r.stderr[-2000:]
-    created, first_ack, synced_after = {}, {}, {}
+    created, first_ack, synced_after, unfinished = {}, {}, {}, set()
     for n, line in enumerate(trace.read_text().splitlines()):
+        synced = False
         if (mm := _CREATE.search(line)) and int(mm.group(2)) > 0:
             created.setdefault(int(mm.group(2)), n)
-        elif _DIR_FSYNC.search(line):
+        elif mm := _DIR_FSYNC.search(line):
+            if mm.group(3).startswith(" <unfinished"):
+                unfinished.add(mm.group(1))
+            else:
+                synced = True
+        elif (mm := _RESUMED.search(line)) and mm.group(1) in unfinished:
+            unfinished.discard(mm.group(1))
+            synced = True
+        if synced:
             for seg, at in created.items():
                 synced_after.setdefault(seg, n)
         elif mm := _ACK.search(line):

@@ -928,6 +928,13 @@ class MessageStore:
     def close(self) -> None:
         """Flush consume queues, save delay progress, close the log. Idempotent. Requests
         still pending their commit fail with LogClosedError."""
+        if self._log.inherited:
+            # A child forked while the store was open: the store, its files and threads are
+            # the parent's. Let go without a dispatch, checkpoint, progress save or thread
+            # join (and without the store lock, which a parent thread may have held at fork).
+            self._closed = True
+            self._log.close()
+            return
         self._stop_timer()
         with self._lock:
             if self._closed:
