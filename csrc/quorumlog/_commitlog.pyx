@@ -386,9 +386,11 @@ cdef class CommitLog:
         then a kill, or a clean close, leaves the mark for the next open.
         lost_writes_possible keeps describing this open."""
         _check_open(self)
-        if self._lost_mark and not self.read_only:
-            _write_marker(os.path.join(self.path, "abort"), page_cache_identity(self.path))
-            self._lost_mark = False
+        if self.read_only or not self._lost_mark:
+            return                       # (a read-only open wrote no marker)
+        _check_writable(self)            # (a forked child's inherited log: ReadOnlyError)
+        _write_marker(os.path.join(self.path, "abort"), page_cache_identity(self.path))
+        self._lost_mark = False
 
     @property
     def first_index(self):
