@@ -440,7 +440,10 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
     memset(&t, 0, sizeof(BatchTarget))
     try:
         _batch_target(self, b, new_segs, &t)
-        with nogil:
+        if pos - self._end >= NOGIL_BYTES:
+            with nogil:
+                err = _write_batch(b, &t)
+        else:   # (a small batch: as _verify_span, keeping the GIL is cheaper)
             err = _write_batch(b, &t)
     finally:
         free(t.segfd)

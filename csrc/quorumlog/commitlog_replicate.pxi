@@ -64,14 +64,17 @@ cdef int _plan_replicated(CommitLog self, const char *p, Py_ssize_t n, RepPlan *
     cdef int64_t S = self.segment_size_bytes
     cdef int64_t run_src = 0, run_dst = -1, run_len = 0
     cdef const RecHeader *h
-    cdef bint release_gil = n >= NOGIL_BYTES
+    # a big range: the CRCs afterwards in one loop without the GIL (releasing it per record
+    # cost a GIL hand-off per message); a small one: inline, GIL held
+    cdef bint crc_later = n >= NOGIL_BYTES
+    cdef int64_t first_index = plan.expect
     while off < n:
         h = _replicated_header(self, p, off, n, plan)
         if <int64_t>h.total_size + HDR > plan.cs + S - plan.pos:
             blanks.append(plan.pos)
             plan.pos = plan.cs + S
             plan.cs = plan.pos
-        _check_replicated_record(self, p, off, plan.pos, plan.expect, release_gil)
+        _check_replicated_record(self, p, off, plan.pos, plan.expect, not crc_later)
         if run_dst >= 0 and run_dst + run_len == plan.pos:
             run_len += h.total_size
         else:
@@ -86,6 +89,28 @@ cdef int _plan_replicated(CommitLog self, const char *p, Py_ssize_t n, RepPlan *
         off += h.total_size
         plan.expect += 1
     runs.append((run_src, run_dst, run_len))
+    if crc_later:
+        _check_crcs(p, n, first_index)
+    return 0
+
+
+cdef int _check_crcs(const char *p, Py_ssize_t n, int64_t first_index) except -1:
+    """The CRC of every record of a range whose headers _plan_replicated checked (their
+    total sizes tile [0, n)), in one loop without the GIL; ReplicationError at the first
+    mismatch (a fault other than a CRC found in a later record is reported first)."""
+    cdef Py_ssize_t off = 0, bad = -1
+    cdef int64_t k = 0
+    cdef const RecHeader *h
+    with nogil:
+        while off < n:
+            h = <const RecHeader *>(p + off)
+            if ql_crc32c(p + off + 4, h.total_size - 4) != h.crc:
+                bad = off
+                break
+            off += h.total_size
+            k += 1
+    if bad >= 0:
+        raise ReplicationError(f"CRC mismatch in index {first_index + k} at byte {bad}")
     return 0
 
 
@@ -115,10 +140,10 @@ cdef const RecHeader *_replicated_header(CommitLog self, const char *p, Py_ssize
 
 
 cdef int _check_replicated_record(CommitLog self, const char *p, Py_ssize_t off,
-                                  int64_t pos, int64_t index, bint release_gil) except -1:
+                                  int64_t pos, int64_t index, bint check_crc) except -1:
     """The record at byte `off`, landing at `pos`: its position field, lengths, the format
     limits an append enforces (a follower never stores what its own append would refuse,
-    or what readers cannot decode) and its CRC."""
+    or what readers cannot decode) and, with check_crc, its CRC."""
     cdef const RecHeader *h = <const RecHeader *>(p + off)
     cdef int rc
     if h.position != <uint64_t>pos:
@@ -130,12 +155,7 @@ cdef int _check_replicated_record(CommitLog self, const char *p, Py_ssize_t off,
     fault = _replicated_fault(p + off, self.max_message_bytes)
     if fault is not None:
         raise ReplicationError(f"index {index} at byte {off}: {fault}")
-    if release_gil:
-        with nogil:
-            rc = ql_crc32c(p + off + 4, h.total_size - 4) != h.crc
-    else:
-        rc = ql_crc32c(p + off + 4, h.total_size - 4) != h.crc
-    if rc:
+    if check_crc and ql_crc32c(p + off + 4, h.total_size - 4) != h.crc:
         raise ReplicationError(f"CRC mismatch in index {index} at byte {off}")
     return 0
 

@@ -118,7 +118,14 @@ cdef int _verify_span(CommitLog self, int64_t from_pos, int64_t limit,
         raise IndexOutOfRangeError(f"position {from_pos} below min_position {self.min_position}")
     addrs = _segment_addrs(self, from_pos, limit, &k0, &nseg, segs)
     try:
-        with nogil:
+        if limit - from_pos >= NOGIL_BYTES:
+            with nogil:
+                rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, NULL, limit, &count,
+                                expect_index)
+        else:
+            # a few records (a leader's read for one APPEND of single messages): ~40 ns per
+            # KiB of CRC costs less than handing the GIL to another thread and waiting to
+            # get it back (a futex wake-up, up to a switch interval)
             rc = _scan_loop(addrs, k0, nseg, S, &pos, limit, NULL, limit, &count,
                             expect_index)
     finally:

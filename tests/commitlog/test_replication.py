@@ -326,3 +326,48 @@ def test_fuzz_append_replicated(fuzz_pair, ops, n):
     # keep the fuzz fixture aligned with the leader: drop what a mutation let through
     if raw != good[:len(raw)]:
         follower.truncate_after(before[0])
+
+
+# ------------------------------------------------------------------ big ranges (>= NOGIL_BYTES)
+# A range of at least NOGIL_BYTES (256 KiB) has its CRCs checked in one loop without the GIL
+# after the per-record checks; the small segments above never reach that path.
+
+BIG_SEG = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def big_range(tmp_path_factory):
+    """A leader range of 300 records of ~1 KiB (> 256 KiB) and the index of its first."""
+    tmp = tmp_path_factory.mktemp("bigrange")
+    with open_log(tmp / "leader", segment_size_bytes=BIG_SEG, **KW) as leader:
+        bodies = [bytes([k % 251]) * 1000 for k in range(300)]
+        leader.append_batch("t", bodies, term=1, queue_ids=0, queue_offsets=0)
+        view, count = leader.read(1, 301, 1 << 20)
+        assert count == 300 and len(view) >= 256 << 10
+        return bytes(view)
+
+
+def test_big_range_is_accepted_byte_identical(tmp_path, big_range):
+    with open_log(tmp_path / "f", segment_size_bytes=BIG_SEG, **KW) as f:
+        assert f.append_replicated(big_range) == 300
+        view, _ = f.read(1, 301, 1 << 20)
+        assert bytes(view) == big_range
+
+
+@given(st.integers(0, 299), st.integers(qf.HEADER_SIZE, 1020), st.integers(1, 255))
+@hsettings(25)
+def test_big_range_with_a_flipped_byte_is_rejected_naming_the_record(
+        tmp_path_factory, big_range, k, at, xor):
+    tmp = tmp_path_factory.mktemp("bigflip")
+    raw = bytearray(big_range)
+    off = 0
+    for _ in range(k):                       # the k-th record's offset (sizes tile the range)
+        off += struct.unpack_from("<I", raw, off + 4)[0]
+    size = struct.unpack_from("<I", raw, off + 4)[0]
+    raw[off + min(at, size - 1)] ^= xor      # a byte of its body (the CRC does not cover it now)
+    with open_log(tmp / "f", segment_size_bytes=BIG_SEG, **KW) as f:
+        before = (f.last_index, f.end_position)
+        with pytest.raises(errors.ReplicationError, match=f"index {k + 1}\\b"):
+            f.append_replicated(raw)
+        assert (f.last_index, f.end_position) == before
+        assert f.append_replicated(big_range) == 300      # the intact range still goes in

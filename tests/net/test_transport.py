@@ -287,6 +287,33 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
     run(loop_factory, body)
 
 
+def test_sends_of_one_loop_turn_go_out_in_one_write(loop_factory):
+    """Issue 20 §3: the frames one loop turn sends to a peer (a Ready's APPENDs and
+    heartbeats) leave in one write at the end of the turn, in order; a turn that sends
+    nothing writes nothing."""
+    async def body():
+        a, b = Node("a", "ab"), Node("b", "ab")
+        try:
+            await start_mesh([a, b])
+            await exchange(a, b, 1)
+            before = a.t.stats()["peers"]["b"]["writes"]
+            msgs = [append("a", "b", i + 1, 1000) for i in range(5)] + \
+                   [hb("a", "b", 2)] + [append("a", "b", 6, 200_000)]
+            for x in msgs:
+                assert a.t.send("b", x)
+            # held (and counted against the budget) until the turn ends
+            assert a.t.held_bytes("b") > 200_000
+            await wait_until(lambda: len(b.from_peer("a")) == 1 + len(msgs), 10, "7 frames")
+            assert a.t.stats()["peers"]["b"]["writes"] - before == 1
+            got = b.from_peer("a")[1:]
+            assert all(same(g, w) for g, w in zip(got, msgs))      # in order
+            await asyncio.sleep(0.05)
+            assert a.t.stats()["peers"]["b"]["writes"] - before == 1
+        finally:
+            await close_all([a, b])
+    run(loop_factory, body)
+
+
 def test_send_memory_is_bounded_when_the_receiver_stops_reading(loop_factory):
     async def body():
         budget = 4 << 20

@@ -60,3 +60,21 @@ def test_a_membership_change_on_an_idle_leader_with_a_failed_log_stops_it():
     refused, failed = run_scenario(_membership_scenario)
     assert isinstance(refused, QuorumlogError) and "refuses writes" in str(refused), refused
     assert failed, "the node goes on with a failed log"
+
+
+async def _idle_scenario(sim):
+    lead = await wait_leader(sim)
+    await lead.node.put("t", b"before")
+    lead.disk.fail_next = True                 # the next background flush: EIO
+    new = await wait_leader(sim, exclude=(lead.id,), timeout_s=10.0)
+    return lead.node.status()["failed"], new.id != lead.id
+
+
+def test_an_idle_leader_whose_background_flush_failed_stops_without_waiting_for_a_write():
+    """Before: nothing but a write found the failed log, so an idle leader went on
+    heartbeating and its group had no writable leader until the next put (wait_leader timed
+    out: the old leader stayed 'ready to serve'). Now the driver checks the log's failure
+    once a second and stops; another member leads within an election."""
+    failed, moved = run_scenario(_idle_scenario)
+    assert failed, "the idle leader went on with a failed log"
+    assert moved

@@ -151,10 +151,10 @@ def verify(ctx, path, segment_size_bytes, group, as_json):
                          "checked": rep.checked} for g, _, rep in reps}
         click.echo(json.dumps(docs["None"] if reps[0][0] is None else
                               {"ok": ok, "groups": docs}, indent=1, sort_keys=True))
-        ctx.exit(EXIT_OK if ok else EXIT_DAMAGE)
-    for g, d, rep in reps:
-        group_heading(g, d)
-        _echo_verify(rep)
+    else:
+        for g, d, rep in reps:
+            group_heading(g, d)
+            _echo_verify(rep)
     ctx.exit(EXIT_OK if ok else EXIT_DAMAGE)
 
 

@@ -345,6 +345,10 @@ try:
     from .._clientframe import split_blobs as _split_blobs
 except ImportError:   # the extension is not built: the Python loop below does the same
     _split_blobs = None
+try:
+    from .._wirecodec import FixedLayout as _FixedLayout
+except ImportError:   # not built: the reference loops (Fixed.check per field) do it all
+    _FixedLayout = None
 
 NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True)
 OPT_NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True, optional=True)
@@ -354,7 +358,7 @@ OPT_NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True, optional=True)
 
 class MessageSpec:
     __slots__ = ("type_code", "cls", "channel", "name", "fixed", "fixed_names", "var",
-                 "all_names", "build", "check", "fixed_struct")
+                 "all_names", "build", "check", "fixed_struct", "fast")
 
     def __init__(self, type_code, cls, channel, fields, build, check):
         self.type_code = type_code
@@ -370,6 +374,10 @@ class MessageSpec:
         self.fixed_struct = struct.Struct("<" + "".join(k.fmt for _, k in self.fixed))
         self.build = build
         self.check = check
+        # the fixed fields in one C call (quorumlog._wirecodec); None: the reference loops
+        self.fast = None if _FixedLayout is None or not self.fixed else _FixedLayout(
+            self.fixed_names, [k.fmt for _, k in self.fixed], [k.lo for _, k in self.fixed],
+            [k.hi for _, k in self.fixed], [k.conv for _, k in self.fixed])
 
 
 _BY_CODE: dict[int, MessageSpec] = {}
@@ -418,7 +426,11 @@ def encode_payload(msg) -> tuple[int, list]:
     """(type code, payload parts) for `msg`. Raises EncodeError naming the bad field."""
     spec = spec_for(msg)
     out = _Out()
-    if spec.fixed:
+    head = spec.fast.pack(msg) if spec.fast is not None else None
+    if head is not None:
+        out.add(head)
+    elif spec.fixed:
+        # the reference (and the path of anything the fast one refused: it raises here)
         vals = []
         for name, kind in spec.fixed:
             try:
@@ -476,7 +488,11 @@ def decode(type_code: int, payload, src: str | None = None, dst: str | None = No
     vals: dict = {}
     where = spec.name + "."
     try:
-        if spec.fixed:
+        fast = spec.fast.unpack(buf) if spec.fast is not None else None
+        if fast is not None:
+            vals = fast
+        elif spec.fixed:
+            # the reference (and the path of anything the fast one refused: it raises here)
             raw = fs.unpack_from(buf, 0)
             for (name, kind), v in zip(spec.fixed, raw):
                 vals[name] = kind.check(where + name, v, CodecError)

@@ -153,7 +153,10 @@ _CH_AUTH, _CH_RAFT, _CH_CLIENT = (codec.AUTH,), (codec.RAFT,), (codec.CLIENT,)
 
 
 def _nbytes(parts) -> int:
-    return sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
+    n = 0
+    for p in parts:
+        n += p.nbytes if type(p) is memoryview else len(p)
+    return n
 
 
 # Event loops whose transports keep what the socket refused as the caller's buffer (a view
@@ -214,6 +217,11 @@ class _Conn(asyncio.BufferedProtocol):
         self.hello_deadline = loop.time() + self.cfg.hello_timeout_ms / 1000
         self.reserved = 0              # bytes of the listener's frame budget this one holds
         self._frame_timer = None
+        # frames sent during this loop turn, written together at its end (_flush_turn): one
+        # write per connection per turn, not one per message
+        self._turn: list = []
+        self._turn_bytes = 0
+        self.writes = 0                # transport.write/writelines calls (~ send syscalls)
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -306,6 +314,8 @@ class _Conn(asyncio.BufferedProtocol):
         self.decoder.release()
         self._ctrl.clear()
         self._bulk.clear()
+        self._turn = []
+        self._turn_bytes = 0
         self.queued_bytes = 0
         if not self.finished.done():
             self.finished.set_result(False)
@@ -479,10 +489,12 @@ class _Conn(asyncio.BufferedProtocol):
         t = self.transport
         return self.queued_bytes + (t.get_write_buffer_size() if t is not None else 0)
 
-    def send_parts(self, parts: list, control: bool) -> bool:
+    def send_parts(self, parts: list, control: bool, n: int = -1) -> bool:
+        """Queue a frame's buffers (n: their size, when the caller knows it)."""
         if self.closed:
             return False
-        n = _nbytes(parts)
+        if n < 0:
+            n = _nbytes(parts)
         held = self.held_bytes()
         budget, reserve = self.send_budget
         if held + n > budget + (reserve if control else 0):
@@ -490,7 +502,12 @@ class _Conn(asyncio.BufferedProtocol):
         if self.role == Role.CLIENT:
             self.last_sent = self.owner.loop.time()
         if not self._paused and not self._ctrl and not self._bulk:
-            self._write(parts, n)
+            # written at the end of the loop turn with whatever else this turn sends here
+            if not self._turn:
+                self.owner.loop.call_soon(self._flush_turn)
+            self._turn.extend(parts)
+            self._turn_bytes += n
+            self.queued_bytes += n
         else:
             (self._ctrl if control else self._bulk).append((_owned(parts), n))
             self.queued_bytes += n
@@ -499,7 +516,22 @@ class _Conn(asyncio.BufferedProtocol):
             self.max_held_bytes = held
         return True
 
+    def _flush_turn(self) -> None:
+        """Write the frames this loop turn sent (in order) as one write. Runs from call_soon,
+        after the callbacks that sent them; the queues (_ctrl/_bulk) only fill while the
+        transport is paused, and a pause only follows a write, so nothing queued can be
+        older than these frames."""
+        parts, n = self._turn, self._turn_bytes
+        if not parts:
+            return
+        self._turn = []
+        self._turn_bytes = 0
+        self.queued_bytes -= n
+        if not self.closed:
+            self._write(parts, n)
+
     def _drain(self) -> None:
+        self._flush_turn()
         ctrl, bulk = self._ctrl, self._bulk
         while not self._paused and not self.closed and (ctrl or bulk):
             parts, n = (ctrl or bulk).popleft()
@@ -508,6 +540,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def _write(self, parts: list, n: int = -1) -> None:
         t = self.transport
+        self.writes += 1
         if len(parts) == 1:
             t.write(_owned(parts)[0] if self._keeps_views else parts[0])
             return
@@ -518,14 +551,25 @@ class _Conn(asyncio.BufferedProtocol):
         elif self._uv:
             t.writelines(_owned(parts))   # uvloop: vectored send, no join (it keeps views)
         else:
-            # asyncio (3.11) joins writelines' buffers: write each part instead, so a large
-            # memoryview goes to send() as it is (asyncio 3.11 copies only what the socket
-            # refused; 3.12 keeps a view of it, so it gets a copy)
+            # asyncio (3.11) joins writelines' buffers: write each large part as it is, so a
+            # memoryview goes to send() without a copy (asyncio 3.11 copies only what the
+            # socket refused; 3.12 keeps a view of it, so it gets a copy), and the small ones
+            # between them (frame heads) joined
+            run: list = []
             for p in (_owned(parts) if self._keeps_views else parts):
-                t.write(p)
+                if len(p) >= _JOIN_BELOW_BYTES:
+                    if run:
+                        t.write(b"".join(run))
+                        run = []
+                    t.write(p)
+                else:
+                    run.append(p)
+            if run:
+                t.write(b"".join(run))
 
     def close(self) -> None:
         if not self.closed:
+            self._flush_turn()       # (what was sent before the close still goes out)
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
@@ -767,7 +811,7 @@ class PeerTransport:
             if c is None:
                 st["dropped_no_connection"] += 1
                 return False
-        if not c.send_parts(parts, control=type(message) is not Append):
+        if not c.send_parts(parts, control=type(message) is not Append, n=n):
             st["dropped_backpressure"] += 1
             return False
         st["sent"] += 1
@@ -810,6 +854,7 @@ class PeerTransport:
             c.transport.get_extra_info("ssl_object") is not None
         s["held_bytes"] = c.held_bytes() if c is not None else 0
         s["queued_bytes"] = c.queued_bytes if c is not None else 0
+        s["writes"] = c.writes if c is not None else 0
         if c is not None:
             s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
         return s

@@ -332,7 +332,19 @@ class Node:
         if now >= self._next_metrics_ms:
             self._next_metrics_ms = now + _METRICS_EVERY_MS
             self._sample_metrics()
+            return self._check_log()
         return True
+
+    def _check_log(self) -> bool:
+        """Stop when the log failed where no write saw it (async mode: a background flush):
+        an idle leader would otherwise go on heartbeating with a log that refuses every
+        write, and its group stay without a writable leader until a put arrived."""
+        why = self.store.commitlog.failure if self.store is not None else None
+        if why is None:
+            return True
+        self._fail(LogFailedError(f"node {self.id}: the commit log refuses writes: {why}",
+                                  self.path))
+        return False
 
     def _on_message(self, peer: str, msg) -> None:
         if self._stopped or self._failed is not None:

@@ -156,10 +156,6 @@ def _split_result(f: asyncio.Future, items) -> None:
                 it.fut.set_exception(e)
         return
     r = f.result()
-    if len(items) == 1:
-        if not items[0].fut.done():
-            items[0].fut.set_result(r)
-        return
     for it in items:
         if not it.fut.done():
             lo, hi = it.lo, it.hi
@@ -246,10 +242,11 @@ class Pipeline:
         if node.core.role != Role.LEADER:
             raise self.not_leader()
 
-    def _propose(self, req, track: bool = True) -> asyncio.Future | None:
-        """Propose req (backpressure first) -> its future, kept by the tracker until the
-        request is applied or lost; track=False: nobody waits (a topic's META before its
-        first message), no future."""
+    def _propose(self, req, track: bool = True,
+                 fut: asyncio.Future | None = None) -> asyncio.Future | None:
+        """Propose req (backpressure first) -> its future (`fut`, or a new one), kept by the
+        tracker until the request is applied or lost; track=False: nobody waits (a topic's
+        META before its first message), no future."""
         node = self._node
         core = node.core
         cfg = node.cfg
@@ -270,9 +267,9 @@ class Pipeline:
             # leads) instead of staying a leader that can append nothing
             self._fail(e)
             raise
-        fut = None
         if track:
-            fut = node.loop.create_future()
+            if fut is None:
+                fut = node.loop.create_future()
             t.add(req, core.term, fut)
         self.stats["proposals"] += 1
         self._wake()
@@ -507,7 +504,9 @@ class Pipeline:
                 raise self.not_leader()
             self._ensure_topic(topic)
             req = self._node.seam.prepare_put(topic, bodies, **kw)
-            done = self._propose(req)
+            # one put alone (one producer, one message at a time): the tracker completes its
+            # own future, no second future and callback to hand it the result
+            done = self._propose(req, fut=items[0].fut if len(items) == 1 else None)
         except Exception as e:
             if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
                                                      BackpressureError)):
@@ -530,7 +529,8 @@ class Pipeline:
             if it.batch is not None:
                 it.table.place(it.batch, first + a, first + b - 1, self._node.core.term)
             a = b
-        done.add_done_callback(lambda f, items=items: _split_result(f, items))
+        if len(items) > 1:
+            done.add_done_callback(lambda f, items=items: _split_result(f, items))
 
     async def put(self, topic, body, **kw):
         """One message -> its PutResult, once committed and dispatched."""

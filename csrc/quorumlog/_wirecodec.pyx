@@ -1,0 +1,204 @@
+# cython: language_level=3
+"""The fixed-size fields of a wire message (quorumlog.net.codec) packed and unpacked in one C
+loop: the range of every field checked in C instead of one Python call per field (a Raft
+APPEND and its answer carry 7-8 such fields each, and every produce costs four of these
+messages per replica).
+
+codec.py keeps the pure-Python reference (Fixed.check per field). This is only a fast path:
+whenever it meets anything it does not handle exactly -- a value outside its field's range,
+a value that is not an int, a conversion (enum) that refuses the value -- it returns None
+and codec.py runs the reference, which raises the precise error (or handles the value, e.g.
+a numpy integer). A differential test and a fuzz test hold the two equal."""
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.dict cimport PyDict_SetItem
+from cpython.long cimport PyLong_Check
+from libc.stdint cimport int64_t, uint64_t, uint8_t
+from libc.stdlib cimport malloc, free
+
+# a field's width and signedness, from its struct format character (little-endian, no padding)
+cdef enum:
+    K_U8 = 0
+    K_U16 = 1
+    K_U32 = 2
+    K_U64 = 3
+    K_I32 = 4
+    K_I64 = 5
+
+cdef dict _KINDS = {"B": (K_U8, 1), "H": (K_U16, 2), "I": (K_U32, 4), "Q": (K_U64, 8),
+                    "i": (K_I32, 4), "q": (K_I64, 8)}
+
+
+cdef inline uint64_t _ld(const uint8_t *p, int w) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(w - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline void _st(uint8_t *p, uint64_t v, int w) noexcept nogil:
+    cdef int i
+    for i in range(w):
+        p[i] = v & 0xFF
+        v >>= 8
+
+
+cdef bint _signed_in(object v, int64_t lo, int64_t hi, uint64_t *out) except -1:
+    """v (an int) within [lo, hi] -> its two's complement bits in out; False if not."""
+    cdef int64_t s
+    try:
+        s = v
+    except OverflowError:
+        return False
+    if s < lo or s > hi:
+        return False
+    out[0] = <uint64_t>s
+    return True
+
+
+cdef bint _unsigned_in(object v, uint64_t lo, uint64_t hi, uint64_t *out) except -1:
+    cdef uint64_t u
+    if v < 0:
+        return False
+    try:
+        u = v
+    except OverflowError:
+        return False
+    if u < lo or u > hi:
+        return False
+    out[0] = u
+    return True
+
+
+cdef class FixedLayout:
+    """The fixed fields of one message type: names, struct format characters, inclusive
+    bounds, and the optional conversion of each (an IntEnum, bool, or None)."""
+    cdef readonly Py_ssize_t count, size
+    cdef int *kind
+    cdef int *width
+    cdef int64_t *lo          # signed kinds: bounds as int64
+    cdef int64_t *hi
+    cdef uint64_t *ulo        # unsigned kinds: bounds as uint64
+    cdef uint64_t *uhi
+    cdef tuple names, convs
+    cdef bint any_conv
+
+    def __cinit__(self, names, fmts, los, his, convs):
+        cdef Py_ssize_t n = len(names), i
+        if not (len(fmts) == len(los) == len(his) == len(convs) == n):
+            raise ValueError("names, fmts, los, his and convs must have one entry per field")
+        self.count = n
+        self.kind = <int *>malloc(max(n, 1) * sizeof(int))
+        self.width = <int *>malloc(max(n, 1) * sizeof(int))
+        self.lo = <int64_t *>malloc(max(n, 1) * sizeof(int64_t))
+        self.hi = <int64_t *>malloc(max(n, 1) * sizeof(int64_t))
+        self.ulo = <uint64_t *>malloc(max(n, 1) * sizeof(uint64_t))
+        self.uhi = <uint64_t *>malloc(max(n, 1) * sizeof(uint64_t))
+        if not (self.kind and self.width and self.lo and self.hi and self.ulo and self.uhi):
+            raise MemoryError()
+        self.names = tuple(names)
+        self.convs = tuple(convs)
+        self.any_conv = any(c is not None for c in self.convs)
+        self.size = 0
+        for i in range(n):
+            if fmts[i] not in _KINDS:
+                raise ValueError(f"unsupported field format {fmts[i]!r}")
+            k, w = _KINDS[fmts[i]]
+            self.kind[i] = k
+            self.width[i] = w
+            self.size += w
+            if k == K_I32 or k == K_I64:
+                self.lo[i] = los[i]
+                self.hi[i] = his[i]
+            else:
+                if los[i] < 0:
+                    raise ValueError("an unsigned field cannot have a negative bound")
+                self.ulo[i] = los[i]
+                self.uhi[i] = his[i]
+
+    def __dealloc__(self):
+        free(self.kind)
+        free(self.width)
+        free(self.lo)
+        free(self.hi)
+        free(self.ulo)
+        free(self.uhi)
+
+    def unpack(self, buf):
+        """{name: value} of the fixed fields at the start of `buf` (a contiguous bytes-like
+        object of at least `size` bytes), or None when a field is outside its bounds or its
+        conversion refuses it (the caller's reference path then raises the error)."""
+        cdef Py_buffer view
+        cdef const uint8_t *p
+        cdef Py_ssize_t i
+        cdef uint64_t u
+        cdef int64_t s
+        cdef dict out = {}
+        cdef object v, conv
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            if view.len < self.size:
+                return None
+            p = <const uint8_t *>view.buf
+            for i in range(self.count):
+                u = _ld(p, self.width[i])
+                p += self.width[i]
+                if self.kind[i] == K_I64:
+                    s = <int64_t>u
+                    if s < self.lo[i] or s > self.hi[i]:
+                        return None
+                    v = s
+                elif self.kind[i] == K_I32:
+                    s = <int64_t>(<int>(<unsigned int>u))
+                    if s < self.lo[i] or s > self.hi[i]:
+                        return None
+                    v = s
+                else:
+                    if u < self.ulo[i] or u > self.uhi[i]:
+                        return None
+                    v = u
+                if self.any_conv:
+                    conv = self.convs[i]
+                    if conv is not None:
+                        try:
+                            v = conv(v)
+                        except ValueError:
+                            return None
+                PyDict_SetItem(out, self.names[i], v)
+        finally:
+            PyBuffer_Release(&view)
+        return out
+
+    def pack(self, msg):
+        """bytes of the fixed fields read from `msg`'s attributes, or None when one is
+        missing, not an int, outside its bounds, or refused by its conversion."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.size)
+        cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+        cdef Py_ssize_t i
+        cdef object v, conv
+        cdef uint64_t u
+        cdef bint ok
+        for i in range(self.count):
+            try:
+                v = getattr(msg, self.names[i])
+            except AttributeError:
+                return None
+            if not PyLong_Check(v):
+                return None
+            if self.any_conv:
+                conv = self.convs[i]
+                if conv is not None:
+                    try:
+                        conv(v)
+                    except ValueError:
+                        return None
+            if self.kind[i] == K_I64 or self.kind[i] == K_I32:
+                ok = _signed_in(v, self.lo[i], self.hi[i], &u)
+            else:
+                ok = _unsigned_in(v, self.ulo[i], self.uhi[i], &u)
+            if not ok:
+                return None
+            _st(p, u, self.width[i])
+            p += self.width[i]
+        return out
