@@ -210,6 +210,10 @@ cdef class CommitLog:
     cdef bint _adopt_segment_size  # segment_size_bytes=None: take the checkpoint's
     # unclean open whose unflushed writes may have been lost (see page_cache_identity)
     cdef bint _lost_writeback
+    # the abort marker says "lost-writes" for this open until settle_lost_writes(): a kill or
+    # a clean close before the owner made durable what it must remember of it (a replica's
+    # recovery floor) leaves the next open seeing lost writes again
+    cdef bint _lost_mark
     cdef int64_t flush_interval_ms, checkpoint_interval_ms
     cdef bint preallocate_next
     cdef str _segdir, _idxdir
@@ -374,6 +378,19 @@ cdef class CommitLog:
         never flushed may be gone. A replica in flush = "async" mode acknowledged such writes,
         so it must recover them from its peers (docs/raft.md "Recovery after power loss")."""
         return self._lost_writeback
+
+    def settle_lost_writes(self):
+        """The owner has made durable what it must remember of this open's possibly lost
+        writes (a replica: its recovery floor, docs/raft.md R1): the abort marker drops its
+        lost-writes mark, so later opens decide from the page cache's identity alone. Until
+        then a kill, or a clean close, leaves the mark for the next open.
+        lost_writes_possible keeps describing this open."""
+        _check_open(self)
+        if self.read_only or not self._lost_mark:
+            return                       # (a read-only open wrote no marker)
+        _check_writable(self)            # (a forked child's inherited log: ReadOnlyError)
+        _write_marker(os.path.join(self.path, "abort"), page_cache_identity(self.path))
+        self._lost_mark = False
 
     @property
     def first_index(self):

@@ -166,11 +166,17 @@ cdef close_log(CommitLog self):
             write_checkpoint(self, True)
         self._closed = True
         drop_mappings(self)
-        try:
-            os.unlink(os.path.join(self.path, "abort"))
-        except FileNotFoundError:
-            pass
-        _fsync_dir(self.path)
+        if self._lost_mark:
+            # lost writes not settled (a replica closed before its recovery floor was
+            # durable): the marker stays, so the next open sees them again
+            log.warning("commit log %s closed before its possibly lost writes were settled: "
+                        "the next open treats them as lost again", self.path)
+        else:
+            try:
+                os.unlink(os.path.join(self.path, "abort"))
+            except FileNotFoundError:
+                pass
+            _fsync_dir(self.path)
     finally:
         _release(self)
         _unlock(self)

@@ -45,7 +45,9 @@ cdef recover(CommitLog self):
         if self.unclean_open:
             with open(abort_path, "rb") as fh:
                 previous = fh.read(4096).decode("ascii", "replace")
-            # unknown (an older marker, or no boot id here): treat as a possible power cut
+            # unknown (an older marker, or no boot id here): treat as a possible power cut;
+            # a marker with the lost-writes mark (an open that saw lost writes, not settled
+            # before a kill: LOST_MARK) differs from every identity
             self._lost_writeback = not identity or previous != identity
         else:
             self._lost_writeback = False
@@ -80,7 +82,9 @@ cdef recover(CommitLog self):
     # in this page cache (a failed or killed recovery leaves the previous marker, so the next
     # open decides as this one did).
     if not self.read_only:
-        _write_marker(abort_path, identity)
+        # lost writes stay marked until the owner settles them (settle_lost_writes)
+        self._lost_mark = self._lost_writeback
+        _write_marker(abort_path, identity + (LOST_MARK if self._lost_mark else ""))
         _fsync_dir(self.path)
         # the files recovery found (or made) have durable names from here on; later ones
         # are synced by the flush that first covers them
@@ -90,6 +94,10 @@ cdef recover(CommitLog self):
     self._dir_synced_seg = (<Mapping>self._segs[len(self._segs) - 1]).start // \
         self.segment_size_bytes
     self._dir_synced_idxf = self._first_idxf + len(self._idx) - 1
+
+
+# The abort marker's second line while an open's possibly lost writes are not settled.
+LOST_MARK = "lost-writes\n"
 
 
 cdef _write_marker(str path, str content):

@@ -216,7 +216,35 @@ def test_the_log_says_when_unflushed_writes_may_be_lost(tmp_path):
     same.crash_for_testing()
     after = open_log(power_cut_copy(tmp_path), **LOG_KW)   # another page cache: a power cut
     assert after.unclean_open and after.lost_writes_possible
+    after.settle_lost_writes()          # (the replica's floor is durable: see below)
     after.close()
     clean = open_log(tmp_path / "after-power-cut", **LOG_KW)
+    assert not clean.unclean_open and not clean.lost_writes_possible
+    clean.close()
+
+
+def test_lost_writes_stay_marked_until_the_owner_settles_them(tmp_path):
+    """The open that saw lost writes rewrites the abort marker (this page cache's identity)
+    before its owner -- a replica saving its recovery floor (docs/raft.md R1) -- has made
+    that fact durable elsewhere. The marker keeps a lost-writes mark until
+    settle_lost_writes(): a kill, or a clean close of a start that failed, in between used
+    to make the next open look like a plain kill (no lost writes: no floor)."""
+    crashed_log(tmp_path / "s")
+    path = power_cut_copy(tmp_path)
+    first = open_log(path, **LOG_KW)
+    assert first.lost_writes_possible
+    first.crash_for_testing()                         # killed before the floor was saved
+    second = open_log(path, **LOG_KW)
+    assert second.unclean_open and second.lost_writes_possible
+    second.close()                                    # a start that failed: closed cleanly
+    third = open_log(path, **LOG_KW)
+    assert third.lost_writes_possible
+    third.settle_lost_writes()                        # the floor is durable now
+    assert third.lost_writes_possible                 # (still this open's fact)
+    third.crash_for_testing()
+    fourth = open_log(path, **LOG_KW)                 # kill -9 in the same page cache
+    assert fourth.unclean_open and not fourth.lost_writes_possible
+    fourth.close()
+    clean = open_log(path, **LOG_KW)
     assert not clean.unclean_open and not clean.lost_writes_possible
     clean.close()

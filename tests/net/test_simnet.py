@@ -228,6 +228,23 @@ def test_wire_mode_goes_through_the_real_codec():
     run(None, body)
 
 
+@pytest.mark.parametrize("wire", [False, True])
+def test_a_payload_arrives_as_it_was_sent_though_the_senders_memory_changed(wire):
+    """A socket copies what is sent; the simulated network too. An APPEND's payload is a view
+    of the sender's mapped log: a power loss that zeroed the log's tail while the message
+    was in flight made the receiver refuse "bad magic/version" (nodesim seed 15370)."""
+    async def body():
+        net = SimNetwork(seed=10, delay_ms=(20, 20), wire=wire)
+        a, b = SimNode("a", net), SimNode("b", net)
+        await start_mesh([a, b])
+        mem = bytearray(b"r" * 1000)
+        a.t.send("b", Append(2, "a", "b", 0, 0, 1, 1, 2, memoryview(mem), 1000, 0, (), 1))
+        mem[:] = bytes(1000)                           # (the sender's log cut meanwhile)
+        await wait_until(lambda: b.inbox, 5, "delivery")
+        assert bytes(b.from_peer("a")[0].payload) == b"r" * 1000
+    run(None, body)
+
+
 def test_max_inflight_is_backpressure():
     async def body():
         net = SimNetwork(seed=9, delay_ms=(50, 50), max_inflight=10)

@@ -486,3 +486,40 @@ def test_config_validation():
         TransportConfig(handshake_timeout_ms=0).validate()
     with pytest.raises(ConfigError, match="auth config is for node"):
         PeerTransport("a", auth("b", "ab"), lambda p, x: None)
+
+
+def test_a_payload_is_sent_as_it_was_at_send_even_if_its_memory_changes_later(loop_factory):
+    """An APPEND's payload is a view of the leader's mapped log. A deposed leader's log is
+    truncated and written again by the next leader; what the transport still holds for a
+    slow peer must be the bytes of the send, not what the log says later (nodesim seed 15370:
+    "bad magic/version at byte 0 of the range"; with same-sized records, a newer leader's
+    entries under the old leader's prev). Held by the transport's own queue (asyncio, once
+    paused) or by uvloop's write buffer, the views used to change with the memory."""
+    async def body():
+        cfg = fast_config(write_high_water_bytes=256 << 10, write_low_water_bytes=64 << 10)
+        a, b = Node("a", "ab", config=cfg), Node("b", "ab", config=cfg)
+        try:
+            await start_mesh([a, b])
+            await exchange(a, b, 1)
+            assert b.t.pause_reading("a")             # b stops reading: a's sends back up
+            mems, want = [], []
+            for i in range(32):                        # 32 x 256 KiB, well past the socket
+                mem = bytearray(bytes([i + 1]) * (256 << 10))
+                mems.append(mem)
+                want.append(bytes(mem))
+                assert a.t.send("b", Append(2, "a", "b", i, 2, i + 1, i + 1, 2,
+                                            memoryview(mem), len(mem), 0, (), 1))
+                if i in (15, 31):
+                    # the end of a turn: its frames are written (the first half pauses the
+                    # transport; the second half waits in the connection's own queue)
+                    await asyncio.sleep(0)
+            assert a.t.held_bytes("b") > 0           # (some of it is still on a's side)
+            for mem in mems:                           # the log is cut and written again
+                mem[:] = bytes(len(mem))
+            b.t.resume_reading("a")
+            await wait_until(lambda: len(b.from_peer("a")) == 1 + 32, 20, "drain")
+            got = [bytes(x.payload) for x in b.from_peer("a") if isinstance(x, Append)]
+            assert [g == w for g, w in zip(got, want)] == [True] * 32
+        finally:
+            await close_all([a, b])
+    run(loop_factory, body, timeout=60)

@@ -33,11 +33,7 @@ def run_scenario(scenario, members=5, mode="async"):
         try:
             return await scenario(sim)
         finally:
-            for m in sim.live():
-                await m.node.stop()
-            for m in sim.members.values():
-                if m.flush_task is not None:
-                    m.flush_task.cancel()
+            await sim.stop_all()
 
     loop = VirtualTimeLoop()
     try:

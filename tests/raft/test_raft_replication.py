@@ -1,8 +1,12 @@
 """Log replication (seed-003-dledger-log-replication.txt, seed-002-raft-in-a-message-queue.txt
 §2.3, and the Raft paper where DLedger follows it), limits, and the driver contract."""
+import random
+
 import pytest
 
-from quorumlog.raft import RaftConfig, Role
+from quorumlog.errors import ReplicationError
+from quorumlog.raft import HardState, MemLog, RaftConfig, RaftCore, Role
+from quorumlog.raft.memlog import MemPayload
 from quorumlog.testing.cluster import ManualCluster
 from quorumlog.raft.core import ReadyToServe
 from quorumlog.raft.errors import (BackpressureError, LeaderTransferringError, NotLeaderError,
@@ -355,3 +359,27 @@ def test_a_follower_restarted_while_the_group_is_idle_catches_up_with_the_commit
     assert n3.role == Role.FOLLOWER and n3.leader_id == "n1"
     assert n3.commit_index == last
     assert cl.core("n1").log.last_index() == last  # (no write helped it)
+
+
+def test_a_batch_whose_entries_are_not_of_the_messages_term_is_refused_and_taken_back():
+    """Every entry of a batch has the message's entry_term. A batch whose bytes say otherwise
+    changed after the sender read them (a view of a deposed leader's log, truncated and
+    written again by a newer leader, sent late: nodesim seed 15370). Appended after the old
+    leader's prev it would splice a newer leader's entries onto an entry that leader may
+    not hold; it is refused and nothing of it stays or is acknowledged."""
+    lg = MemLog()
+    for _ in range(3):
+        lg.append_control(1, EntryKind.NOOP, b"")
+    lg.flush()
+    core = RaftCore("n1", lg, random.Random(1), RaftConfig(),
+                    hard_state=HardState(1, "n2", 0), voters=("n1", "n2", "n3"),
+                    peers=("n1", "n2", "n3"), restarted=True)
+    stale = MemPayload(4, (2, 2), (EntryKind.NOOP,) * 2, (b"", b""), (1, 1))
+    with pytest.raises(ReplicationError, match="says 1"):
+        core.step(Append(1, "n2", "n1", 3, 1, 4, 5, 1, stale, 2, 0, (), 0))
+    assert (lg.last_index(), lg.last_term()) == (3, 1)
+    assert not [m for m in core.ready().messages if isinstance(m, AppendResponse)
+                and m.code == Code.SUCCESS]
+    good = MemPayload(4, (1, 1), (EntryKind.NOOP,) * 2, (b"", b""), (1, 1))
+    core.step(Append(1, "n2", "n1", 3, 1, 4, 5, 1, good, 2, 0, (), 0))
+    assert (lg.last_index(), lg.last_term()) == (5, 1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import logging
 import random
 from typing import Callable
@@ -163,7 +164,7 @@ class SimNetwork:
             # through the real encoder and frame decoder, as on a socket
             (item,) = FrameDecoder().feed(b"".join(bytes(p) for p in codec.encode(message)))
         else:
-            item = message
+            item = _sent_copy(message)
         st["sent"] += 1
         rng = self.rng
         if ln.drop_rate and rng.random() < ln.drop_rate:
@@ -216,6 +217,20 @@ class SimNetwork:
             msg = item
         self.delivered += 1
         dst._receive(src_id, msg)
+
+
+def _sent_copy(message):
+    """The message as it leaves the sender: a payload or chunk that is a view (of the
+    sender's mapped log) is copied now, as a socket send copies it into the kernel. Kept as
+    a view, it changed in flight when the sender's log was cut or rewritten after the send
+    (a power loss zeroes its unflushed tail): the receiver refused "bad magic/version at
+    byte 0 of the range" (nodesim seed 15370), which no real network does."""
+    for name in ("payload", "chunk"):
+        v = getattr(message, name, None)
+        if type(v) is memoryview:
+            message = copy.copy(message)
+            setattr(message, name, bytes(v))
+    return message
 
 
 class SimTransport:

@@ -38,6 +38,7 @@ import logging
 import random
 import socket
 import ssl as _ssl
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -158,6 +159,21 @@ def _nbytes(parts) -> int:
     return n
 
 
+# Event loops whose transports keep what the socket refused as the caller's buffer (a view
+# of it), not a copy: uvloop, and asyncio since 3.12 (a deque of memoryviews; 3.11 copies the
+# rest into a bytearray). What they keep is sent later, as the memory then reads.
+_ASYNCIO_KEEPS_VIEWS = sys.version_info >= (3, 12)
+
+
+def _owned(parts: list) -> list:
+    """`parts` with each memoryview copied, for bytes held past this call. An APPEND's payload
+    is a view of the leader's mapped log, which a truncation zeroes and the next leader's
+    entries overwrite: held as a view while a deposed leader's log changed, a slow peer got
+    other bytes than were read -- refused ("bad magic/version"), or, with same-sized records,
+    a newer leader's entries under the old leader's prev (nodesim seed 15370)."""
+    return [bytes(p) if type(p) is memoryview else p for p in parts]
+
+
 class _Conn(asyncio.BufferedProtocol):
     """One TCP connection: handshake, then frames <-> messages, and its send queue."""
 
@@ -197,6 +213,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.last_heard = 0.0          # loop time of the last bytes received (after auth)
         self.last_sent = 0.0           # loop time of the last frames sent (client sessions)
         self._uv = False
+        self._keeps_views = True       # (set from the transport in connection_made)
         self.hello_deadline = loop.time() + self.cfg.hello_timeout_ms / 1000
         self.reserved = 0              # bytes of the listener's frame budget this one holds
         self._frame_timer = None
@@ -213,6 +230,7 @@ class _Conn(asyncio.BufferedProtocol):
         pn = transport.get_extra_info("peername")
         self.peername = f"{pn[0]}:{pn[1]}" if isinstance(pn, tuple) else str(pn)
         self._uv = type(transport).__module__.startswith("uvloop")
+        self._keeps_views = self._uv or _ASYNCIO_KEEPS_VIEWS
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -491,7 +509,7 @@ class _Conn(asyncio.BufferedProtocol):
             self._turn_bytes += n
             self.queued_bytes += n
         else:
-            (self._ctrl if control else self._bulk).append((parts, n))
+            (self._ctrl if control else self._bulk).append((_owned(parts), n))
             self.queued_bytes += n
         held += n
         if held > self.max_held_bytes:
@@ -524,20 +542,21 @@ class _Conn(asyncio.BufferedProtocol):
         t = self.transport
         self.writes += 1
         if len(parts) == 1:
-            t.write(parts[0])
+            t.write(_owned(parts)[0] if self._keeps_views else parts[0])
             return
         if n < 0:
             n = _nbytes(parts)
         if n < _JOIN_BELOW_BYTES:
             t.write(b"".join(parts))
         elif self._uv:
-            t.writelines(parts)       # uvloop: vectored send, no join
+            t.writelines(_owned(parts))   # uvloop: vectored send, no join (it keeps views)
         else:
             # asyncio (3.11) joins writelines' buffers: write each large part as it is, so a
-            # memoryview goes to send() without a copy (asyncio copies only what the socket
-            # refused), and the small ones between them (frame heads) joined
+            # memoryview goes to send() without a copy (asyncio 3.11 copies only what the
+            # socket refused; 3.12 keeps a view of it, so it gets a copy), and the small ones
+            # between them (frame heads) joined
             run: list = []
-            for p in parts:
+            for p in (_owned(parts) if self._keeps_views else parts):
                 if len(p) >= _JOIN_BELOW_BYTES:
                     if run:
                         t.write(b"".join(run))

@@ -210,6 +210,12 @@ class Node:
                 # would vote and lead with a log short of what it acknowledged (nodesim
                 # seed 7476; tests/node/test_node_recovery_floor.py)
                 self.hsfile.save(self.core.hard_state)
+            if cl.lost_writes_possible:
+                # ... and only then may the commit log forget that this open saw lost writes:
+                # until here a kill (or a failed start's close) leaves its abort marker
+                # saying so, and the next open sets the floor again (the window between
+                # the open's marker and this save: tests/node/test_node_recovery_floor.py)
+                cl.settle_lost_writes()
             self._applied = self._commit_target = cl.committed_index
             self.metrics = ReplicaMetrics(term=self.core.term)
             self.metrics.set_commit_index(cl.committed_index)

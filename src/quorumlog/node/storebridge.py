@@ -77,6 +77,7 @@ class _MetaRaftLog:
 
     def truncate_after(self, index: int) -> None:
         self._inner.truncate_after(index)
+        self._seam._unstage_after(index)
         if self._seam.on_truncated is not None:
             self._seam.on_truncated(index)
 
@@ -149,6 +150,9 @@ class MetaSeam:
         self._meta_indexes: list[int] = self._scan_meta(self.store.dispatched_position,
                                                          self.cl.end_position)
         self._known_topics = set(self.store.topics())
+        # own META records appended as leader and not committed yet: index -> (topic, queues)
+        # of the topic they staged in the store (in memory until the record commits)
+        self._staged: dict[int, tuple[str, int]] = {}
 
     @property
     def cl(self):
@@ -178,6 +182,8 @@ class MetaSeam:
     def apply_committed(self, index: int) -> int:
         cl = self.cl
         index = min(index, cl.last_index)
+        if self._staged and index > cl.committed_index:
+            self._confirm_staged(index)
         if self._meta_indexes and index > cl.committed_index:
             self._apply_meta(index)
         return self.store.apply_committed(index)
@@ -187,11 +193,46 @@ class MetaSeam:
 
     # -- META --------------------------------------------------------------------------------
     def _append_meta(self, term: int, req: MetaRequest) -> int:
-        self._apply_payload(req.payload, local=True)
-        idx = self._rlog.append_control(term, EntryKind.META, req.payload)
+        """The leader's META record: a new topic is staged in the store (its first messages
+        follow at once and need its queues) and made durable when the record commits; any
+        other META is applied now, as before."""
+        try:
+            d = meta.decode(req.payload)
+        except InvalidArgumentError:
+            d = {"op": None}             # (_apply_payload logs it, as before)
+        staged = d["op"] == "topic" and self.store.stage_topic(d["name"], d["queues"])
+        if not staged:
+            self._apply_payload(req.payload, local=True)
+        try:
+            idx = self._rlog.append_control(term, EntryKind.META, req.payload)
+        except BaseException:
+            if staged:
+                self.store.unstage_topic(d["name"])
+            raise
+        if staged:
+            self._staged[idx] = (d["name"], d["queues"])
+            self._known_topics.add(d["name"])
         req.term = term
         req.first_index = req.last_index = idx
         return idx
+
+    def _confirm_staged(self, upto: int) -> None:
+        """Own META records committed up to `upto`: their staged topics become durable."""
+        for idx in sorted(i for i in self._staged if i <= upto):
+            name, queues = self._staged.pop(idx)
+            self.store.create_topic(name, queues)
+
+    def _unstage_after(self, index: int) -> None:
+        """A truncation took the entries after `index`: a topic staged by an own META record
+        among them is dropped (unless a record still kept staged it too), and forgotten, so
+        that the next put of it proposes its META record again."""
+        gone = [i for i in self._staged if i > index]
+        if not gone:
+            return
+        names = {self._staged.pop(i)[0] for i in gone}
+        for name in names - {n for n, _ in self._staged.values()}:
+            if self.store.unstage_topic(name):
+                self._known_topics.discard(name)
 
     def _scan_meta(self, pos: int, end: int) -> list[int]:
         cl = self.cl
@@ -239,7 +280,8 @@ class MetaSeam:
             return
         name, queues = d["name"], d["queues"]
         have = self.store.topics().get(name)
-        if have is None or have < queues:
+        staged = any(n == name for n, _ in self._staged.values())
+        if have is None or have < queues or staged:   # (create_topic confirms a staged one)
             try:
                 self.store.create_topic(name, queues)
             except QuorumlogError as e:

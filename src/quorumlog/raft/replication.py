@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import IndexOutOfRangeError
+from ..errors import IndexOutOfRangeError, ReplicationError
 from .errors import RaftInvariantError
 from .messages import Append, AppendResponse, Code, Heartbeat, HeartbeatResponse, Message, Role
 from .progress import Progress
@@ -139,6 +139,8 @@ class ReplicationRules:
         new_last = lg.append_replicated(m.payload)
         if new_last != lastb:
             raise RaftInvariantError(f"{self.id}: append_replicated ended at {new_last}, batch at {lastb}")
+        if lg.term_at(first) != e or lg.last_term() != e:
+            self._refuse_batch(m, prev)
         self.leader_match = lastb
         if m.configs:
             for idx, voters, learners in m.configs:
@@ -146,6 +148,19 @@ class ReplicationRules:
         self._flush_to = lastb
         self._follower_commit(m.commit_index)
         self._maybe_report(False)
+
+    def _refuse_batch(self, m: Append, prev: int) -> None:
+        """The batch's entries are not of the term the message says (every entry of a batch
+        has `entry_term`, never above the sender's term): bytes that changed after the
+        sender read them -- a view of its log kept while that log was truncated and written
+        again by a newer leader. Appended with the old leader's prev, they would put a newer
+        leader's entries after an entry that newer leader may not hold (a log that matches at
+        its end and differs below it). Taken back, refused (nothing is acknowledged)."""
+        got = (self.log.term_at(m.first_index), self.log.last_term())
+        self._truncate_after(prev)
+        raise ReplicationError(
+            f"{self.id}: entries {m.first_index}..{m.last_index} have terms {got[0]}..{got[1]}; "
+            f"the message (term {m.term}) says {m.entry_term}")
 
     def _truncate_after(self, index: int) -> None:
         if index < self.commit_index:

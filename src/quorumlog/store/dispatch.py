@@ -719,7 +719,7 @@ class Dispatcher:
     def _summary_now(self) -> dict:
         """What queue_offsets.json says of the queues as dispatched now (store lock held)."""
         queues = {}
-        for t in self.topics.all():
+        for t in self.topics.durable():       # (a staged topic: not until its META commits)
             qs = []
             for cq in t.queues:
                 e = None if cq.empty else cq.position_of(cq.next_offset - 1)

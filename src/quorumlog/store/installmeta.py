@@ -23,7 +23,7 @@ def install_meta(topics, offsets) -> dict:
     """The leader's side: {"topics": topics.json's entries, "consumer_offsets": the offsets
     table as of its log position} (JSON values only)."""
     return {"topics": {t.name: {"queues": len(t.queues), "system": t.system,
-                                "created_ms": t.created_ms} for t in topics.all()},
+                                "created_ms": t.created_ms} for t in topics.durable()},
             "consumer_offsets": {"offsets": {g: {t: {str(q): o for q, o in qs.items()}
                                                  for t, qs in ts.items()}
                                              for g, ts in offsets.as_dict().items()},

@@ -275,6 +275,28 @@ class MessageStore:
             self._check_writable()
             self._topics.create(name, queues, False, self._clock_ms(), self._dispatcher.position)
 
+    def stage_topic(self, name: str, queues: int) -> bool:
+        """Replicated leader: topic `name`, new, named by a META record not committed yet ->
+        True if staged (in memory until create_topic confirms it at the record's commit, or
+        unstage_topic drops it at its truncation); False if the topic exists already (nothing
+        done). topics.TopicRegistry.stage says why."""
+        check_user_topic(name)
+        if type(queues) is not int or not 1 <= queues <= self.config.max_queues_per_topic:
+            raise InvalidArgumentError(f"queues must be an int in [1, "
+                                       f"{self.config.max_queues_per_topic}], got {queues!r}")
+        with self._lock:
+            self._check_writable()
+            if name in self._topics.by_name:
+                return False
+            self._topics.stage(name, queues, self._clock_ms(), self._dispatcher.position)
+            return True
+
+    def unstage_topic(self, name: str) -> bool:
+        """Drop a staged topic whose META record a truncation took -> True if dropped."""
+        with self._lock:
+            self._check_open()
+            return self._topics.unstage(name)
+
     def topics(self) -> dict[str, int]:
         """{topic: number of queues} of the user topics."""
         with self._lock:

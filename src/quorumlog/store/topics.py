@@ -36,7 +36,7 @@ TOPICS_FILE = "topics.json"
 
 class Topic:
     """One topic: its consume queues and the next queue offset to hand out in each."""
-    __slots__ = ("name", "hash", "queues", "counters", "rr", "system", "created_ms")
+    __slots__ = ("name", "hash", "queues", "counters", "rr", "system", "created_ms", "staged")
 
     def __init__(self, name: str, nqueues: int, system: bool, created_ms: int):
         self.name = name
@@ -46,6 +46,10 @@ class Topic:
         self.rr = 0                                         # round-robin cursor
         self.system = system
         self.created_ms = created_ms
+        # Replicated leader: created by a META record not committed yet (TopicRegistry.stage):
+        # in memory only -- not in topics.json, the queue summary or an install image -- until
+        # the record commits (create confirms it) or is truncated (unstage drops it).
+        self.staged = False
 
 
 def check_user_topic(name) -> None:
@@ -182,7 +186,7 @@ class TopicRegistry:
             return
         meta = {"version": 1, "topics": {
             t.name: {"queues": len(t.queues), "system": t.system, "created_ms": t.created_ms}
-            for t in self.by_name.values()}}
+            for t in self.durable()}}
         write_checked_json(os.path.join(self.root, TOPICS_FILE), meta)
 
     # -- creating ----------------------------------------------------------------------------
@@ -266,12 +270,55 @@ class TopicRegistry:
         t = self.by_name.get(name)
         if t is None:
             return self.add(name, nqueues, system, created_ms, dispatched_position)
+        if t.staged:
+            self._confirm(t)
         if nqueues < len(t.queues):
             raise InvalidArgumentError(f"topic {name!r} has {len(t.queues)} queues; "
                                        f"cannot shrink to {nqueues}")
         if nqueues > len(t.queues):
             self.extend(t, nqueues, dispatched_position)
         return t
+
+    def stage(self, name: str, nqueues: int, created_ms: int,
+              dispatched_position: int) -> Topic:
+        """A replicated leader's new topic, named by a META record it is appending: registered
+        in memory (its first messages need its queues) but not saved until the record commits
+        (create() then confirms it), and dropped by unstage() if a truncation takes the record.
+        Saved at once, a topic whose record was lost to a power loss or replaced by another
+        leader's entries stayed on this replica alone (nodesim seeds 13546, 15370)."""
+        t = self._register(Topic(name, nqueues, False, created_ms))
+        t.staged = True
+        for cq in t.queues:
+            if cq.load():                     # (files left by an earlier incarnation)
+                cq.recover(dispatched_position)
+        t.counters = np.array([cq.next_offset for cq in t.queues], dtype=np.int64)
+        self._adopt_unregistered(t, 0)
+        return t
+
+    def _confirm(self, t: Topic) -> None:
+        """A staged topic's META record committed: its directories and topics.json."""
+        for cq in t.queues:
+            self._makedirs(cq.dir)
+        t.staged = False
+        try:
+            self.save()
+        except BaseException:
+            t.staged = True
+            raise
+
+    def unstage(self, name: str) -> bool:
+        """Drop topic `name` if it is still staged (its META record was truncated) -> True if
+        dropped. Its queues hold nothing: no record after an uncommitted one was dispatched."""
+        t = self.by_name.get(name)
+        if t is None or not t.staged:
+            return False
+        self._unregister(t, remove_files=False)
+        return True
+
+    def durable(self) -> list[Topic]:
+        """The topics that are not staged: what topics.json, the queue summary and an install
+        image describe."""
+        return [t for t in self.by_name.values() if not t.staged]
 
     # -- replicated offsets of queues not created yet ----------------------------------------
     def note_unregistered(self, topic_hash: int, queue_id: int, next_offset: int) -> None:

@@ -416,11 +416,15 @@ class NodeSim:
         finally:
             for t in tasks + side:
                 t.cancel()
-            for m in self.live():
-                await m.node.stop()
-            for m in self.members.values():
-                if m.flush_task is not None:
-                    m.flush_task.cancel()
+            await self.stop_all()
+
+    async def stop_all(self) -> None:
+        """Stop every live node and every async flush loop (the end of a run or a test)."""
+        for m in self.live():
+            await m.node.stop()
+        for m in self.members.values():
+            if m.flush_task is not None:
+                m.flush_task.cancel()
 
     def _check_tasks(self, tasks) -> None:
         """A client or nemesis that raised is a broken run, not a passing one."""
