@@ -614,6 +614,12 @@ register(0x19, m.HeartbeatBatch,
 register(0x1A, m.HeartbeatResponseBatch,
          [("entries", List(Tuple(GROUP_ID, TERM, Enum(Code), INDEX), m.MAX_BATCH_GROUPS))],
          channel=RAFT, build=lambda v, s, d: m.HeartbeatResponseBatch(s, d, v["entries"]))
+# quiescence (raft/quiesce.py, node/host.py): one per peer pair per heartbeat interval
+register(0x1B, m.QuietBeat,
+         [("seq", INDEX), ("groups", List(Tuple(GROUP_ID, TERM, INDEX), m.MAX_GROUPS)),
+          ("ack", INDEX), ("acked", List(GROUP_ID, m.MAX_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.QuietBeat(s, d, v["seq"], v["groups"], v["ack"],
+                                                        v["acked"]))
 
 # handshake
 NONCE = Blob(m.NONCE_BYTES, exact=m.NONCE_BYTES, view=False)

@@ -339,6 +339,27 @@ class HeartbeatResponseBatch(HeartbeatBatch):
 MAX_BATCH_GROUPS = 128
 
 
+class QuietBeat:
+    """Quiescence's exchange (raft/quiesce.py Q4; node/host.py), one per peer pair and
+    direction per heartbeat interval, whatever the number of groups: `seq` the sender's
+    round; `groups` (group, term, commit_index) of every group the sender leads quiesced
+    (each a quiet heartbeat); `ack` the receiver's latest round the sender got (0: none) and
+    `acked` the groups of that round the sender held quiesced, following the receiver, when
+    it came (each a quiet heartbeat's answer). A control-lane message."""
+
+    __slots__ = ("src", "dst", "seq", "groups", "ack", "acked")
+    type_name = "QUIET_BEAT"
+    lane = CONTROL
+
+    def __init__(self, src, dst, seq, groups, ack, acked):
+        self.src, self.dst, self.seq, self.ack = src, dst, seq, ack
+        self.groups, self.acked = tuple(groups), tuple(acked)
+
+    def describe(self) -> str:
+        return (f"{self.src}->{self.dst} {self.type_name} #{self.seq} x{len(self.groups)} "
+                f"ack #{self.ack} x{len(self.acked)}")
+
+
 class UnknownGroupError(qe.InvalidArgumentError):
     """A request or a peer frame names a Raft group this process does not host (outside
     0..groups-1, or a group it did not open): refused, nothing changed."""
