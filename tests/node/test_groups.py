@@ -260,3 +260,57 @@ def test_sync_mode_one_flush_thread_for_every_group(tmp_path):
         assert not [t for t in threading.enumerate() if t.name == "quorumlog-group-flusher"
                     and t.is_alive()]
     asyncio.run(run())
+
+
+def test_idle_groups_quiesce_a_put_wakes_one_and_a_stopped_leader_is_replaced(tmp_path):
+    # raft/quiesce.py + node/host.py: idle groups stop ticking and heartbeating; one
+    # QuietBeat per peer per interval keeps them led; a put to a quiesced group commits; when
+    # a process stops, the groups it led elect new leaders among the others
+    async def run():
+        groups = 4
+        hosts, _ = await _hosts(tmp_path, groups=groups)
+        loop = asyncio.get_running_loop()
+
+        async def until(cond, what, timeout=30):
+            deadline = loop.time() + timeout
+            while not cond():
+                assert loop.time() < deadline, what
+                await asyncio.sleep(0.02)
+        stopped = []
+        try:
+            await until(lambda: all(len(h.quiesced()) == groups for h in hosts),
+                        [h.quiesced() for h in hosts])
+            h1 = hosts[0]
+            hb0, q0 = h1.stats["heartbeat_batches"], h1.stats["quiet_beats"]
+            await until(lambda: h1.stats["quiet_beats"] >= q0 + 20, "no quiet beats")
+            # (awake, each peer would get a heartbeat batch and an answer batch per interval
+            # for every QuietBeat; a loaded machine may wake a group for a round or two)
+            assert (h1.stats["heartbeat_batches"] - hb0) * 2 < h1.stats["quiet_beats"] - q0
+            leaders = hosts[0].leaders()
+            g = 1
+            lh = next(h for h in hosts if h.cfg.node_id == leaders[g])
+            assert g in lh.quiesced()
+            term = lh.nodes[g].core.term
+            r = await asyncio.wait_for(lh.nodes[g].put("t", b"quiet"), 10)
+            assert r.index > 0
+            await until(lambda: all(h.nodes[g].applied_index >= r.index for h in hosts),
+                        "the put did not reach every replica")
+            await until(lambda: all(g in h.quiesced() for h in hosts), "not quiet again")
+            assert lh.nodes[g].core.term == term      # no election on the way
+            # the leader's process stops: every group it led elects a new leader
+            lost = [x for x, leader in enumerate(leaders) if leader == lh.cfg.node_id]
+            old_terms = {x: lh.nodes[x].core.term for x in lost}
+            await lh.stop()
+            stopped.append(lh)
+            rest = [h for h in hosts if h is not lh]
+            await until(lambda: all(any(h.nodes[x].role == Role.LEADER for h in rest)
+                                    for x in lost), [h.leaders() for h in rest])
+            for x in lost:
+                new = next(h for h in rest if h.nodes[x].role == Role.LEADER)
+                assert new.nodes[x].core.term > old_terms[x]
+            assert rest[0].stats["woken"] >= len(lost)
+        finally:
+            for h in hosts:
+                if h not in stopped:
+                    await h.stop()
+    asyncio.run(run())

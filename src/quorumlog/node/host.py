@@ -65,6 +65,7 @@ _BALANCE_MAX_LAG = 64           # the preferred member must be this close to the
 _WAKE_UNHEARD_INTERVALS = 3
 _QUIET_ROUNDS_KEPT = 8          # own rounds remembered for their answers
 _LOOP_STALL_MS = 250
+_IDLE_TICK_MS = 50              # the timer's period while every group is quiesced
 
 
 class GroupLink:
@@ -239,22 +240,29 @@ class NodeHost:
         interval = self.cfg.tick_ms
         iv = self.raft_cfg.heartbeat_interval_ms
         last = clock.now_ms()
+        nap = interval
         while True:
-            await clock.sleep_ms(interval)
+            await clock.sleep_ms(nap)
             now = clock.now_ms()
             if now - last > _LOOP_STALL_MS:
                 # the loop did not run for that long: heartbeats and quiet beats stopped too
                 self.stats["loop_stalls"] += 1
                 log.info("node %s: event loop stalled for %d ms", self.cfg.node_id, now - last)
             last = now
+            awake = False
             for node in self.nodes:
                 if not node.core.quiesced:      # (raft/quiesce.py Q2)
                     node.tick(now)
+                    awake = True
             if now >= self._next_quiet_ms:
                 # half an interval after the aligned heartbeats: their round has been
                 # answered (an open round keeps a leader awake, raft/quiesce.py Q1)
                 self._next_quiet_ms = (now // iv + 1) * iv + iv // 2
-                self._quiet_round(now)
+                awake = self._quiet_round(now) or awake
+            # every group quiesced: nothing needs a tick before the next quiet round (a
+            # group an input wakes is ticked within _IDLE_TICK_MS: its timeouts are longer)
+            nap = interval if awake else max(interval, min(self._next_quiet_ms - now,
+                                                           _IDLE_TICK_MS))
 
     async def _stop_nodes(self) -> None:
         for node in self.nodes:
@@ -338,12 +346,13 @@ class NodeHost:
                          UnknownGroupError(f"this process hosts groups 0..{self.groups - 1}"))
 
     # ---------------------------------------------------------------------------- quiescence
-    def _quiet_round(self, now: int) -> None:
+    def _quiet_round(self, now: int) -> bool:
         """Wake what depends on an unheard peer, quiesce the leader groups that may, and send
-        each peer one QuietBeat (the module docstring)."""
+        each peer one QuietBeat (the module docstring). Returns whether a group is awake."""
         t = self.transport
         if t is None or t.closed:
-            return
+            return True
+        awake = False
         me = self.cfg.node_id
         oldest = now - _WAKE_UNHEARD_INTERVALS * self.raft_cfg.heartbeat_interval_ms
         heard = self._quiet_heard
@@ -355,8 +364,10 @@ class NodeHost:
                 if unheard and (core.leader_id in unheard or (
                         core.role == Role.LEADER and not unheard.isdisjoint(core.progress))):
                     self._wake(node, now)
+                    awake = True
                     continue
             elif not (self.quiesce and node.quiescable() and core.quiesce()):
+                awake = True
                 continue
             else:
                 self.stats["quiesced"] += 1
@@ -370,6 +381,7 @@ class NodeHost:
                 ack, acked = self._quiet_answers.pop(peer, (0, ()))
                 self.stats["quiet_beats"] += 1
                 t.send(peer, QuietBeat(me, peer, seq, led, ack, acked))
+        return awake
 
     def _on_quiet(self, peer: str, msg) -> None:
         now = self.clock.now_ms()
