@@ -65,6 +65,7 @@ _BALANCE_MAX_LAG = 64           # the preferred member must be this close to the
 _WAKE_UNHEARD_INTERVALS = 3
 _QUIET_ROUNDS_KEPT = 8          # own rounds remembered for their answers
 _LOOP_STALL_MS = 250
+_QUIET_LOGGED_AFTER_MS = 1000   # every group quiesced this long: logged once (INFO)
 _IDLE_TICK_MS = 50              # the timer's period while every group is quiesced
 
 
@@ -149,6 +150,7 @@ class NodeHost:
         self._quiet_heard: dict = {}        # peer -> when its last QuietBeat came
         self._quiet_answers: dict = {}      # peer -> (its round, groups held quiesced)
         self._next_quiet_ms = 0
+        self._quiet_since = None        # since when every group is quiesced (-1: logged)
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
         self._listeners: list = []
         self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
@@ -373,6 +375,15 @@ class NodeHost:
                 self.stats["quiesced"] += 1
             if core.role == Role.LEADER:
                 led.append((g, core.term, core.commit_index))
+        if awake:
+            self._quiet_since = None
+        elif self._quiet_since is None:
+            self._quiet_since = now
+        elif self._quiet_since >= 0 and now - self._quiet_since >= _QUIET_LOGGED_AFTER_MS:
+            self._quiet_since = -1      # (once per quiet stretch: an operator's sign that the
+            self._events.log(           # idle process costs next to nothing)
+                logging.INFO, "quiesced", "node %s: every group (%d) quiesced for %d ms",
+                self.cfg.node_id, self.groups, _QUIET_LOGGED_AFTER_MS)
         seq = self._quiet_seq = self._quiet_seq + 1
         self._quiet_rounds[seq] = (now, frozenset(g for g, _, _ in led))
         self._quiet_rounds.pop(seq - _QUIET_ROUNDS_KEPT, None)
