@@ -314,3 +314,35 @@ def test_idle_groups_quiesce_a_put_wakes_one_and_a_stopped_leader_is_replaced(tm
                 if h not in stopped:
                     await h.stop()
     asyncio.run(run())
+
+
+def test_batched_heartbeats_carry_the_incarnations(tmp_path):
+    # a HeartbeatBatch entry dropped the heartbeat's boot / boot_end and an answer's boot /
+    # floor: a multi-group leader never learned its followers' incarnations nor that one is
+    # recovering (raft/recovery.py R3b; membership's healthy-quorum check reads the floor)
+    async def run():
+        hosts, _ = await _hosts(tmp_path, groups=3, quiesce=False)
+        by_id = {h.cfg.node_id: h for h in hosts}
+        loop = asyncio.get_running_loop()
+
+        def known():
+            for g in range(3):
+                leader = [h for h in hosts if h.nodes[g].role == Role.LEADER]
+                if len(leader) != 1:
+                    return False
+                for peer, pr in leader[0].nodes[g].core.progress.items():
+                    if pr.boot != by_id[peer].nodes[g].core.boot:
+                        return False
+            return True
+        try:
+            deadline = loop.time() + 20
+            while not known():
+                assert loop.time() < deadline, [
+                    (g, p, pr.boot) for h in hosts for g, n in enumerate(h.nodes)
+                    if n.role == Role.LEADER for p, pr in n.core.progress.items()]
+                await asyncio.sleep(0.02)
+            assert all(n.core.boot for h in hosts for n in h.nodes)
+        finally:
+            for h in hosts:
+                await h.stop()
+    asyncio.run(run())

@@ -312,8 +312,9 @@ class MalformedRequestError(qe.InvalidArgumentError):
 
 class HeartbeatBatch:
     """The heartbeats of many Raft groups from one process to another in one frame (a
-    process hosting many groups, node/host.py): entries (group, term, commit_index, seq),
-    each one group's Heartbeat. A control-lane message; at most MAX_BATCH_GROUPS entries."""
+    process hosting many groups, node/host.py): entries (group, term, commit_index, seq,
+    boot, boot_end), each one group's Heartbeat. A control-lane message; at most
+    MAX_BATCH_GROUPS entries."""
 
     __slots__ = ("src", "dst", "entries")
     type_name = "HEARTBEAT_BATCH"
@@ -328,14 +329,14 @@ class HeartbeatBatch:
 
 class HeartbeatResponseBatch(HeartbeatBatch):
     """The answers to a HeartbeatBatch's heartbeats (or several): entries (group, term,
-    code, seq), each one group's HeartbeatResponse."""
+    code, seq, boot, floor), each one group's HeartbeatResponse."""
 
     __slots__ = ()
     type_name = "HEARTBEAT_RESP_BATCH"
 
 
-# heartbeats per batch frame: 26 bytes each, so a batch stays under the control lane's
-# 4 KiB frames (a host with more groups sends several)
+# heartbeats per batch frame: 42 bytes each, so a batch stays under a multi-group
+# transport's 8 KiB control frames (node/host.py; a host with more groups sends several)
 MAX_BATCH_GROUPS = 128
 
 

@@ -121,7 +121,7 @@ class NodeHost:
                  store_cfg=None, groups: int | None = None,
                  transport_config: TransportConfig | None = None,
                  rng: random.Random | None = None, balance: bool = True,
-                 node_class: type = Node, quiesce: bool = True):
+                 node_class: type = Node, quiesce: bool | None = None):
         self.path = path
         self.cfg = cfg
         self.groups = check_groups(groups if groups is not None else cfg.groups)
@@ -144,7 +144,8 @@ class NodeHost:
         self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
                       "batched_heartbeats": 0, "heartbeat_batches": 0, "quiet_beats": 0,
                       "quiesced": 0, "woken": 0, "loop_stalls": 0}
-        self.quiesce = quiesce      # False: every group ticks and heartbeats, idle or not
+        # False: every group ticks and heartbeats, idle or not (None: cfg.quiesce)
+        self.quiesce = cfg.quiesce if quiesce is None else quiesce
         self._quiet_seq = 0
         self._quiet_rounds: dict = {}       # own round -> (sent ms, groups listed)
         self._quiet_heard: dict = {}        # peer -> when its last QuietBeat came
@@ -304,9 +305,9 @@ class NodeHost:
                 asyncio.get_running_loop().call_soon(self._send_batches)
             q = self._out[key] = []
         if type(msg) is Heartbeat:
-            q.append((group, msg.term, msg.commit_index, msg.seq))
+            q.append((group, msg.term, msg.commit_index, msg.seq, msg.boot, msg.boot_end))
         else:
-            q.append((group, msg.term, msg.code, msg.seq))
+            q.append((group, msg.term, msg.code, msg.seq, msg.boot, msg.floor))
         return True
 
     def _send_batches(self) -> None:
@@ -324,9 +325,11 @@ class NodeHost:
     def _unbatch(self, peer: str, msg) -> None:
         me = self.cfg.node_id
         hb = type(msg) is HeartbeatBatch
-        for group, term, x, seq in msg.entries:
-            one = Heartbeat(term, peer, me, x, seq) if hb else \
-                HeartbeatResponse(term, peer, me, x, seq)
+        for group, term, x, seq, boot, y in msg.entries:
+            # (boot, boot_end / floor: the recovery rules' R3b and the leader's view of a
+            # recovering follower need them as much as a single group's heartbeats do)
+            one = Heartbeat(term, peer, me, x, seq, boot, y) if hb else \
+                HeartbeatResponse(term, peer, me, x, seq, boot, y)
             self._on_group_message(peer, group, one)
 
     def _on_group_message(self, peer: str, group: int, msg) -> None:
