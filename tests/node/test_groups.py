@@ -346,3 +346,16 @@ def test_batched_heartbeats_carry_the_incarnations(tmp_path):
             for h in hosts:
                 await h.stop()
     asyncio.run(run())
+
+
+def test_clients_start_their_round_robin_on_queues_of_their_own():
+    # every client began at queue 0 and moved on every 32 small produces: concurrent
+    # clients wrote in step to one queue, one group, one leader at a time
+    firsts = {AsyncClient(["127.0.0.1:1"], client_id=f"producer-{i}", groups=8,
+                          insecure=True)._choose_queue("t", True) for i in range(16)}
+    assert len(firsts) >= 4, firsts
+    c = AsyncClient(["127.0.0.1:1"], client_id="p", groups=8, insecure=True)
+    small = [c._choose_queue("t", True) for _ in range(64)]
+    assert small[:32] == [small[0]] * 32 and small[32:] == [(small[0] + 1) % 8] * 32
+    big = [c._choose_queue("u", False) for _ in range(8)]
+    assert sorted(big) == list(range(8))        # still every queue in turn
