@@ -226,3 +226,57 @@ def test_verify_reports_a_healthy_key_index_cleanly(tmp_path, capsys):
         fh.write(b"\xff\xff\xff\xff")          # slots: the header's CRC no longer matches
     rc, out, err = _run(["verify", str(path)], capsys)
     assert rc == 0 and "damaged key-index file" in out + err
+
+
+def test_info_verify_and_repair_cover_every_group_of_a_multi_group_directory(tmp_path, capsys):
+    """A replica directory of many Raft groups (groups.json, groups/<g>/): each command
+    covers every group under its heading, or the one --group names; damage in one group is
+    named with its group and repaired there alone; a group the directory does not hold is
+    exit 2."""
+    root = tmp_path / "replica"
+    root.mkdir()
+    (root / "groups.json").write_text(json.dumps({"groups": 3}))
+    for g in range(3):
+        _store(str(root / "groups" / str(g)), n=50 + g).close()
+    rc, out, err = _run(["info", str(root)], capsys)
+    assert rc == 0, err
+    assert [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("== group")] == [
+        "== group 0", "== group 1", "== group 2"]
+    rc, out, _ = _run(["info", str(root), "--json"], capsys)
+    doc = json.loads(out)
+    assert sorted(doc["groups"]) == ["0", "1", "2"]
+    assert [doc["groups"][g]["topics"]["orders"]["messages"] for g in "012"] == [50, 51, 52]
+    rc, out, _ = _run(["info", str(root), "--group", "1", "--json"], capsys)
+    assert rc == 0 and list(json.loads(out)["groups"]) == ["1"]
+    rc, out, err = _run(["info", str(root), "--group", "3"], capsys)
+    assert rc == 2 and "holds 3 groups" in err and "no group 3" in err
+    rc, out, err = _run(["info", str(root / "groups" / "0"), "--group", "1"], capsys)
+    assert rc == 2 and "single group" in err
+
+    rc, out, err = _run(["verify", str(root)], capsys)
+    assert rc == 0 and out.count("ok: records") == 3, out + err
+    s = quorumlog.open(str(root / "groups" / "2"), **SMALL)
+    mid = s.commitlog.position_of(20)
+    s.close()
+    seg = root / "groups" / "2" / "commitlog" / ("%020d" % 0)
+    _flip(seg, mid + 100)
+    rc, out, err = _run(["verify", str(root), "--json"], capsys)
+    doc = json.loads(out)
+    assert rc == 1 and not doc["ok"]
+    assert [doc["groups"][g]["ok"] for g in "012"] == [True, True, False]
+    rc, out, err = _run(["verify", str(root), "--group", "0"], capsys)
+    assert rc == 0
+
+    _flip(seg, mid + 100)                       # back; now a damage the open refuses
+    _flip(root / "groups" / "2" / "checkpoint", 10)
+    rc, out, err = _run(["repair", str(root), "--dry-run"], capsys)
+    assert rc == 3, out + err
+    heads = [ln for ln in out.splitlines() if ln.startswith(("== group", "would fix"))]
+    assert heads[:3] == [f"== group 0: {root / 'groups' / '0'}",
+                         f"== group 1: {root / 'groups' / '1'}",
+                         f"== group 2: {root / 'groups' / '2'}"], out
+    assert len(heads) > 3 and heads[3].startswith("would fix"), out
+    rc, out, err = _run(["repair", str(root), "--group", "2"], capsys)
+    assert rc == 0 and "ok: the log opens" in out, out + err
+    rc, out, err = _run(["verify", str(root)], capsys)
+    assert rc == 0 and out.count("ok: records") == 3, out + err

@@ -566,6 +566,13 @@ cdef class CommitLog:
         left, mappings dropped, lock released. The page cache keeps what was written."""
         crash_log(self)
 
+    def _prepare_duplicate_for_testing(self):
+        """Test hook: leave the state a preparer race once left -- a second mapping of the
+        log's newest segment offered as the prepared next one."""
+        with self._prep_cv:
+            self._prepared = map_file(self._cur.path, self.segment_size_bytes,
+                                      self._cur_start, True, True, "segment")
+
     def _take_lock(self):
         take_lock(self)
 

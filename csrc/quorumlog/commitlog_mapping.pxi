@@ -168,6 +168,12 @@ cdef Mapping _new_segment_mapping(CommitLog self, int64_t k):
             m = <Mapping>self._prepared
             self._prepared = None
             self.n_prepared_used += 1
+            # withdraw the request it answered: until this mapping is installed the log
+            # does not hold segment k, so a preparer woken now would map the same file
+            # again and offer it as the next segment -- a second mapping of a segment
+            # the log holds, which a later discard could unlink
+            if self._prep_request <= start:
+                self._prep_request = -1
             return m
         if self._prepared is not None:
             _discard_prepared(self)

@@ -11,6 +11,10 @@ secret (mode 0600), and per node n<i>/ (its data), n<i>.log (its stderr), n<i>.p
 chosen by binding port 0 and releasing it just before the server binds it again (the server
 listens with SO_REUSEADDR); a collision with another process in between fails the start
 loudly (the server logs the bind error and exits), never silently.
+
+Replicas started by a LocalCluster exit (SIGTERM to themselves) when the process that
+started them dies -- a killed test run or benchmark leaves no replica behind -- unless the
+cluster is `detached` (`quorumlog cluster start|restart`: the replicas outlive the CLI).
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from .errors import QuorumlogError
 __all__ = ["LocalCluster", "free_port"]
 
 CLUSTER_FILE = "cluster.json"
+# Set in a replica's environment: the pid whose death the replica follows (cli/node.py).
+PARENT_ENV = "QUORUMLOG_EXIT_WITH_PARENT"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,7 +49,8 @@ class LocalCluster:
     def __init__(self, directory, nodes: int = 3, *, flush: str = "async",
                  segment_size_bytes: int | None = None, env: dict | None = None,
                  raft: dict | None = None, log_level: str = "INFO", profile: str | None = None,
-                 groups: int = 1):
+                 groups: int = 1, detached: bool = False):
+        self.detached = detached        # replicas outlive this process (the CLI's clusters)
         self.dir = os.path.abspath(os.fspath(directory))
         self.flush = flush
         self.segment_size_bytes = segment_size_bytes
@@ -139,6 +146,10 @@ class LocalCluster:
         env = dict(os.environ, **self.env)
         for k, v in self.raft.items():
             env[f"QUORUMLOG_RAFT_{k.upper()}"] = str(v)
+        if self.detached:
+            env.pop(PARENT_ENV, None)
+        else:
+            env[PARENT_ENV] = str(os.getpid())
         logf = open(self.log_file(nid), "ab")
         try:
             p = subprocess.Popen(self.command(nid), stdin=subprocess.DEVNULL,

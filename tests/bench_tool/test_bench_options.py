@@ -81,6 +81,19 @@ def test_scan_without_pyspark_is_a_clear_exit_2(bench, monkeypatch):
     assert "pyspark is not installed" in run.stderr and "quorumlog[spark]" in run.stderr
 
 
+def test_a_disk_near_the_force_clean_ratio_is_a_clear_exit_2_before_anything_runs(
+        bench, monkeypatch, tmp_path):
+    """Above 85 % the stores' retention deletes their oldest segments; a suite run there
+    failed its read-back with an OffsetOutOfRangeError that did not say why."""
+    monkeypatch.setattr(suite, "default_disk_usage", lambda d: 0.83)
+    run = bench("commit", "--count", "100", "--dir", str(tmp_path))
+    assert run.exit_code == 2
+    assert "disk use 83%" in run.stderr and "disk_force_clean_ratio" in run.stderr
+    assert not list(tmp_path.iterdir())                   # nothing created, nothing run
+    monkeypatch.setattr(suite, "default_disk_usage", lambda d: 0.79)
+    assert bench("commit", "--count", "100", "--dir", str(tmp_path)).exit_code == 0
+
+
 def test_options_before_the_workload_apply_and_after_wins(bench):
     run = bench("--size", "64", "--count", "300", "store", "--size", "128", "--batch", "50")
     assert run.exit_code == 0, run.output

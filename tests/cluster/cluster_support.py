@@ -1,13 +1,53 @@
-"""Checkers for the cluster tests: bounded waits, commit-log comparison, queue reads."""
+"""Checkers for the cluster tests: bounded waits, commit-log comparison, queue reads, and
+the producers that load a cluster from a thread of their own."""
 from __future__ import annotations
 
+import asyncio
+import collections
 import os
+import threading
 import time
 
+from quorumlog.client import AsyncClient, Client
 from quorumlog.format import decode_checkpoint
 from quorumlog.localcluster import LocalCluster
 
 SEGMENT = 1 << 24   # small segments: the tests cross segment boundaries
+
+
+class Producers:
+    """`n` producers writing batches of `batch` distinct bodies to `topic` (queue chosen by
+    the client) from a thread of their own, `limit` batches each (None: until stopped).
+    The first failure of any produce ends its producer and is kept in `errors`."""
+
+    def __init__(self, addresses, secret, n=2, batch=50, *, topic="events", groups=1,
+                 limit=None):
+        self.addresses, self.secret, self.n, self.batch = addresses, secret, n, batch
+        self.topic, self.groups, self.limit = topic, groups, limit
+        self.acked = []          # (queue_id, first_offset, bodies)
+        self.errors = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _one(self, pid):
+        async with AsyncClient(self.addresses, secret=self.secret, retry_timeout=60,
+                               request_timeout=3, groups=self.groups) as c:
+            k = 0
+            while not self.stop.is_set() and (self.limit is None or k < self.limit):
+                bodies = [f"p{pid}-b{k:06d}-m{i:03d}".encode() for i in range(self.batch)]
+                try:
+                    r = await c.produce(self.topic, bodies)
+                except Exception as e:  # (any failure ends the test with this error)
+                    self.errors.append(e)
+                    return
+                self.acked.append((r.queue_id, r.first_queue_offset, bodies))
+                k += 1
+
+    async def _run(self):
+        await asyncio.gather(*(self._one(p) for p in range(self.n)))
+
+    def count(self):
+        return sum(len(b) for _, _, b in self.acked)
 
 
 def wait_until(cond, timeout, what, interval=0.02):
@@ -110,3 +150,31 @@ def kill_leaders_under_load(c: LocalCluster, admin, leader, load, kills: int, *,
         c.restart(leader)
         leader = new
     return leader
+
+
+def check_acked_on_every_replica(c: LocalCluster, prod: Producers) -> dict:
+    """Every message `prod` had acknowledged at its (queue, offset) on every replica, no
+    offset acknowledged twice, no body stored twice -> {queue: {offset: body}}."""
+    acked = collections.defaultdict(dict)
+    for q, first, bodies in prod.acked:
+        for i, b in enumerate(bodies):
+            assert first + i not in acked[q], f"offset {q}/{first + i} acknowledged twice"
+            acked[q][first + i] = b
+    seen = collections.Counter()
+    topic = prod.topic
+    for nid in c.ids:
+        addr = c.clients[nid]
+        with Client([addr], secret=c.secret(), retry_timeout=30, groups=prod.groups) as m:
+            for q in sorted(acked):
+                end = max(acked[q]) + 1
+                wait_until(lambda: m.offsets(topic, q)[1] >= end, 60,
+                           f"{nid} catching up {topic}/{q}")
+                got = read_queue(m, addr, topic, q, m.offsets(topic, q)[1])
+                for off, b in acked[q].items():
+                    assert got[off] == b, f"{nid}: {topic}/{q}@{off} is {got[off]!r}, acked {b!r}"
+                if nid == c.ids[0]:
+                    seen.update(got)
+    dups = [b for b, n in seen.items() if n > 1]
+    assert not dups, f"{len(dups)} messages stored twice, e.g. {dups[:3]}"
+    assert sum(len(v) for v in acked.values()) == prod.count()
+    return acked

@@ -8,8 +8,7 @@ import asyncio
 import os
 import socket
 
-from cluster_support import wait_all_follow, wait_until
-from test_cluster_failover import Producers
+from cluster_support import Producers, wait_all_follow, wait_until
 
 from quorumlog.net.auth import AuthConfig
 from quorumlog.net.framing import encode_header

@@ -2,13 +2,17 @@
 replicas are real processes, killed by pid in a finally)."""
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 from click.testing import CliRunner
 
 from quorumlog.cli import cli as main
-from quorumlog.localcluster import LocalCluster
+from quorumlog.localcluster import PARENT_ENV, LocalCluster
 
 
 def test_cluster_start_status_stop(tmp_path):
@@ -66,3 +70,59 @@ def test_cluster_start_small_profile_and_restart_one_member(tmp_path):
         assert r.exit_code != 0 and "no member 'n9'" in r.output
     finally:
         LocalCluster(d).kill_all()
+
+
+PARENT = """
+import sys
+from quorumlog.localcluster import LocalCluster
+c = LocalCluster(sys.argv[1], 1, profile="small", detached=sys.argv[2] == "detached")
+c.start()
+c.wait_started(timeout=60)
+print(c.pid("n1"), flush=True)
+sys.stdin.read()
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _start_from_a_parent(d, mode):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, d, mode], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    return parent, int(parent.stdout.readline())
+
+
+def test_replicas_started_by_a_killed_process_stop_and_detached_ones_do_not(tmp_path):
+    """A test run or benchmark killed with SIGKILL must not leave its replicas running
+    (they hold ports, disk and CPU for every later run); `cluster start`'s replicas are
+    detached: they outlive the CLI by design."""
+    pids, parents = [], []
+    try:
+        owned, pid = _start_from_a_parent(str(tmp_path / "owned"), "owned")
+        parents.append(owned)
+        pids.append(pid)
+        detached, dpid = _start_from_a_parent(str(tmp_path / "detached"), "detached")
+        parents.append(detached)
+        pids.append(dpid)
+        with open(f"/proc/{dpid}/environ", "rb") as fh:
+            assert PARENT_ENV.encode() not in fh.read()      # nothing to follow
+        owned.kill()
+        detached.kill()
+        deadline = time.monotonic() + 30
+        while _running(pid):
+            assert time.monotonic() < deadline, "the replica outlived its starter by 30 s"
+            time.sleep(0.1)
+        assert "is gone: stopping" in LocalCluster(str(tmp_path / "owned")).tail_log("n1")
+        assert _running(dpid)
+    finally:
+        for p in parents:
+            p.kill()
+            p.wait(10)
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -4,51 +4,13 @@ its producer id and sequence, so a new leader drops the duplicate), and the kill
 restarts and catches up byte-identically."""
 from __future__ import annotations
 
-import asyncio
-import collections
 import os
-import threading
-import time
 
-from cluster_support import (assert_logs_identical, kill_leaders_under_load, read_queue,
-                             wait_until)
+from cluster_support import (Producers, assert_logs_identical, check_acked_on_every_replica,
+                             kill_leaders_under_load, wait_until)
 
-from quorumlog.client import AsyncClient, Client
-
-TOPIC = "events"
 # `make cluster-soak` sets more (QUORUMLOG_CLUSTER_KILLS=20); make test runs 3
 KILLS = int(os.environ.get("QUORUMLOG_CLUSTER_KILLS", "3"))
-
-
-class Producers:
-    """Two producers writing batches continuously from a thread of their own."""
-
-    def __init__(self, addresses, secret, n=2, batch=50):
-        self.addresses, self.secret, self.n, self.batch = addresses, secret, n, batch
-        self.acked = []          # (queue_id, first_offset, bodies)
-        self.errors = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _one(self, pid):
-        async with AsyncClient(self.addresses, secret=self.secret, retry_timeout=60,
-                               request_timeout=3) as c:
-            k = 0
-            while not self.stop.is_set():
-                bodies = [f"p{pid}-b{k:06d}-m{i:03d}".encode() for i in range(self.batch)]
-                try:
-                    r = await c.produce(TOPIC, bodies)
-                except Exception as e:  # (any failure ends the test with this error)
-                    self.errors.append(e)
-                    return
-                self.acked.append((r.queue_id, r.first_queue_offset, bodies))
-                k += 1
-
-    async def _run(self):
-        await asyncio.gather(*(self._one(p) for p in range(self.n)))
-
-    def count(self):
-        return sum(len(b) for _, _, b in self.acked)
 
 
 def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make_cluster):
@@ -61,7 +23,9 @@ def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make
         try:
             leader = kill_leaders_under_load(c, admin, leader, prod, KILLS, before=500)
             # the last restarted replica catches up while the load goes on
-            time.sleep(0.5)
+            n0 = prod.count()
+            wait_until(lambda: prod.count() >= n0 + 500 or prod.errors, 60,
+                       "500 more messages acknowledged after the last restart")
         finally:
             prod.stop.set()
             prod.thread.join(90)
@@ -69,27 +33,7 @@ def test_kill_minus_9_of_the_leader_under_load_loses_and_duplicates_nothing(make
         assert not prod.thread.is_alive()
 
     # every acknowledged message where it was acknowledged, on every replica
-    acked = collections.defaultdict(dict)
-    for q, first, bodies in prod.acked:
-        for i, b in enumerate(bodies):
-            assert first + i not in acked[q], f"offset {q}/{first + i} acknowledged twice"
-            acked[q][first + i] = b
-    ids_seen = collections.Counter()
-    for nid in c.ids:
-        addr = c.clients[nid]
-        with Client([addr], secret=secret, retry_timeout=30) as m:
-            for q in range(4):
-                end = max(acked[q]) + 1 if acked[q] else 0
-                wait_until(lambda: m.offsets(TOPIC, q)[1] >= end, 60,
-                           f"{nid} catching up {TOPIC}/{q}")
-                got = read_queue(m, addr, TOPIC, q, m.offsets(TOPIC, q)[1])
-                for off, b in acked[q].items():
-                    assert got[off] == b, f"{nid}: {TOPIC}/{q}@{off} is {got[off]!r}, acked {b!r}"
-                if nid == c.ids[0]:
-                    ids_seen.update(got)
-    dups = [b for b, n in ids_seen.items() if n > 1]
-    assert not dups, f"{len(dups)} messages stored twice, e.g. {dups[:3]}"
-    assert sum(len(v) for v in acked.values()) == prod.count()
+    check_acked_on_every_replica(c, prod)
 
     assert c.stop() == {n: 0 for n in c.ids}
     assert_logs_identical(c)

@@ -277,3 +277,27 @@ def test_store_timestamps_never_decrease_along_the_log(tmp_path, monkeypatch):
         assert ts3 >= future
         stamps = [b.record(i).store_timestamp_ms for i in range(1, b.last_index + 1)]
         assert stamps == sorted(stamps)
+
+
+def test_close_never_unlinks_the_newest_segment_when_the_prepared_mapping_is_it(tmp_path):
+    """A preparer race once left a second mapping of the log's newest segment as the
+    'prepared next segment'; close discarded it after forgetting the log's own mappings,
+    so the guard 'never unlink a segment the log holds' saw none and the newest segment,
+    records and all, was unlinked on a clean close (found by CI: a Spark reader's
+    NoSuchFileException). The hook recreates that state deterministically."""
+    d = tmp_path / "s"
+    log = open_log(d, preallocate_next=True)
+    for i in range(500):
+        log.append("t", b"%06d" % i * 50, term=1)
+    end, last = log.end_position, log.last_index
+    assert end > 2 * SEG
+    log._prepare_duplicate_for_testing()
+    log.close()
+    newest = d / "commitlog" / ("%020d" % ((end - 1) // SEG * SEG))
+    assert newest.exists(), sorted(os.listdir(d / "commitlog"))
+    log = open_log(d)
+    try:
+        assert (log.end_position, log.last_index) == (end, last)
+        assert bytes(log.record_at(log.position_of(last))[-300:]) == b"000499" * 50
+    finally:
+        log.close()

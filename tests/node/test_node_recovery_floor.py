@@ -9,57 +9,29 @@ and the hard state had no floor: n3 campaigned with its short log, won term 3 wi
 of a lagging n2, and overwrote the acknowledged entries 108..118 (95 violations). Real Node
 drivers and stores over the simulated network, on virtual time (quorumlog.testing.nodesim)."""
 import asyncio
-import shutil
+
+from nodesim_support import run_scenario, wait_leader
 
 from quorumlog.node.hardstate import HardStateFile
-from quorumlog.raft.messages import Role
-from quorumlog.testing.nodesim import NodeSim
-from quorumlog.testing.simloop import VirtualTimeLoop
-
-
-async def _leader(sim, timeout_s=10.0):
-    deadline = sim.loop.time() + timeout_s
-    while sim.loop.time() < deadline:
-        for m in sim.live():
-            if m.node.role == Role.LEADER and m.node.ready_to_serve:
-                return m
-        await asyncio.sleep(0.01)
-    raise AssertionError("no leader: " + sim.checker.states())
 
 
 async def _scenario(sim):
-    sim.loop = asyncio.get_running_loop()
-    for m in sim.members.values():
-        await sim.start_member(m)
-    try:
-        lead = await _leader(sim)
-        for k in range(5):
-            await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
-        f = next(m for m in sim.members.values() if m is not lead)
-        await sim.take_down(f, power=True)
-        await sim.start_member(f)                  # unclean async open: recovering
-        first = f.node.core.recovering_term
-        await sim.take_down(f, power=False)        # killed before its first Ready
-        on_disk = HardStateFile(f.path).load().recovering_term
-        await sim.start_member(f)
-        again = f.node.core.recovering_term, f.node.core.may_campaign()
-        return first, on_disk, again
-    finally:
-        for m in sim.live():
-            await m.node.stop()
-        for m in sim.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
+    lead = await wait_leader(sim)
+    for k in range(5):
+        await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
+    f = next(m for m in sim.members.values() if m is not lead)
+    await sim.take_down(f, power=True)
+    await sim.start_member(f)                  # unclean async open: recovering
+    first = f.node.core.recovering_term
+    await sim.take_down(f, power=False)        # killed before its first Ready
+    on_disk = HardStateFile(f.path).load().recovering_term
+    await sim.start_member(f)
+    again = f.node.core.recovering_term, f.node.core.may_campaign()
+    return first, on_disk, again
 
 
 def test_a_kill_right_after_an_unclean_async_open_keeps_the_recovery_floor():
-    sim = NodeSim(5, mode="async")
-    loop = VirtualTimeLoop()
-    try:
-        first, on_disk, (again, may_campaign) = loop.run_until_complete(_scenario(sim))
-    finally:
-        loop.close()
-        shutil.rmtree(sim.root, ignore_errors=True)
+    first, on_disk, (again, may_campaign) = run_scenario(_scenario)
     assert first > 0, "the open after the power loss did not enter recovery"
     assert on_disk == first, f"the floor {first} was not durable when the node came up"
     assert again == first, f"the floor {first} was lost to a kill (now {again})"

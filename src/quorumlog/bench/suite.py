@@ -19,6 +19,8 @@ from rich.console import Console
 
 from . import references as refs_mod
 from . import report
+from ..config import StoreConfig
+from ..store.retention import default_disk_usage
 from .options import BenchOptionError, BenchOptions, Resolved, resolve
 from .progress import ProgressLine
 from .workloads import (ALL_OPTIONS, RunContext, Workload, WorkloadUnavailable, flag, get,
@@ -103,6 +105,28 @@ def _console(stderr: bool = False) -> Console:
     return c
 
 
+# Below the stores' force-clean ratio with room for the suite's own writes (a few GiB on a
+# disk of tens): above it the replicas' retention deletes their oldest segments, which the
+# read-back checks then report as lost messages.
+DISK_MARGIN = 0.05
+
+
+class DiskTooFull(WorkloadUnavailable):
+    """The benchmark directory's file system is too full for the stores' retention to
+    leave the suite's data alone."""
+
+
+def check_disk(directory: str | None) -> None:
+    d = directory or tempfile.gettempdir()
+    used, force = default_disk_usage(d), StoreConfig().disk_force_clean_ratio
+    if used > force - DISK_MARGIN:
+        raise DiskTooFull(
+            f"disk use {used:.0%} on the file system of {d}: the stores' retention deletes "
+            f"their oldest segments above {force:.0%} (disk_force_clean_ratio), which the "
+            f"read-back checks would report as lost messages; free space (below "
+            f"{force - DISK_MARGIN:.0%}) or pass --dir on another file system")
+
+
 def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
     """Plan, measure the references, run every step, print the summary, write --json.
     Returns the document (its "ok" is False when an integrity check failed or a step
@@ -111,6 +135,7 @@ def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
     out, err = _console(), _console(stderr=True)
     progress = ProgressLine(err, opts.progress)
     started = report.now_iso()
+    check_disk(opts.dir)
     base = tempfile.mkdtemp(prefix="quorumlog-bench-", dir=opts.dir)
     results, errors, refs = [], [], None
     try:

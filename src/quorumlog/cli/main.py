@@ -11,6 +11,7 @@ import os
 import click
 
 from .. import __version__
+from .stores import InspectionError, group_heading, store_dirs
 
 
 @click.group("quorumlog", context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,15 +26,6 @@ def cli():
 # Exit codes of the inspection commands (documented in docs/operations.md).
 EXIT_OK = 0
 EXIT_DAMAGE = 1          # verify found damage
-EXIT_USAGE = 2           # bad arguments, not a store, a file that cannot be read
-
-
-class InspectionError(click.ClickException):
-    """A store that cannot be inspected: one line on stderr, exit code 2, no traceback."""
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None):
-        click.echo(f"quorumlog: {self.format_message()}", err=True)
 
 
 class DamageError(InspectionError):
@@ -104,54 +96,79 @@ def _echo_info(d):
                + ", ".join(f"{k} {v}" for k, v in disk["by_entry"].items() if v) + ")")
 
 
+_group_opt = click.option(
+    "--group", type=click.IntRange(0, None), default=None,
+    help="a directory of many Raft groups (groups.json): this group only (default: every "
+         "group, each under a 'group G' heading)")
+
+
 @cli.command()
 @_path_arg
 @_segment_opt
+@_group_opt
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
-def info(path, segment_size_bytes, as_json):
+def info(path, segment_size_bytes, group, as_json):
     """Show a store's state, read-only (works on a live store; creates and locks nothing).
 
-    PATH: the store directory. Log positions and indexes, checkpoint, topics with each
-    queue's min/max offset, consumer-group offsets, delay progress, a replica's term and
-    vote (raft-state), disk use. Exit code 2: not a store, or a file cannot be read."""
+    PATH: the store directory, or a replica directory of many Raft groups (each group's
+    store is shown). Log positions and indexes, checkpoint, topics with each queue's
+    min/max offset, consumer-group offsets, delay progress, a replica's term and vote
+    (raft-state), disk use. Exit code 2: not a store, or a file cannot be read."""
     from .. import inspection
-    d = _inspect(inspection.describe, path, segment_size_bytes)
+    docs = [(g, d, _inspect(inspection.describe, d, segment_size_bytes))
+            for g, d in store_dirs(path, group)]
     if as_json:
-        click.echo(json.dumps(d, indent=1, sort_keys=True))
+        doc = docs[0][2] if docs[0][0] is None else {
+            "groups": {str(g): x for g, _, x in docs}}
+        click.echo(json.dumps(doc, indent=1, sort_keys=True))
         return
-    _echo_info(d)
+    for g, d, x in docs:
+        group_heading(g, d)
+        _echo_info(x)
 
 
 @cli.command()
 @_path_arg
 @_segment_opt
+@_group_opt
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
-def verify(ctx, path, segment_size_bytes, as_json):
+def verify(ctx, path, segment_size_bytes, group, as_json):
     """Check every file of a store, read-only: each record's CRC, the raft index, every
     consume-queue entry, topics.json, delay and consumer offsets, raft-state.
 
-    PATH: the store directory. Exit codes: 0 no damage, 1 damage found (each problem names
-    its file and offset), 2 not a store or a file cannot be read. What the next open
-    repairs by itself (a torn tail, index entries past the checkpoint) is printed as a note
-    and is not damage."""
+    PATH: the store directory, or a replica directory of many Raft groups (every group's
+    store is checked). Exit codes: 0 no damage, 1 damage found (each problem names its
+    file and offset), 2 not a store or a file cannot be read. What the next open repairs
+    by itself (a torn tail, index entries past the checkpoint) is printed as a note and is
+    not damage."""
     from .. import inspection
-    rep = _inspect(inspection.verify, path, segment_size_bytes)
+    reps = [(g, d, _inspect(inspection.verify, d, segment_size_bytes))
+            for g, d in store_dirs(path, group)]
+    ok = all(rep.ok for _, _, rep in reps)
     if as_json:
-        click.echo(json.dumps({"ok": rep.ok, "problems": rep.problems, "notes": rep.notes,
-                               "checked": rep.checked}, indent=1, sort_keys=True))
+        docs = {str(g): {"ok": rep.ok, "problems": rep.problems, "notes": rep.notes,
+                         "checked": rep.checked} for g, _, rep in reps}
+        click.echo(json.dumps(docs["None"] if reps[0][0] is None else
+                              {"ok": ok, "groups": docs}, indent=1, sort_keys=True))
+        ctx.exit(EXIT_OK if ok else EXIT_DAMAGE)
+    for g, d, rep in reps:
+        group_heading(g, d)
+        _echo_verify(rep)
+    ctx.exit(EXIT_OK if ok else EXIT_DAMAGE)
+
+
+def _echo_verify(rep) -> None:
+    for n in rep.notes:
+        click.echo(f"note: {n}")
+    for prob in rep.problems:
+        click.echo(f"corrupt: {prob}", err=True)
+    counts = ", ".join(f"{k} {v}" for k, v in rep.checked.items())
+    if rep.ok:
+        first, last = rep.checked.get("first_index", 0), rep.checked.get("last_index", 0)
+        click.echo(f"ok: records {first}..{last} verified ({counts})")
     else:
-        for n in rep.notes:
-            click.echo(f"note: {n}")
-        for prob in rep.problems:
-            click.echo(f"corrupt: {prob}", err=True)
-        counts = ", ".join(f"{k} {v}" for k, v in rep.checked.items())
-        if rep.ok:
-            first, last = rep.checked.get("first_index", 0), rep.checked.get("last_index", 0)
-            click.echo(f"ok: records {first}..{last} verified ({counts})")
-        else:
-            click.echo(f"damaged: {len(rep.problems)} problem(s) ({counts})", err=True)
-    ctx.exit(EXIT_OK if rep.ok else EXIT_DAMAGE)
+        click.echo(f"damaged: {len(rep.problems)} problem(s) ({counts})", err=True)
 
 
 def _add_subcommands():

@@ -17,7 +17,9 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 
 import click
@@ -26,7 +28,7 @@ from .. import server
 from ..config import PROFILES
 from ..errors import QuorumlogError
 from ..net.messages import MAX_GROUPS
-from ..localcluster import LocalCluster
+from ..localcluster import PARENT_ENV, LocalCluster
 from ..node.config import load_node_config
 from ..node.replica import check_replica_dir
 from ..raft.messages import Role
@@ -61,6 +63,7 @@ def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_
     """Run one replica until SIGTERM/SIGINT (logs to stderr)."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr, force=True,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _follow_parent(os.environ.get(PARENT_ENV))
     store = {k: v for k, v in (("flush", flush), ("segment_size_bytes", segment_size_bytes),
                                ("profile", profile)) if v}
     try:
@@ -88,6 +91,28 @@ def serve(directory, config, node_id, peers, client_addr, client_addrs, cluster_
     except QuorumlogError as e:
         log.critical("replica %s failed: %s", cfg.node_id, e)
         sys.exit(1)
+
+
+def _follow_parent(pid: str | None) -> None:
+    """A replica started by a LocalCluster that is not detached (tests, benchmarks) stops
+    when the process that started it is gone: it is re-parented then, and a watchdog thread
+    polling getppid() once a second sends this process SIGTERM (a clean stop), then SIGKILL
+    if that takes over 20 s. Polled rather than PR_SET_PDEATHSIG, which follows the thread
+    that forked, and clusters are restarted from executor threads that come and go."""
+    if not pid:
+        return
+    parent = int(pid)
+
+    def watch():
+        tick = threading.Event()
+        while os.getppid() == parent:
+            tick.wait(1.0)
+        log.warning("the process that started this replica (pid %d) is gone: stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+        tick.wait(20.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="follow-parent", daemon=True).start()
 
 
 def serve_main(argv) -> int:
@@ -119,7 +144,7 @@ def cluster():
 def cluster_start(nodes, directory, flush, segment_size_bytes, profile, groups, timeout):
     """Start NODES replicas (secret generated into DIR, ports from the OS, pids in DIR)."""
     c = LocalCluster(directory, nodes, flush=flush, segment_size_bytes=segment_size_bytes,
-                     profile=profile, groups=groups)
+                     profile=profile, groups=groups, detached=True)
     running = [n for n in c.ids if c.alive(n)]
     if running:
         raise click.ClickException(f"already running in {directory}: {', '.join(running)} "
@@ -205,7 +230,7 @@ def _group_status(c: LocalCluster) -> None:
 def cluster_restart(directory, timeout, node):
     """Restart one member NODE (SIGTERM, kill -9 after --timeout; then start it again with
     the same directory, addresses and settings)."""
-    c = LocalCluster(directory)
+    c = LocalCluster(directory, detached=True)
     if not c.peers:
         raise click.ClickException(f"no cluster in {directory}")
     if node not in c.ids:

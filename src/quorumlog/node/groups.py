@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..net.messages import MAX_GROUPS
 
 __all__ = ["MAX_GROUPS", "group_of", "preferred_leader", "group_dir", "check_layout",
-           "LAYOUT_FILE", "check_groups"]
+           "LAYOUT_FILE", "check_groups", "groups_in"]
 
 LAYOUT_FILE = "groups.json"
 _TOPIC_HASHES_REMEMBERED = 4096
@@ -62,18 +62,27 @@ def group_dir(path, group: int, groups: int) -> str:
     return os.path.join(path, "groups", str(group))
 
 
+def groups_in(path) -> int | None:
+    """How many groups the directory's groups.json records; None for a single-group
+    directory (no groups.json). ConfigError when the file is unreadable."""
+    layout = os.path.join(os.fspath(path), LAYOUT_FILE)
+    if not os.path.exists(layout):
+        return None
+    try:
+        with open(layout) as fh:
+            return check_groups(json.load(fh)["groups"], layout)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{layout}: unreadable group layout: {e}") from None
+
+
 def check_layout(path, groups: int) -> None:
     """Refuse a directory laid out for another number of groups (ConfigError naming both);
     record the count in a new multi-group directory."""
     path = os.fspath(path)
     layout = os.path.join(path, LAYOUT_FILE)
     single = os.path.exists(os.path.join(path, "commitlog"))
-    if os.path.exists(layout):
-        try:
-            with open(layout) as fh:
-                have = json.load(fh)["groups"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{layout}: unreadable group layout: {e}") from None
+    have = groups_in(path)
+    if have is not None:
         if have != groups:
             raise ConfigError(f"{path} holds {have} Raft groups, opened with groups={groups}: "
                               "the placement of queues depends on the count (open it with "
