@@ -278,6 +278,9 @@ def test_idle_groups_quiesce_a_put_wakes_one_and_a_stopped_leader_is_replaced(tm
                 await asyncio.sleep(0.02)
         stopped = []
         try:
+            # (the balancer's transfers first: each wakes its group and moves its leader)
+            want = [preferred_leader(g, [h.cfg.node_id for h in hosts]) for g in range(groups)]
+            await until(lambda: all(h.leaders() == want for h in hosts), "leaders not spread")
             await until(lambda: all(len(h.quiesced()) == groups for h in hosts),
                         [h.quiesced() for h in hosts])
             h1 = hosts[0]

@@ -361,7 +361,8 @@ class NodeHost:
         me = self.cfg.node_id
         oldest = now - _WAKE_UNHEARD_INTERVALS * self.raft_cfg.heartbeat_interval_ms
         heard = self._quiet_heard
-        unheard = frozenset(p for p in self.cfg.peers if p != me and heard.get(p, -1) < oldest)
+        peers = [p for p in t.peers() if p != me]     # (members added later included)
+        unheard = frozenset(p for p in peers if heard.get(p, -1) < oldest)
         led = []
         for g, node in enumerate(self.nodes):
             core = node.core
@@ -390,11 +391,10 @@ class NodeHost:
         seq = self._quiet_seq = self._quiet_seq + 1
         self._quiet_rounds[seq] = (now, frozenset(g for g, _, _ in led))
         self._quiet_rounds.pop(seq - _QUIET_ROUNDS_KEPT, None)
-        for peer in self.cfg.peers:
-            if peer != me:
-                ack, acked = self._quiet_answers.pop(peer, (0, ()))
-                self.stats["quiet_beats"] += 1
-                t.send(peer, QuietBeat(me, peer, seq, led, ack, acked))
+        for peer in peers:
+            ack, acked = self._quiet_answers.pop(peer, (0, ()))
+            self.stats["quiet_beats"] += 1
+            t.send(peer, QuietBeat(me, peer, seq, led, ack, acked))
         return awake
 
     def _on_quiet(self, peer: str, msg) -> None:
