@@ -3,12 +3,14 @@ groups each. Measured after every group elected and the leaders spread:
 
   * idle CPU of each process (user + system, from /proc) over --seconds;
   * frames per second between two processes (the control and data connections of n1 to n2,
-    as n1's transport counts them; heartbeats and their answers are nearly all of it), read
-    in-process from three NodeHosts in one event loop (--frames);
+    as n1's transport counts them -- G = 1: of the leader to a follower; heartbeats and
+    their answers are nearly all of it), read in-process from three NodeHosts in one event
+    loop (--frames);
   * --kills N: kill -9 of n1 (no load), N times: seconds until every group it led has a
     leader again (polled every 20 ms), then n1 restarted and its groups given back.
 
     .venv/bin/python bench/bench_groups.py --groups 1 64 [--seconds 20] [--frames]
+        [--quiesce on off]      (off: QUORUMLOG_QUIESCE=false, every group ticks)
     .venv/bin/python bench/bench_groups.py --groups 16 --kills 5 --seconds 0
 
 Not a test: nothing here asserts a number. docs/benchmarks.md has the figures measured.
@@ -34,16 +36,23 @@ from quorumlog.node.host import NodeHost  # noqa: E402
 from quorumlog.raft.messages import Role  # noqa: E402
 
 
-def idle_cpu(groups: int, seconds: float, base: str) -> dict:
-    c = LocalCluster(os.path.join(base, f"cpu-g{groups}"), 3, profile="small", groups=groups)
+def idle_cpu(groups: int, seconds: float, base: str, quiesce: str = "on") -> dict:
+    env = {"QUORUMLOG_QUIESCE": "false"} if quiesce == "off" else {}
+    c = LocalCluster(os.path.join(base, f"cpu-g{groups}-{quiesce}"), 3, profile="small",
+                     groups=groups, env=env)
     try:
         c.start()
         c.wait_started(timeout=120)
         if groups > 1:
             c.wait_group_leaders(timeout=120)
+            with c.client(request_timeout=2, retry_timeout=2) as admin:
+                # the balancer has moved every leader to its preferred member (a transfer
+                # per member every 500 ms: G = 64 takes ~15 s), so no election is measured
+                _wait(lambda: c.group_leaders(admin) == [preferred_leader(g, c.ids)
+                                                         for g in range(groups)], 180)
         else:
             c.wait_leader(timeout=60)
-        time.sleep(5)              # leaders moved back to their preferred members
+        time.sleep(3)
         pids = {n: c.pid(n) for n in c.ids}
         cpu0 = {n: pid_cpu_seconds(p) for n, p in pids.items()}
         t0 = time.monotonic()
@@ -52,32 +61,40 @@ def idle_cpu(groups: int, seconds: float, base: str) -> dict:
         cpu = {n: (pid_cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()}
     finally:
         c.stop()
-    return {"groups": groups, "cpu_percent_of_one_core": {n: round(v, 2) for n, v in cpu.items()},
+    return {"groups": groups, "quiesce": quiesce,
+            "cpu_percent_of_one_core": {n: round(v, 2) for n, v in cpu.items()},
             "cluster_cpu_percent_of_one_core": round(sum(cpu.values()), 2),
             "seconds": round(wall, 1)}
 
 
-async def _frames(groups: int, seconds: float, base: str) -> dict:
+async def _frames(groups: int, seconds: float, base: str, quiesce: str = "on") -> dict:
     ids = ["n1", "n2", "n3"]
     peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     hosts = []
     try:
         for i in ids:
+            off = {"quiesce": False} if quiesce == "off" else {}
             cfg, rcfg, scfg = load_node_config(None, {}, node_id=i, peers=peers,
                                                secret="s" * 16, groups=groups,
-                                               store=dict(profile="small"))
-            h = NodeHost(os.path.join(base, f"frames-g{groups}", i), cfg, rcfg, store_cfg=scfg)
+                                               store=dict(profile="small"), **off)
+            h = NodeHost(os.path.join(base, f"frames-g{groups}-{quiesce}", i), cfg, rcfg,
+                         store_cfg=scfg)
             await h.start()
             hosts.append(h)
         deadline = time.monotonic() + 120
-        while not all(any(h.nodes[g].role == Role.LEADER for h in hosts)
-                      for g in range(groups)):
-            assert time.monotonic() < deadline, "not every group has a leader"
+        want = [preferred_leader(g, ids) for g in range(groups)] if groups > 1 else None
+        while (hosts[0].leaders() != want if want else None in hosts[0].leaders()):
+            assert time.monotonic() < deadline, "leaders not on their preferred members"
             await asyncio.sleep(0.05)
-        await asyncio.sleep(5)
+        await asyncio.sleep(3)
+
+        # (G = 1: the leader's link to a follower -- two followers exchange nothing)
+        a, b = ("n1", "n2") if groups > 1 else (hosts[0].leaders()[0],
+                                                 "n2" if hosts[0].leaders()[0] != "n2" else "n1")
+        here = next(h for h in hosts if h.cfg.node_id == a)
 
         def count():
-            st = hosts[0].transport.stats()["peers"]["n2"]
+            st = here.transport.stats()["peers"][b]
             lanes = [st] + ([st["control"]] if st.get("control") else [])
             return sum(x["sent"] + x["received"] for x in lanes)
         n0, t0 = count(), time.monotonic()
@@ -86,7 +103,9 @@ async def _frames(groups: int, seconds: float, base: str) -> dict:
     finally:
         for h in hosts:
             await h.stop()
-    return {"groups": groups, "frames_per_s_n1_n2_both_ways": round(rate, 1)}
+    return {"groups": groups, "quiesce": quiesce,
+            "link": f"{a}-{b}",
+            "frames_per_s_both_ways": round(rate, 1)}
 
 
 def failover(groups: int, kills: int, base: str) -> dict:
@@ -128,6 +147,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--frames", action="store_true", help="also frames/s (in-process hosts)")
     ap.add_argument("--kills", type=int, default=0, help="kill -9 of n1 this many times")
+    ap.add_argument("--quiesce", nargs="+", default=["on"], choices=["on", "off"])
     ap.add_argument("--dir", default=None)
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="ql-groups-idle-", dir=a.dir)
@@ -136,9 +156,10 @@ def main() -> int:
             print(json.dumps(failover(g, a.kills, base)), flush=True)
         if not a.seconds:
             continue
-        print(json.dumps(idle_cpu(g, a.seconds, base)), flush=True)
-        if a.frames:
-            print(json.dumps(asyncio.run(_frames(g, a.seconds, base))), flush=True)
+        for q in a.quiesce if g > 1 else ["on"]:
+            print(json.dumps(idle_cpu(g, a.seconds, base, q)), flush=True)
+            if a.frames:
+                print(json.dumps(asyncio.run(_frames(g, a.seconds, base, q))), flush=True)
     shutil.rmtree(base, ignore_errors=True)
     return 0
 

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from .errors import (AuthenticationError, ConnectionLimitError, InvalidArgumentError,
                      OutOfOrderSequenceError, QuorumlogError)
+from .format import fnv1a64
 from ._clientframe import decode_fetched, encode_bodies
 from .net import codec
 from .net import messages as m
@@ -382,7 +383,7 @@ class AsyncClient:
         self.groups = None if groups is None else check_groups(groups)
         self.topic_queues = topic_queues
         self._subs: dict[int, AsyncClient] = {}
-        self._rr: dict[str, int] = {}
+        self._rr: dict[str, list] = {}    # topic -> [produces so far, start queue]
         self._sub_kw = dict(secret=secret, cluster_id=cluster_id, insecure=insecure,
                             request_timeout=request_timeout, retry_timeout=retry_timeout,
                             max_frame_bytes=max_frame_bytes, connect_timeout=connect_timeout,
@@ -531,10 +532,17 @@ class AsyncClient:
         """queue_id -1 with many groups: round-robin over the topic's queues, 32 small
         produces (under 64 messages) in a row to one queue -- concurrent ones coalesce,
         here and in the leader (node.md "Coalescing") -- and one large batch per queue."""
-        k = self._rr.get(topic, 0)
-        self._rr[topic] = k + 1
         nq = self.topic_queues or max(4, self.groups)
-        return ((k >> 5) if small else k) % nq
+        rr = self._rr.get(topic)
+        if rr is None:
+            # each client starts at a queue of its own (from its id): clients that all began
+            # at queue 0 moved from queue to queue in step, so all of them wrote to one group
+            # -- one leader -- at a time (bench cluster --groups 8, 16 single-message
+            # producers)
+            rr = self._rr[topic] = [0, fnv1a64(f"{self.client_id}/{topic}".encode())]
+        k = rr[0]
+        rr[0] = k + 1
+        return (((k >> 5) if small else k) + rr[1]) % nq
 
     async def group_status(self, group: int, address=None) -> m.GroupAdminResponse:
         """The status of `group` on `address` (default: the member we are connected to)."""

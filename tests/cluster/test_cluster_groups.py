@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import time
 
 from cluster_support import (Producers, assert_logs_identical, check_acked_on_every_replica,
                              wait_until)
 
+from quorumlog.client import Client
 from quorumlog.node.groups import group_of, preferred_leader
 
 G = 8
@@ -94,3 +96,35 @@ def test_kill_minus_9_of_a_member_hosting_eight_groups_under_load(make_cluster):
         assert not prod.thread.is_alive()
     _check_every_replica(c, prod)
     _stop_and_compare_logs(c)
+
+
+def test_kill_minus_9_of_the_leader_of_quiesced_groups(make_cluster):
+    # idle groups are quiesced (raft/quiesce.py: no ticks, no per-group heartbeats); kill -9
+    # of a member: the groups it led elect new leaders (the others stop hearing its
+    # QuietBeats, wake, and time out as usual), and a put to every group commits
+    c = make_cluster(3, flush="async", **SMALL)
+    victim = "n1"
+    quiet = f"every group ({G}) quiesced for"
+    with c.client(request_timeout=2, retry_timeout=2) as admin:
+        c.wait_group_leaders(timeout=30, client=admin)
+        preferred = [preferred_leader(g, c.ids) for g in range(G)]
+        wait_until(lambda: c.group_leaders(admin) == preferred, 60,
+                   "every group led by its preferred leader")
+        seen = {n: os.path.getsize(c.log_file(n)) for n in c.ids}
+
+        def quiesced_since(n):
+            with open(c.log_file(n)) as f:
+                f.seek(seen[n])
+                return quiet in f.read()
+        wait_until(lambda: all(quiesced_since(n) for n in c.ids), 30,
+                   "every group quiesced on every member after the leaders settled")
+        lost = {g for g in range(G) if preferred[g] == victim}
+        c.kill(victim)
+        leaders = c.wait_group_leaders(timeout=20, client=admin, exclude=(victim,))
+        assert all(leaders[g] != victim for g in range(G))
+    with Client(c.client_addresses(), secret=c.secret(), groups=G, retry_timeout=20,
+                request_timeout=3) as cl:
+        for q in range(G):             # (queue q of the topic is in a group of its own)
+            r = cl.produce(TOPIC, [b"after the kill %d" % q], queue_id=q)
+            assert r.queue_id == q
+    assert {group_of(TOPIC, q, G) for q in range(G)} >= lost

@@ -40,8 +40,9 @@ SEEDS = [
     m.AdminResponse("n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),
     m.GroupAdminRequest(5, m.AdminOp.TRANSFER_LEADERSHIP, "n2"),
     m.GroupAdminResponse(8, 5, "n1", 2, 5, "n1", "10.0.0.1:9000", 10, 12, ("n1", "n2")),
-    m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3), (7, 6, 0, 1)]),
-    m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3)]),
+    m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3, 77, 9), (7, 6, 0, 1, 0, 0)]),
+    m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3, 77, 2)]),
+    m.QuietBeat("n1", "n2", 7, [(0, 5, 10), (7, 6, 0)], 3, [1, 2]),
     m.ErrorResponse(m.ErrorCode.NOT_LEADER, "x", "n2", "h:1", 5, -1, -1),
     m.AuthHello(m.AuthMode.HMAC_SHA256, m.Role.PEER, "c", "n1", "n2", b"\x01" * 32),
 ]

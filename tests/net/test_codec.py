@@ -119,8 +119,8 @@ def test_other_messages_round_trip(msg):
 
 
 # many groups per process (node/host.py): heartbeats and answers of every group, one frame
-BATCHES = [m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3), (255, 6, 0, 1)]),
-           m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3)]),
+BATCHES = [m.HeartbeatBatch("n1", "n2", [(0, 5, 10, 3, 77, 9), (255, 6, 0, 1, 0, 0)]),
+           m.HeartbeatResponseBatch("n2", "n1", [(3, 5, Code.SUCCESS, 3, (1 << 62) - 1, 4)]),
            m.HeartbeatBatch("n1", "n2", [])]
 
 
@@ -132,16 +132,36 @@ def test_heartbeat_batches_round_trip(msg):
     assert got.entries == msg.entries
 
 
+# quiescence (raft/quiesce.py, node/host.py): one QuietBeat per peer pair per interval
+QUIET = [m.QuietBeat("n1", "n2", 7, [(0, 5, 10), (255, 6, 0)], 3, [1, 255]),
+         m.QuietBeat("n1", "n2", 1, [], 0, [])]
+
+
+@pytest.mark.parametrize("msg", QUIET, ids=lambda x: x.describe())
+def test_quiet_beats_round_trip(msg):
+    got = _roundtrip(msg)
+    assert type(got) is type(msg) and (got.src, got.dst) == (msg.src, msg.dst)
+    assert (got.seq, got.groups, got.ack, got.acked) == \
+        (msg.seq, tuple(msg.groups), msg.ack, tuple(msg.acked))
+
+
+def test_quiet_beats_name_groups_below_max_groups():
+    with pytest.raises(EncodeError, match="outside 0..255"):
+        codec.encode(m.QuietBeat("n1", "n2", 1, [(m.MAX_GROUPS, 1, 1)], 0, []))
+    with pytest.raises(EncodeError, match="outside 0..255"):
+        codec.encode(m.QuietBeat("n1", "n2", 1, [], 1, [m.MAX_GROUPS]))
+
+
 def test_heartbeat_batches_are_limited():
-    big = m.HeartbeatBatch("n1", "n2", [(0, 1, 1, 1)] * (m.MAX_BATCH_GROUPS + 1))
+    big = m.HeartbeatBatch("n1", "n2", [(0, 1, 1, 1, 1, 1)] * (m.MAX_BATCH_GROUPS + 1))
     with pytest.raises(EncodeError):
         codec.encode(big)
     with pytest.raises(EncodeError, match=r"entries\[0\]\[0\]=256 outside 0..255"):
-        codec.encode(m.HeartbeatBatch("n1", "n2", [(m.MAX_GROUPS, 1, 1, 1)]))
+        codec.encode(m.HeartbeatBatch("n1", "n2", [(m.MAX_GROUPS, 1, 1, 1, 0, 0)]))
 
 
 def test_every_registered_type_has_a_round_trip_case():
-    covered = {type(x) for x in RAFT + OTHERS + BATCHES}
+    covered = {type(x) for x in RAFT + OTHERS + BATCHES + QUIET}
     assert {codec.spec_of_type(c).cls for c in range(256) if codec.spec_of_type(c)} <= covered
 
 

@@ -100,7 +100,7 @@ def test_layout_single_group_directory_and_group_count_checked(tmp_path):
             check_layout(multi, other)
 
 
-async def _hosts(tmp_path, groups=2, flush="async"):
+async def _hosts(tmp_path, groups=2, flush="async", quiesce=True):
     ids = ["n1", "n2", "n3"]
     peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{free_port()}" for i in ids}
@@ -111,7 +111,7 @@ async def _hosts(tmp_path, groups=2, flush="async"):
                                            groups=groups,
                                            store=dict(profile="small", flush=flush),
                                            metrics_addr="127.0.0.1:0")
-        h = NodeHost(tmp_path / i, cfg, rcfg, store_cfg=scfg)
+        h = NodeHost(tmp_path / i, cfg, rcfg, store_cfg=scfg, quiesce=quiesce)
         h.events = []
         h.add_listener(lambda g, ev, h=h: h.events.append((g, ev)))
         await h.start()
@@ -132,7 +132,8 @@ def _scrape(address) -> str:
 
 def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
     async def run():
-        hosts, clients = await _hosts(tmp_path, groups=6)
+        # (not quiesced: the groups' heartbeats are counted below)
+        hosts, clients = await _hosts(tmp_path, groups=6, quiesce=False)
         svcs = []
         try:
             h1, h2 = hosts[0], hosts[1]
@@ -259,3 +260,105 @@ def test_sync_mode_one_flush_thread_for_every_group(tmp_path):
         assert not [t for t in threading.enumerate() if t.name == "quorumlog-group-flusher"
                     and t.is_alive()]
     asyncio.run(run())
+
+
+def test_idle_groups_quiesce_a_put_wakes_one_and_a_stopped_leader_is_replaced(tmp_path):
+    # raft/quiesce.py + node/host.py: idle groups stop ticking and heartbeating; one
+    # QuietBeat per peer per interval keeps them led; a put to a quiesced group commits; when
+    # a process stops, the groups it led elect new leaders among the others
+    async def run():
+        groups = 4
+        hosts, _ = await _hosts(tmp_path, groups=groups)
+        loop = asyncio.get_running_loop()
+
+        async def until(cond, what, timeout=30):
+            deadline = loop.time() + timeout
+            while not cond():
+                assert loop.time() < deadline, what
+                await asyncio.sleep(0.02)
+        stopped = []
+        try:
+            # (the balancer's transfers first: each wakes its group and moves its leader)
+            want = [preferred_leader(g, [h.cfg.node_id for h in hosts]) for g in range(groups)]
+            await until(lambda: all(h.leaders() == want for h in hosts), "leaders not spread")
+            await until(lambda: all(len(h.quiesced()) == groups for h in hosts),
+                        [h.quiesced() for h in hosts])
+            h1 = hosts[0]
+            hb0, q0 = h1.stats["heartbeat_batches"], h1.stats["quiet_beats"]
+            await until(lambda: h1.stats["quiet_beats"] >= q0 + 20, "no quiet beats")
+            # (awake, each peer would get a heartbeat batch and an answer batch per interval
+            # for every QuietBeat; a loaded machine may wake a group for a round or two)
+            assert (h1.stats["heartbeat_batches"] - hb0) * 2 < h1.stats["quiet_beats"] - q0
+            leaders = hosts[0].leaders()
+            g = 1
+            lh = next(h for h in hosts if h.cfg.node_id == leaders[g])
+            assert g in lh.quiesced()
+            term = lh.nodes[g].core.term
+            r = await asyncio.wait_for(lh.nodes[g].put("t", b"quiet"), 10)
+            assert r.index > 0
+            await until(lambda: all(h.nodes[g].applied_index >= r.index for h in hosts),
+                        "the put did not reach every replica")
+            await until(lambda: all(g in h.quiesced() for h in hosts), "not quiet again")
+            assert lh.nodes[g].core.term == term      # no election on the way
+            # the leader's process stops: every group it led elects a new leader
+            lost = [x for x, leader in enumerate(leaders) if leader == lh.cfg.node_id]
+            old_terms = {x: lh.nodes[x].core.term for x in lost}
+            await lh.stop()
+            stopped.append(lh)
+            rest = [h for h in hosts if h is not lh]
+            await until(lambda: all(any(h.nodes[x].role == Role.LEADER for h in rest)
+                                    for x in lost), [h.leaders() for h in rest])
+            for x in lost:
+                new = next(h for h in rest if h.nodes[x].role == Role.LEADER)
+                assert new.nodes[x].core.term > old_terms[x]
+            assert rest[0].stats["woken"] >= len(lost)
+        finally:
+            for h in hosts:
+                if h not in stopped:
+                    await h.stop()
+    asyncio.run(run())
+
+
+def test_batched_heartbeats_carry_the_incarnations(tmp_path):
+    # a HeartbeatBatch entry dropped the heartbeat's boot / boot_end and an answer's boot /
+    # floor: a multi-group leader never learned its followers' incarnations nor that one is
+    # recovering (raft/recovery.py R3b; membership's healthy-quorum check reads the floor)
+    async def run():
+        hosts, _ = await _hosts(tmp_path, groups=3, quiesce=False)
+        by_id = {h.cfg.node_id: h for h in hosts}
+        loop = asyncio.get_running_loop()
+
+        def known():
+            for g in range(3):
+                leader = [h for h in hosts if h.nodes[g].role == Role.LEADER]
+                if len(leader) != 1:
+                    return False
+                for peer, pr in leader[0].nodes[g].core.progress.items():
+                    if pr.boot != by_id[peer].nodes[g].core.boot:
+                        return False
+            return True
+        try:
+            deadline = loop.time() + 20
+            while not known():
+                assert loop.time() < deadline, [
+                    (g, p, pr.boot) for h in hosts for g, n in enumerate(h.nodes)
+                    if n.role == Role.LEADER for p, pr in n.core.progress.items()]
+                await asyncio.sleep(0.02)
+            assert all(n.core.boot for h in hosts for n in h.nodes)
+        finally:
+            for h in hosts:
+                await h.stop()
+    asyncio.run(run())
+
+
+def test_clients_start_their_round_robin_on_queues_of_their_own():
+    # every client began at queue 0 and moved on every 32 small produces: concurrent
+    # clients wrote in step to one queue, one group, one leader at a time
+    firsts = {AsyncClient(["127.0.0.1:1"], client_id=f"producer-{i}", groups=8,
+                          insecure=True)._choose_queue("t", True) for i in range(16)}
+    assert len(firsts) >= 4, firsts
+    c = AsyncClient(["127.0.0.1:1"], client_id="p", groups=8, insecure=True)
+    small = [c._choose_queue("t", True) for _ in range(64)]
+    assert small[:32] == [small[0]] * 32 and small[32:] == [(small[0] + 1) % 8] * 32
+    big = [c._choose_queue("u", False) for _ in range(8)]
+    assert sorted(big) == list(range(8))        # still every queue in turn

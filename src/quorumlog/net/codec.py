@@ -625,11 +625,19 @@ _raft(0x18, InstallSegmentResponse, [("code", Enum(Code)), ("next_offset", INDEX
 # many groups per process (node/host.py): heartbeats and their answers, batched per peer
 GROUP_ID = Fixed("H", 0, m.MAX_GROUPS - 1)
 register(0x19, m.HeartbeatBatch,
-         [("entries", List(Tuple(GROUP_ID, TERM, INDEX, INDEX), m.MAX_BATCH_GROUPS))],
+         [("entries", List(Tuple(GROUP_ID, TERM, INDEX, INDEX, INDEX, INDEX),
+                           m.MAX_BATCH_GROUPS))],
          channel=RAFT, build=lambda v, s, d: m.HeartbeatBatch(s, d, v["entries"]))
 register(0x1A, m.HeartbeatResponseBatch,
-         [("entries", List(Tuple(GROUP_ID, TERM, Enum(Code), INDEX), m.MAX_BATCH_GROUPS))],
+         [("entries", List(Tuple(GROUP_ID, TERM, Enum(Code), INDEX, INDEX, TERM),
+                           m.MAX_BATCH_GROUPS))],
          channel=RAFT, build=lambda v, s, d: m.HeartbeatResponseBatch(s, d, v["entries"]))
+# quiescence (raft/quiesce.py, node/host.py): one per peer pair per heartbeat interval
+register(0x1B, m.QuietBeat,
+         [("seq", INDEX), ("groups", List(Tuple(GROUP_ID, TERM, INDEX), m.MAX_GROUPS)),
+          ("ack", INDEX), ("acked", List(GROUP_ID, m.MAX_GROUPS))],
+         channel=RAFT, build=lambda v, s, d: m.QuietBeat(s, d, v["seq"], v["groups"], v["ack"],
+                                                        v["acked"]))
 
 # handshake
 NONCE = Blob(m.NONCE_BYTES, exact=m.NONCE_BYTES, view=False)

@@ -312,8 +312,9 @@ class MalformedRequestError(qe.InvalidArgumentError):
 
 class HeartbeatBatch:
     """The heartbeats of many Raft groups from one process to another in one frame (a
-    process hosting many groups, node/host.py): entries (group, term, commit_index, seq),
-    each one group's Heartbeat. A control-lane message; at most MAX_BATCH_GROUPS entries."""
+    process hosting many groups, node/host.py): entries (group, term, commit_index, seq,
+    boot, boot_end), each one group's Heartbeat. A control-lane message; at most
+    MAX_BATCH_GROUPS entries."""
 
     __slots__ = ("src", "dst", "entries")
     type_name = "HEARTBEAT_BATCH"
@@ -328,15 +329,36 @@ class HeartbeatBatch:
 
 class HeartbeatResponseBatch(HeartbeatBatch):
     """The answers to a HeartbeatBatch's heartbeats (or several): entries (group, term,
-    code, seq), each one group's HeartbeatResponse."""
+    code, seq, boot, floor), each one group's HeartbeatResponse."""
 
     __slots__ = ()
     type_name = "HEARTBEAT_RESP_BATCH"
 
 
-# heartbeats per batch frame: 26 bytes each, so a batch stays under the control lane's
-# 4 KiB frames (a host with more groups sends several)
+# heartbeats per batch frame: 42 bytes each, so a batch stays under a multi-group
+# transport's 8 KiB control frames (node/host.py; a host with more groups sends several)
 MAX_BATCH_GROUPS = 128
+
+
+class QuietBeat:
+    """Quiescence's exchange (raft/quiesce.py Q4; node/host.py), one per peer pair and
+    direction per heartbeat interval, whatever the number of groups: `seq` the sender's
+    round; `groups` (group, term, commit_index) of every group the sender leads quiesced
+    (each a quiet heartbeat); `ack` the receiver's latest round the sender got (0: none) and
+    `acked` the groups of that round the sender held quiesced, following the receiver, when
+    it came (each a quiet heartbeat's answer). A control-lane message."""
+
+    __slots__ = ("src", "dst", "seq", "groups", "ack", "acked")
+    type_name = "QUIET_BEAT"
+    lane = CONTROL
+
+    def __init__(self, src, dst, seq, groups, ack, acked):
+        self.src, self.dst, self.seq, self.ack = src, dst, seq, ack
+        self.groups, self.acked = tuple(groups), tuple(acked)
+
+    def describe(self) -> str:
+        return (f"{self.src}->{self.dst} {self.type_name} #{self.seq} x{len(self.groups)} "
+                f"ack #{self.ack} x{len(self.acked)}")
 
 
 class UnknownGroupError(qe.InvalidArgumentError):

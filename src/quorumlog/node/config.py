@@ -66,6 +66,8 @@ class NodeConfig:
     # Raft groups this process hosts (node/groups.py: placement, layout; node/host.py):
     # 1 is a single-group replica at <dir>; G > 1 keeps <dir>/groups/<g>/ per group
     groups: int = 1
+    # G > 1: idle groups stop ticking and heartbeating (raft/quiesce.py, node/host.py)
+    quiesce: bool = True
 
 
 NODE_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}

@@ -317,9 +317,10 @@ class Node:
         last = self._last_tick_ms
         if last is None:
             last = self._next_metrics_ms = now
-        if now - last > 250:
+        if now - last > 250 and self._own_ticker:
             # the loop did not run for that long (a blocked call, or an overloaded
             # machine): heartbeats stopped too, followers may have started an election
+            # (an owner's ticks -- node/host.py -- skip a quiesced core: it counts stalls)
             self.stats["loop_stalls"] += 1
             log.info("node %s: event loop stalled for %d ms", self.id, now - last)
         self._last_tick_ms = now
@@ -345,6 +346,23 @@ class Node:
         self._fail(LogFailedError(f"node {self.id}: the commit log refuses writes: {why}",
                                   self.path))
         return False
+
+    # ---------------------------------------------------------------------------- quiescence
+    def quiescable(self) -> bool:
+        """May this group's leader quiesce (raft/quiesce.py Q1, and nothing of the node's
+        in flight: no request waiting, everything committed applied)?"""
+        return (self._failed is None and not self._stopped and self.core.quiescable()
+                and self.pipeline.pending_messages == 0
+                and self._applied == self.core.commit_index)
+
+    def quiet_heartbeat(self, peer: str, term: int, commit_index: int, now: int) -> bool:
+        """raft/quiesce.py Q4 on this follower; a commit it learned is applied."""
+        if self._failed is not None or self._stopped:
+            return False
+        held = self.core.quiet_heartbeat(peer, term, commit_index, now)
+        if self.core.has_ready():
+            self._schedule_drain()
+        return held
 
     def _on_message(self, peer: str, msg) -> None:
         if self._stopped or self._failed is not None:

@@ -15,6 +15,15 @@ frames' group field stays 0). groups > 1: <dir>/groups/<g>/, one shared PeerTran
 decoder accepts the group field; a frame naming a group this process does not host is
 refused (UnknownGroupError, counted per peer in `stats()["unknown_group"]`, logged at most
 every few seconds) and changes nothing.
+
+Quiescence (raft/quiesce.py): an idle group costs nothing per tick. Every heartbeat
+interval the host quiesces each leader group that may (Q1), skips the ticks of quiesced
+groups, and sends each peer ONE QuietBeat: the groups it leads quiesced (a quiet heartbeat
+each, whatever G) and its answers to the peer's last QuietBeat (the groups it held quiesced
+following the peer). A group wakes on any input (Q3) and when the exchange says it must: a
+peer unheard for _WAKE_UNHEARD_INTERVALS intervals wakes every quiesced group it leads or
+follows there (whose elections then run as usual, per group); a follower group its leader no
+longer lists, or a leader group a follower did not acknowledge, wakes.
 """
 from __future__ import annotations
 
@@ -28,7 +37,7 @@ import time
 from ..config import load_config
 from ..metrics import GroupsCollector, serve_collector
 from ..net.messages import (MAX_BATCH_GROUPS, HeartbeatBatch, HeartbeatResponseBatch,
-                            UnknownGroupError)
+                            QuietBeat, UnknownGroupError)
 from ..net.ratelog import RateLimitedLog
 from ..net.transport import DATA, TransportConfig
 from ..raft.core import RaftConfig
@@ -51,6 +60,13 @@ _UNBATCH = frozenset(_BATCHED.values())
 _BALANCE_EVERY_MS = 500         # how often a host looks for a group to give back
 _BALANCE_RETRY_MS = 5000        # a group whose transfer was asked is not asked again sooner
 _BALANCE_MAX_LAG = 64           # the preferred member must be this close to the leader's end
+# quiescence: a peer unheard (no QuietBeat) for this many heartbeat intervals wakes the groups
+# quiesced with it: well inside the leader's lease and the followers' leak (6 and 7 intervals)
+_WAKE_UNHEARD_INTERVALS = 3
+_QUIET_ROUNDS_KEPT = 8          # own rounds remembered for their answers
+_LOOP_STALL_MS = 250
+_QUIET_LOGGED_AFTER_MS = 1000   # every group quiesced this long: logged once (INFO)
+_IDLE_TICK_MS = 50              # the timer's period while every group is quiesced
 
 
 class GroupLink:
@@ -105,7 +121,7 @@ class NodeHost:
                  store_cfg=None, groups: int | None = None,
                  transport_config: TransportConfig | None = None,
                  rng: random.Random | None = None, balance: bool = True,
-                 node_class: type = Node):
+                 node_class: type = Node, quiesce: bool | None = None):
         self.path = path
         self.cfg = cfg
         self.groups = check_groups(groups if groups is not None else cfg.groups)
@@ -126,7 +142,16 @@ class NodeHost:
         self.flusher: SharedFlusher | None = None
         self._asked: dict[int, float] = {}      # group -> when its transfer was asked
         self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
-                      "batched_heartbeats": 0, "heartbeat_batches": 0}
+                      "batched_heartbeats": 0, "heartbeat_batches": 0, "quiet_beats": 0,
+                      "quiesced": 0, "woken": 0, "loop_stalls": 0}
+        # False: every group ticks and heartbeats, idle or not (None: cfg.quiesce)
+        self.quiesce = cfg.quiesce if quiesce is None else quiesce
+        self._quiet_seq = 0
+        self._quiet_rounds: dict = {}       # own round -> (sent ms, groups listed)
+        self._quiet_heard: dict = {}        # peer -> when its last QuietBeat came
+        self._quiet_answers: dict = {}      # peer -> (its round, groups held quiesced)
+        self._next_quiet_ms = 0
+        self._quiet_since = None        # since when every group is quiesced (-1: logged)
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
         self._listeners: list = []
         self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
@@ -190,7 +215,9 @@ class NodeHost:
             handshake_timeout_ms=self.cfg.handshake_timeout_ms,
             max_send_queue_bytes=max(64 << 20, self.cfg.max_frame_bytes),
             control_lane=self.cfg.control_lane)
-        tcfg = dataclasses.replace(tcfg, allow_groups=True)
+        # (a QuietBeat lists up to every group: 18 bytes each)
+        tcfg = dataclasses.replace(tcfg, allow_groups=True, control_max_frame_bytes=max(
+            tcfg.control_max_frame_bytes, 8192))
         return tcp_transport(self.cfg, transport_config=tcfg, rng=self.rng,
                              segment_size_bytes=self.nodes[0].store.commitlog.segment_size_bytes)
 
@@ -210,14 +237,35 @@ class NodeHost:
         await self._stop_nodes()
 
     async def _tick_loop(self) -> None:
-        """One timer ticks every group (a task per group woke 100 times a second each)."""
+        """One timer ticks every group that is not quiesced (a task per group woke 100 times
+        a second each), and every heartbeat interval runs a quiet round."""
         clock = self.clock
         interval = self.cfg.tick_ms
+        iv = self.raft_cfg.heartbeat_interval_ms
+        last = clock.now_ms()
+        nap = interval
         while True:
-            await clock.sleep_ms(interval)
+            await clock.sleep_ms(nap)
             now = clock.now_ms()
+            if now - last > _LOOP_STALL_MS:
+                # the loop did not run for that long: heartbeats and quiet beats stopped too
+                self.stats["loop_stalls"] += 1
+                log.info("node %s: event loop stalled for %d ms", self.cfg.node_id, now - last)
+            last = now
+            awake = False
             for node in self.nodes:
-                node.tick(now)
+                if not node.core.quiesced:      # (raft/quiesce.py Q2)
+                    node.tick(now)
+                    awake = True
+            if now >= self._next_quiet_ms:
+                # half an interval after the aligned heartbeats: their round has been
+                # answered (an open round keeps a leader awake, raft/quiesce.py Q1)
+                self._next_quiet_ms = (now // iv + 1) * iv + iv // 2
+                awake = self._quiet_round(now) or awake
+            # every group quiesced: nothing needs a tick before the next quiet round (a
+            # group an input wakes is ticked within _IDLE_TICK_MS: its timeouts are longer)
+            nap = interval if awake else max(interval, min(self._next_quiet_ms - now,
+                                                           _IDLE_TICK_MS))
 
     async def _stop_nodes(self) -> None:
         for node in self.nodes:
@@ -257,9 +305,9 @@ class NodeHost:
                 asyncio.get_running_loop().call_soon(self._send_batches)
             q = self._out[key] = []
         if type(msg) is Heartbeat:
-            q.append((group, msg.term, msg.commit_index, msg.seq))
+            q.append((group, msg.term, msg.commit_index, msg.seq, msg.boot, msg.boot_end))
         else:
-            q.append((group, msg.term, msg.code, msg.seq))
+            q.append((group, msg.term, msg.code, msg.seq, msg.boot, msg.floor))
         return True
 
     def _send_batches(self) -> None:
@@ -277,14 +325,19 @@ class NodeHost:
     def _unbatch(self, peer: str, msg) -> None:
         me = self.cfg.node_id
         hb = type(msg) is HeartbeatBatch
-        for group, term, x, seq in msg.entries:
-            one = Heartbeat(term, peer, me, x, seq) if hb else \
-                HeartbeatResponse(term, peer, me, x, seq)
+        for group, term, x, seq, boot, y in msg.entries:
+            # (boot, boot_end / floor: the recovery rules' R3b and the leader's view of a
+            # recovering follower need them as much as a single group's heartbeats do)
+            one = Heartbeat(term, peer, me, x, seq, boot, y) if hb else \
+                HeartbeatResponse(term, peer, me, x, seq, boot, y)
             self._on_group_message(peer, group, one)
 
     def _on_group_message(self, peer: str, group: int, msg) -> None:
         if type(msg) in _UNBATCH:
             self._unbatch(peer, msg)
+            return
+        if type(msg) is QuietBeat:
+            self._on_quiet(peer, msg)
             return
         if group < len(self._links):
             on = self._links[group].on_message
@@ -296,6 +349,91 @@ class NodeHost:
         self._events.log(logging.WARNING, "unknown group",
                          "peer %r sent %s for group %d: %s", peer, type(msg).__name__, group,
                          UnknownGroupError(f"this process hosts groups 0..{self.groups - 1}"))
+
+    # ---------------------------------------------------------------------------- quiescence
+    def _quiet_round(self, now: int) -> bool:
+        """Wake what depends on an unheard peer, quiesce the leader groups that may, and send
+        each peer one QuietBeat (the module docstring). Returns whether a group is awake."""
+        t = self.transport
+        if t is None or t.closed:
+            return True
+        awake = False
+        me = self.cfg.node_id
+        oldest = now - _WAKE_UNHEARD_INTERVALS * self.raft_cfg.heartbeat_interval_ms
+        heard = self._quiet_heard
+        peers = [p for p in t.peers() if p != me]     # (members added later included)
+        unheard = frozenset(p for p in peers if heard.get(p, -1) < oldest)
+        led = []
+        for g, node in enumerate(self.nodes):
+            core = node.core
+            if core.quiesced:
+                if unheard and (core.leader_id in unheard or (
+                        core.role == Role.LEADER and not unheard.isdisjoint(core.progress))):
+                    self._wake(node, now)
+                    awake = True
+                    continue
+            elif not (self.quiesce and node.quiescable() and core.quiesce()):
+                awake = True
+                continue
+            else:
+                self.stats["quiesced"] += 1
+            if core.role == Role.LEADER:
+                led.append((g, core.term, core.commit_index))
+        if awake:
+            self._quiet_since = None
+        elif self._quiet_since is None:
+            self._quiet_since = now
+        elif self._quiet_since >= 0 and now - self._quiet_since >= _QUIET_LOGGED_AFTER_MS:
+            self._quiet_since = -1      # (once per quiet stretch: an operator's sign that the
+            self._events.log(           # idle process costs next to nothing)
+                logging.INFO, "quiesced", "node %s: every group (%d) quiesced for %d ms",
+                self.cfg.node_id, self.groups, _QUIET_LOGGED_AFTER_MS)
+        seq = self._quiet_seq = self._quiet_seq + 1
+        self._quiet_rounds[seq] = (now, frozenset(g for g, _, _ in led))
+        self._quiet_rounds.pop(seq - _QUIET_ROUNDS_KEPT, None)
+        for peer in peers:
+            ack, acked = self._quiet_answers.pop(peer, (0, ()))
+            self.stats["quiet_beats"] += 1
+            t.send(peer, QuietBeat(me, peer, seq, led, ack, acked))
+        return awake
+
+    def _on_quiet(self, peer: str, msg) -> None:
+        now = self.clock.now_ms()
+        self._quiet_heard[peer] = now
+        nodes = self.nodes
+        listed = set()
+        held = []
+        for g, term, commit in msg.groups:          # quiet heartbeats from `peer`
+            if g < len(nodes):
+                listed.add(g)
+                if nodes[g].quiet_heartbeat(peer, term, commit, now):
+                    held.append(g)
+        for g, node in enumerate(nodes):
+            core = node.core
+            if (core.quiesced and core.leader_id == peer and core.role == Role.FOLLOWER
+                    and g not in listed):
+                self._wake(node, now)               # its leader is awake (or gone)
+        self._quiet_answers[peer] = (msg.seq, held)
+        sent = self._quiet_rounds.get(msg.ack)
+        if sent is None:
+            return
+        sent_ms, groups = sent
+        got = set(msg.acked)
+        for g in groups:                            # the answers to my round msg.ack
+            core = nodes[g].core
+            if core.quiesced and core.role == Role.LEADER and peer in core.progress:
+                if g in got:
+                    core.quiet_ack(peer, sent_ms, now)
+                else:
+                    self._wake(nodes[g], now)       # `peer` does not hold it quiesced
+
+    def _wake(self, node, now: int) -> None:
+        node.core.wake(now)
+        self.stats["woken"] += 1
+
+    def quiesced(self) -> list:
+        """The groups whose core is quiesced now."""
+        return [g for g, n in enumerate(self.nodes) if n.core is not None and n.core.quiesced]
 
     # ---------------------------------------------------------------------------- balance
     async def _balance_loop(self) -> None:
@@ -356,4 +494,5 @@ class NodeHost:
         return {"node_id": self.cfg.node_id, "groups": self.groups,
                 "unknown_group": dict(self.stats["unknown_group"]),
                 "transfers_asked": self.stats["transfers_asked"],
+                "quiesced": len(self.quiesced()),
                 "group_status": [n.status() for n in self.nodes]}

@@ -81,6 +81,7 @@ from .messages import (Append, AppendResponse, Heartbeat, HeartbeatResponse, Ins
                        InstallSegmentResponse, Message, ParseResult, Role, TakeLeadership,
                        VoteRequest, VoteResponse)
 from .progress import Progress
+from .quiesce import QuiesceRules
 from .recovery import RecoveryRules, boot_id
 from .replication import ReplicationRules
 # (the values are defined in state.py and re-exported here, where callers import them from)
@@ -89,9 +90,9 @@ from .state import (COMPARE, NEVER, BehindRetention, ConfigChanged, HardState, L
                     RoleChanged, TransferAborted, VoteRound)
 
 class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, MembershipRules,
-               RecoveryRules):
+               RecoveryRules, QuiesceRules):
     """The state machine. Its rules live in one file each (election.py, lease.py,
-    replication.py, install.py, membership.py, recovery.py), mixed in here; this file holds
+    replication.py, install.py, membership.py, recovery.py, quiesce.py), mixed in here; this file holds
     the driver API, the outputs and the role changes, which swap the role's tick as a whole
     (etcd's becomeFollower sets tick = tickElection)."""
 
@@ -211,11 +212,14 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
     def tick(self, now_ms: int) -> None:
         if now_ms > self.now_ms:
             self.now_ms = now_ms
+        if self.quiesced:
+            return          # (quiesce.py Q2: only the clock moves)
         self._tick_role()   # (swapped by the become_* below)
 
     def step(self, msg: Message) -> None:
         if msg.dst != self.id:
             raise RaftInvariantError(f"{self.id}: message for {msg.dst}: {msg.describe()}")
+        self.quiesced = False   # (quiesce.py Q3: any input wakes the group)
         self._handlers[msg.__class__](msg)
 
     def ready(self) -> Ready:
@@ -265,6 +269,7 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         if self.transferee is not None:
             raise LeaderTransferringError(
                 f"{self.id}: leadership is being transferred to {self.transferee}")
+        self.quiesced = False   # (quiesce.py Q3)
         cfg = self.cfg
         if count < 1:
             raise ProposalLimitError("propose: empty batch")

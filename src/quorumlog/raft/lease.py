@@ -42,6 +42,7 @@ class LeaseRules:
             raise BackpressureError(
                 f"read_index: {len(self._reads)} reads pending >= max_pending_reads")
         idx = self.commit_index if self._committed_in_term() else None
+        self.quiesced = False   # (quiesce.py Q3: the round goes at the next tick)
         self._reads.append((ctx, self._hb_seq + 1, idx))
         self.last_send_heartbeat_ms = NEVER  # the next tick sends that round
 

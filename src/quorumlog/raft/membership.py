@@ -83,6 +83,7 @@ class MembershipRules:
             # (it would ignore TAKE_LEADERSHIP, recovery R2: proposals wait for the timeout)
             raise TransferError(f"transfer_leadership: {to} is recovering after a power loss "
                                 f"(floor term {pr.floor}) and may not lead until it recovers")
+        self.quiesced = False   # (quiesce.py Q3)
         self.transferee = to
         self.transfer_deadline_ms = self.now_ms + self.cfg.transfer_timeout_ms
         self._take_sent = False
@@ -210,6 +211,7 @@ class MembershipRules:
             raise NotLeaderError(f"{self.id} is not the leader", self.leader_id, self.term)
         if self.transferee is not None:
             raise LeaderTransferringError(f"{self.id}: leadership transfer in progress")
+        self.quiesced = False   # (quiesce.py Q3: a membership change)
 
     def _check_no_change_in_progress(self, learner_ok: bool = False) -> None:
         if self.learner is not None and not learner_ok:

@@ -882,13 +882,21 @@ class MessageStore:
     def _timer_loop(self):
         cfg = self.config
         next_ret = next_sched = next_cp = self._monotonic()
-        while not self._stop_event.wait(min(cfg.schedule_interval_ms,
-                                            cfg.retention_interval_ms) / 1000.0):
+        period = min(cfg.schedule_interval_ms, cfg.retention_interval_ms) / 1000.0
+        wait, seen = period, None
+        while not self._stop_event.wait(wait):
             now = self._monotonic()
             try:
                 with self._lock:
                     if self._closed:
                         return
+                    if self._replicated:
+                        # nothing to deliver here: while the log stands still the timer
+                        # backs off to a turn a second (64 idle groups of a process woke
+                        # it 640 times a second); the turn after a change is back at period
+                        end = self._log.end_position
+                        wait = period if end != seen else min(max(1.0, period), wait * 2)
+                        seen = end
                     # Replicated: only the leader may append; the Raft driver calls
                     # deliver_due() there.
                     if now >= next_sched and not self._replicated:

@@ -1,0 +1,108 @@
+"""Quiescence (raft/quiesce.py): an idle, fully replicated leader quiesces; a quiesced core's
+tick sends nothing and times nothing out; quiet heartbeats keep its followers from timing out
+and its lease alive; any input wakes it; a quiesced follower whose leader dies times out and
+the group elects as usual."""
+from quorumlog.raft import RaftConfig, Role
+from quorumlog.raft.messages import Heartbeat
+from quorumlog.testing.cluster import ManualCluster
+
+CFG = RaftConfig()
+IV = CFG.heartbeat_interval_ms
+LEAK_MS = IV * CFG.max_heartbeat_leak
+
+
+def _quiet_cluster():
+    """n1 leads an idle, fully replicated group, quiesced on all three members."""
+    cl = ManualCluster()
+    cl.elect("n1")
+    cl.settle(cl.now + 3 * IV)
+    leader = cl.core("n1")
+    assert leader.is_ready_to_serve and leader.quiescable()
+    assert leader.quiesce() and leader.quiesced
+    for f in ("n2", "n3"):
+        assert cl.core(f).quiet_heartbeat("n1", leader.term, leader.commit_index, cl.now)
+    return cl, leader
+
+
+def _quiet_round(cl, leader, followers=("n2", "n3")):
+    """What node/host.py's QuietBeat exchange does for one group, one interval later."""
+    sent = cl.now
+    cl.tick(cl.now + IV)
+    for f in followers:
+        if cl.core(f).quiet_heartbeat("n1", leader.term, leader.commit_index, cl.now):
+            leader.quiet_ack(f, sent, cl.now)
+
+
+def test_a_leader_with_work_in_flight_does_not_quiesce():
+    cl = ManualCluster()
+    cl.elect("n1")
+    cl.settle(cl.now + 3 * IV)
+    leader = cl.core("n1")
+    cl.propose("n1")                       # appended, not replicated yet
+    assert not leader.quiescable() and not leader.quiesce()
+    cl.settle(cl.now + 3 * IV)
+    assert leader.quiesce()
+    # a follower that has not answered lately keeps the group awake (Q1)
+    cl2 = ManualCluster()
+    cl2.elect("n1")
+    cl2.settle(cl2.now + 3 * IV)
+    cl2.crash("n3")
+    cl2.settle(cl2.now + 3 * IV)
+    assert not cl2.core("n1").quiescable()
+
+
+def test_quiesced_groups_send_nothing_and_stay_led_with_quiet_heartbeats():
+    cl, leader = _quiet_cluster()
+    cl.queue.clear()
+    term = leader.term
+    for _ in range(3 * CFG.max_heartbeat_leak):       # 2.1 s: three leaks
+        _quiet_round(cl, leader)
+        assert cl.queue == []                          # no heartbeat, no vote, nothing
+    assert leader.role == Role.LEADER and leader.lease_valid() and leader.is_ready_to_serve
+    assert [cl.core(f).role for f in ("n2", "n3")] == [Role.FOLLOWER] * 2
+    assert all(cl.core(i).term == term and cl.core(i).quiesced for i in cl.ids)
+    # without quiet acknowledgements the lease runs out (it is counted as with heartbeats)
+    cl.tick(cl.now + LEAK_MS)
+    assert not leader.lease_valid()
+
+
+def test_any_input_wakes_a_quiesced_core_and_a_proposal_commits():
+    cl, leader = _quiet_cluster()
+    _quiet_round(cl, leader)
+    first, last = cl.propose("n1")
+    assert not leader.quiesced                        # Q3: a proposal wakes the leader
+    cl.deliver()                                      # the Append wakes the followers
+    assert not any(cl.core(i).quiesced for i in cl.ids)
+    cl.settle(cl.now + 2 * IV)
+    assert all(cl.committed[i] >= last for i in cl.ids)
+    assert leader.quiesce()                           # idle again
+
+
+def test_a_quiet_heartbeat_from_a_leader_not_followed_is_refused():
+    cl, leader = _quiet_cluster()
+    f = cl.core("n2")
+    assert not f.quiet_heartbeat("n3", leader.term, leader.commit_index, cl.now)   # other src
+    assert not f.quiet_heartbeat("n1", leader.term + 1, leader.commit_index, cl.now)
+    assert not f.quiet_heartbeat("n1", leader.term, leader.commit_index + 5, cl.now)
+    # a step of any message wakes the follower too
+    f.step(Heartbeat(leader.term, "n1", "n2", leader.commit_index, 99))
+    assert not f.quiesced
+
+
+def test_a_quiesced_group_elects_a_new_leader_when_its_leader_dies():
+    cl, leader = _quiet_cluster()
+    _quiet_round(cl, leader)
+    cl.crash("n1")
+    died = cl.now
+    # no more quiet heartbeats: the driver wakes the followers (node/host.py: the leader's
+    # process unheard for 3 intervals); until then they do not time out on their own
+    cl.tick(cl.now + LEAK_MS * 2, ["n2", "n3"])
+    assert [cl.core(f).role for f in ("n2", "n3")] == [Role.FOLLOWER] * 2
+    for f in ("n2", "n3"):
+        cl.core(f).wake(died + 3 * IV)
+    for _ in range(300):
+        cl.settle(cl.now + 10)
+        if cl.leaders():
+            break
+    (new,) = cl.leaders()
+    assert new in ("n2", "n3") and cl.core(new).term > leader.term
