@@ -202,6 +202,9 @@ cdef class CommitLog:
     cdef readonly int64_t segment_size_bytes
     cdef readonly int64_t index_file_entries
     cdef readonly str flush_mode
+    # the flush mode of the run whose abort marker this open found (None: a clean close
+    # before, or a marker older than the mode line)
+    cdef readonly object previous_flush_mode
     cdef readonly int64_t max_message_bytes
     cdef readonly bint unclean_open
     # Opened with read_only=True: no LOCK, no abort marker, no threads, nothing written;
@@ -389,7 +392,8 @@ cdef class CommitLog:
         if self.read_only or not self._lost_mark:
             return                       # (a read-only open wrote no marker)
         _check_writable(self)            # (a forked child's inherited log: ReadOnlyError)
-        _write_marker(os.path.join(self.path, "abort"), page_cache_identity(self.path))
+        _write_marker(os.path.join(self.path, "abort"),
+                      marker_content(self, page_cache_identity(self.path), False))
         self._lost_mark = False
 
     @property

@@ -45,6 +45,10 @@ cdef recover(CommitLog self):
         if self.unclean_open:
             with open(abort_path, "rb") as fh:
                 previous = fh.read(4096).decode("ascii", "replace")
+            # the flush mode of the run that wrote the marker (None: an older marker)
+            self.previous_flush_mode = _marker_flush_mode(previous)
+            previous = previous.replace(FLUSH_MARK % self.previous_flush_mode, "", 1) \
+                if self.previous_flush_mode else previous
             # unknown (an older marker, or no boot id here): treat as a possible power cut;
             # a marker with the lost-writes mark (an open that saw lost writes, not settled
             # before a kill: LOST_MARK) differs from every identity
@@ -84,7 +88,7 @@ cdef recover(CommitLog self):
     if not self.read_only:
         # lost writes stay marked until the owner settles them (settle_lost_writes)
         self._lost_mark = self._lost_writeback
-        _write_marker(abort_path, identity + (LOST_MARK if self._lost_mark else ""))
+        _write_marker(abort_path, marker_content(self, identity, self._lost_mark))
         _fsync_dir(self.path)
         # the files recovery found (or made) have durable names from here on; later ones
         # are synced by the flush that first covers them
@@ -98,6 +102,21 @@ cdef recover(CommitLog self):
 
 # The abort marker's second line while an open's possibly lost writes are not settled.
 LOST_MARK = "lost-writes\n"
+# The abort marker's line naming this run's flush mode: whether a replica acknowledged
+# writes before flushing them is the mode of the run that wrote them, not of the next open's
+# (a replica restarted in sync mode after an async run's power loss must still recover).
+FLUSH_MARK = "flush=%s\n"
+
+
+cdef str marker_content(CommitLog self, str identity, bint lost):
+    return identity + FLUSH_MARK % self.flush_mode + (LOST_MARK if lost else "")
+
+
+cdef object _marker_flush_mode(str marker):
+    for line in marker.splitlines():
+        if line.startswith("flush=") and line[6:] in ("sync", "async"):
+            return line[6:]
+    return None
 
 
 cdef _write_marker(str path, str content):

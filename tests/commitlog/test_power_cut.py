@@ -248,3 +248,26 @@ def test_lost_writes_stay_marked_until_the_owner_settles_them(tmp_path):
     clean = open_log(path, **LOG_KW)
     assert not clean.unclean_open and not clean.lost_writes_possible
     clean.close()
+
+
+def test_the_log_names_the_flush_mode_of_the_run_that_may_have_lost_writes(tmp_path):
+    """Whether a replica acknowledged writes it had not flushed is decided by the run that
+    wrote them: a replica that ran async, lost power and is restarted with flush="sync"
+    must still recover what it acknowledged (node/driver.py asks previous_flush_mode).
+    Before, only the current open's mode was known."""
+    crashed_log(tmp_path / "s")                       # an async run, killed
+    path = power_cut_copy(tmp_path)
+    sync = open_log(path, **dict(LOG_KW, flush="sync"))
+    assert sync.lost_writes_possible and sync.previous_flush_mode == "async"
+    assert sync.flush_mode == "sync"
+    sync.crash_for_testing()
+    again = open_log(path, **LOG_KW)                  # the marker now names the sync run
+    assert again.unclean_open and again.previous_flush_mode == "sync"
+    again.settle_lost_writes()                        # (the mode line survives a settle)
+    again.crash_for_testing()
+    third = open_log(path, **LOG_KW)
+    assert third.previous_flush_mode == "async" and not third.lost_writes_possible
+    third.close()
+    clean = open_log(path, **LOG_KW)
+    assert not clean.unclean_open and clean.previous_flush_mode is None
+    clean.close()

@@ -9,6 +9,7 @@ and the hard state had no floor: n3 campaigned with its short log, won term 3 wi
 of a lagging n2, and overwrote the acknowledged entries 108..118 (95 violations). Real Node
 drivers and stores over the simulated network, on virtual time (quorumlog.testing.nodesim)."""
 import asyncio
+import dataclasses
 
 from nodesim_support import run_scenario, wait_leader
 
@@ -65,4 +66,28 @@ def test_a_start_that_fails_before_the_floor_is_saved_keeps_the_lost_writes(monk
     failed, floor, may_campaign = run_scenario(scenario)
     assert failed, "the start with a failing floor save did not fail"
     assert floor > 0, "the floor was lost with the failed start"
+    assert not may_campaign
+
+
+async def _mode_change_scenario(sim):
+    lead = await wait_leader(sim)
+    for k in range(5):
+        await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
+    f = next(m for m in sim.members.values() if m is not lead)
+    await sim.take_down(f, power=True)
+    # the operator restarts it with flush = "sync" (every other member stays async)
+    async_cfg, sim.store_cfg = sim.store_cfg, dataclasses.replace(sim.store_cfg, flush="sync")
+    try:
+        await sim.start_member(f)
+    finally:
+        sim.store_cfg = async_cfg
+    return f.node.core.recovering_term, f.node.core.may_campaign()
+
+
+def test_a_replica_restarted_in_sync_mode_after_an_async_power_loss_still_recovers():
+    """It acknowledged entries before flushing them in the async run that lost power: the
+    run that wrote the log decides (the abort marker's flush line), not the restart's mode.
+    Before, the sync restart skipped recovery and could vote and lead with a short log."""
+    floor, may_campaign = run_scenario(_mode_change_scenario)
+    assert floor > 0, "the sync restart after an async power loss did not enter recovery"
     assert not may_campaign

@@ -196,7 +196,10 @@ class Node:
             # async mode acknowledged at page-cache level: after a power loss (the page
             # cache did not survive) entries this replica acknowledged may be gone, and the
             # core must recover them from its peers before it votes or leads (raft/recovery.py)
-            recovering = self.store_cfg.flush == "async" and cl.lost_writes_possible
+            # (the mode of the run that acknowledged them: a replica restarted in sync mode
+            # after an async run's power loss recovers too; an older marker names none)
+            recovering = cl.lost_writes_possible and (
+                cl.previous_flush_mode or self.store_cfg.flush) == "async"
             self.core = RaftCore(self.id, rlog, self.rng, self.raft_cfg, hard_state=hs,
                                  config_history=hist, peers=tuple(cfg.peers),
                                  now_ms=self.clock.now_ms(),

@@ -169,8 +169,11 @@ def _new_boot(data_dir) -> None:
     async replica recovers what it acknowledged from its peers: raft/recovery.py)."""
     path = os.path.join(data_dir, "abort")
     if os.path.exists(path):
+        with open(path, "rb") as fh:
+            rest = fh.read().split(b"\n", 1)[1:]      # the run's flush mode, a lost mark
         with open(path, "wb") as fh:
-            fh.write(f"boot=power-loss-{os.urandom(8).hex()} dev=0 ino=0\n".encode())
+            fh.write(f"boot=power-loss-{os.urandom(8).hex()} dev=0 ino=0\n".encode()
+                     + b"".join(rest))
             fh.flush()
             os.fsync(fh.fileno())
 
