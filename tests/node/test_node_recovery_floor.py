@@ -70,11 +70,7 @@ def test_a_start_that_fails_before_the_floor_is_saved_keeps_the_lost_writes(monk
 
 
 async def _mode_change_scenario(sim):
-    lead = await wait_leader(sim)
-    for k in range(5):
-        await asyncio.wait_for(lead.node.put("t", b"m%d" % k), 5)
-    f = next(m for m in sim.members.values() if m is not lead)
-    await sim.take_down(f, power=True)
+    f = await _follower_after_power_loss(sim)
     # the operator restarts it with flush = "sync" (every other member stays async)
     async_cfg, sim.store_cfg = sim.store_cfg, dataclasses.replace(sim.store_cfg, flush="sync")
     try:
