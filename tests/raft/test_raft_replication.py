@@ -383,3 +383,27 @@ def test_a_batch_whose_entries_are_not_of_the_messages_term_is_refused_and_taken
     good = MemPayload(4, (1, 1), (EntryKind.NOOP,) * 2, (b"", b""), (1, 1))
     core.step(Append(1, "n2", "n1", 3, 1, 4, 5, 1, good, 2, 0, (), 0))
     assert (lg.last_index(), lg.last_term()) == (5, 1)
+
+
+def test_a_follower_that_briefly_campaigned_catches_up_with_the_commit_index_while_idle():
+    """Nodesim seed 6545 again (sync, stalls only, on the merged main of session 18): a
+    follower that stopped hearing the leader for an election timeout became a pre-vote
+    candidate in the same term, then followed the same leader again. Following it reset
+    what it knew to match that leader (leader_match 0), while the leader, which had its
+    acknowledgement, sent heartbeats only: the follower's commit index stayed one entry
+    behind for good in an idle group. Within a term there is one leader, so what matched it
+    still matches. Failed before (commit stayed below last)."""
+    cl = elected()
+    first, last = cl.propose("n1", 3)
+    cl.deliver()                                   # n3 acknowledges; nothing carries the commit
+    assert cl.core("n1").commit_index == last
+    assert cl.core("n3").commit_index < last and cl.logs["n3"].last_index() == last
+    cl.block("n1", "n3")                           # n3 hears nothing: it campaigns (pre-vote)
+    cl.settle(cl.now + 2000)
+    assert cl.core("n3").role == Role.CANDIDATE and cl.core("n3").term == cl.core("n1").term
+    cl.heal()
+    cl.settle(cl.now + 1000)
+    n3 = cl.core("n3")
+    assert n3.role == Role.FOLLOWER and n3.leader_id == "n1"
+    assert n3.commit_index == last
+    assert cl.core("n1").log.last_index() == last  # (no write helped it)

@@ -205,6 +205,7 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         self.dispatched_index = 0
         self._leader_commit = 0      # follower: the highest commit index a leader announced
         self.leader_match = 0        # follower: highest index known to match the current leader
+        self._match_leader = None    # (term, leader) that leader_match is about
         self.reported_match = 0      # follower: highest match sent to the current leader
         self._leader_epoch = 0
         self._log_gen = 0            # bumped on every truncation (see on_persisted)
@@ -337,7 +338,13 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         self.leader_id = leader
         self.last_leader_heartbeat_ms = self.now_ms
         self._vote = None
-        self.leader_match = 0
+        # What matched the leader still matches when we follow the same leader in the same
+        # term again (one leader per term; after a pre-vote campaign, say): forgetting it
+        # left an idle follower's commit index behind for good, the leader having its
+        # acknowledgement and sending heartbeats only (nodesim seed 6545).
+        if self._match_leader != (self.term, leader):
+            self.leader_match = 0
+        self._match_leader = (self.term, leader)
         self.reported_match = 0
         self.is_ready_to_serve = False
         self.term_to_take_leadership = -1
