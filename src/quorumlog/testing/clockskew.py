@@ -138,8 +138,8 @@ class ClockSkew:
 
     def stop(self, h) -> None:
         self.task.cancel()
+        h.history.event("heal")          # before the proxy lets held traffic go (nemesis.py)
         h.proxy.heal()
-        h.history.event("heal")
         for c in self.controls:
             c.set_rate(1.0)
             c.close()

@@ -455,8 +455,11 @@ class Partition(Nemesis):
         return True
 
     def stop(self, h) -> None:
-        h.proxy.heal()
+        # the event first: the checker ends the partition's window at its time, and traffic
+        # the proxy held is released the moment heal() runs (an acknowledgement it carried
+        # could be recorded before a heal event written after heal() returned)
         h.history.event("heal")
+        h.proxy.heal()
 
 
 class SlowNetwork(Nemesis):
@@ -486,8 +489,11 @@ class SlowNetwork(Nemesis):
         return True
 
     def stop(self, h) -> None:
-        h.proxy.heal()
+        # the event first: the checker ends the partition's window at its time, and traffic
+        # the proxy held is released the moment heal() runs (an acknowledgement it carried
+        # could be recorded before a heal event written after heal() returned)
         h.history.event("heal")
+        h.proxy.heal()
 
 
 class ResetConnections(Nemesis):

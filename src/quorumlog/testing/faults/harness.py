@@ -178,6 +178,7 @@ class Harness:
     def heal_everything(self) -> list:
         """Lift every fault: proxy healed, paused nodes continued, ballast removed, dead
         nodes restarted."""
+        self.history.event("heal", ())      # before the proxy lets held traffic go (nemesis.py)
         self.proxy.heal()
         for n in self.cluster.ids:
             if self.cluster.alive(n):
