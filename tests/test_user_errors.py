@@ -51,3 +51,4 @@ def test_peer_address_without_a_port_is_a_clear_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"peers\['n1'\] .*must be 'host:port', got 'localhost'"):
         quorumlog.open_replica(tmp_path / "r", "n1", {"n1": "localhost"}, secret="s" * 16)
     assert not (tmp_path / "r").exists()
+

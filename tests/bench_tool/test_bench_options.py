@@ -9,7 +9,7 @@ import pytest
 from quorumlog.bench import suite
 from quorumlog.bench.command import OPTIONS
 from quorumlog.bench.options import BenchOptionError, BenchOptions, parse_size
-from quorumlog.bench.workloads import REGISTRY
+from quorumlog.bench.workloads import REGISTRY, get
 from quorumlog.errors import InvalidArgumentError
 
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
@@ -81,17 +81,46 @@ def test_scan_without_pyspark_is_a_clear_exit_2(bench, monkeypatch):
     assert "pyspark is not installed" in run.stderr and "quorumlog[spark]" in run.stderr
 
 
-def test_a_disk_near_the_force_clean_ratio_is_a_clear_exit_2_before_anything_runs(
+def test_a_run_that_could_fill_the_disk_past_the_force_clean_ratio_is_a_clear_exit_2(
         bench, monkeypatch, tmp_path):
     """Above 85 % the stores' retention deletes their oldest segments; a suite run there
-    failed its read-back with an OffsetOutOfRangeError that did not say why."""
-    monkeypatch.setattr(suite, "default_disk_usage", lambda d: 0.83)
+    failed its read-back with an OffsetOutOfRangeError that did not say why. The check is
+    the step's estimated writes on top of what is used (a commit step of 100 messages:
+    about its 1 GiB segment)."""
+    gib = 1 << 30
+    monkeypatch.setattr(suite, "disk_space", lambda d: (84 * gib, 100 * gib))
     run = bench("commit", "--count", "100", "--dir", str(tmp_path))
     assert run.exit_code == 2
-    assert "disk use 83%" in run.stderr and "disk_force_clean_ratio" in run.stderr
+    assert "from 84% to 85% used" in run.stderr and "disk_force_clean_ratio" in run.stderr
     assert not list(tmp_path.iterdir())                   # nothing created, nothing run
-    monkeypatch.setattr(suite, "default_disk_usage", lambda d: 0.79)
+    monkeypatch.setattr(suite, "disk_space", lambda d: (83 * gib, 100 * gib))
     assert bench("commit", "--count", "100", "--dir", str(tmp_path)).exit_code == 0
+
+
+def test_a_run_no_disk_here_can_hold_is_refused_before_anything_exists(bench, tmp_path):
+    run = bench("log", "--count", "1000000000", "--size", "4MiB", "--batch", "1",
+                "--dir", str(tmp_path))
+    assert run.exit_code == 2, run.output
+    assert "may write" in run.stderr and "disk_force_clean_ratio" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_estimate_per_step():
+    def estimate(name, **given):
+        (step,), _ = suite.plan(BenchOptions(**given), [(name, {})], strict=True)
+        return suite.step_disk_bytes(step)
+
+    w = get("log")
+    assert estimate("log", count=1000, size=100) == 1000 * (100 + suite.STEP_RECORD_OVERHEAD) \
+        + w.segment_bytes
+    c = get("cluster")
+    one = estimate("cluster", duration_s=2.0, replicas=3)
+    assert one == int(2.0 * c.write_rate_bound + c.segment_bytes) * 3
+    # a preallocated segment per group and replica
+    assert estimate("cluster", duration_s=2.0, replicas=3, groups=4) \
+        == one + 3 * 3 * c.segment_bytes
+    # running replicas elsewhere: nothing is written here
+    assert estimate("cluster", connect=("127.0.0.1:1",), secret_file="/dev/null") == 0
 
 
 def test_options_before_the_workload_apply_and_after_wins(bench):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -20,7 +21,6 @@ from rich.console import Console
 from . import references as refs_mod
 from . import report
 from ..config import StoreConfig
-from ..store.retention import default_disk_usage
 from .options import BenchOptionError, BenchOptions, Resolved, resolve
 from .progress import ProgressLine
 from .workloads import (ALL_OPTIONS, RunContext, Workload, WorkloadUnavailable, flag, get,
@@ -105,26 +105,60 @@ def _console(stderr: bool = False) -> Console:
     return c
 
 
-# Below the stores' force-clean ratio with room for the suite's own writes (a few GiB on a
-# disk of tens): above it the replicas' retention deletes their oldest segments, which the
-# read-back checks then report as lost messages.
-DISK_MARGIN = 0.05
+# What a step may write, estimated before it runs: a count's messages with their record
+# headers, or its length at the workload's `write_rate_bound` (bytes per second per replica,
+# above anything measured on these machines), plus a preallocated segment per group; times
+# the replicas of a cluster step (none when it drives running replicas, --connect). The
+# estimate errs towards room: an overestimate refuses a run that would have fitted, an
+# underestimate lets the replicas' retention delete segments the read-back checks then
+# report as lost.
+STEP_RECORD_OVERHEAD = 128          # record header, properties and index per message
+FAILOVER_EXTRA_S = 10.0             # the failover step's start and drain around its kills
+
+
+def step_disk_bytes(step: Step) -> int:
+    r, w = step.resolved, step.workload
+    if r.connect:
+        return 0
+    if r.count is not None:
+        data = r.count * (r.size + STEP_RECORD_OVERHEAD)
+    else:
+        seconds = (r.duration_s if r.duration_s is not None
+                   else (r.kills or 0) * (r.kill_every_s or 0.0) + FAILOVER_EXTRA_S)
+        data = seconds * w.write_rate_bound
+    copies = r.replicas if "replicas" in w.uses else 1
+    return int(data + w.segment_bytes * r.groups) * copies
 
 
 class DiskTooFull(WorkloadUnavailable):
-    """The benchmark directory's file system is too full for the stores' retention to
-    leave the suite's data alone."""
+    """The step would fill the disk past the stores' force-clean ratio (the CLI exits 2)."""
 
 
-def check_disk(directory: str | None) -> None:
-    d = directory or tempfile.gettempdir()
-    used, force = default_disk_usage(d), StoreConfig().disk_force_clean_ratio
-    if used > force - DISK_MARGIN:
+def disk_space(directory: str) -> tuple[int, int]:
+    """(used bytes, used + available to unprivileged users), as df and the stores'
+    retention (default_disk_usage) count them."""
+    fs = os.statvfs(directory)
+    used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return used, used + fs.f_bavail * fs.f_frsize
+
+
+def check_disk(directory: str, need: int, what: str) -> None:
+    """Raise DiskTooFull if writing `need` more bytes under `directory` would take its file
+    system above the stores' force-clean ratio: the replicas' retention would then delete
+    their oldest segments and the read-back checks report the messages as lost."""
+    force = StoreConfig().disk_force_clean_ratio
+    used, total = disk_space(directory)
+    if total <= 0:
+        return
+    after = (used + need) / total
+    if after > force:
         raise DiskTooFull(
-            f"disk use {used:.0%} on the file system of {d}: the stores' retention deletes "
-            f"their oldest segments above {force:.0%} (disk_force_clean_ratio), which the "
-            f"read-back checks would report as lost messages; free space (below "
-            f"{force - DISK_MARGIN:.0%}) or pass --dir on another file system")
+            f"{what} may write {need / (1 << 30):.1f} GiB under {directory}, taking its file "
+            f"system from {used / total:.0%} to {after:.0%} used: above {force:.0%} "
+            f"(disk_force_clean_ratio) the stores' retention deletes their oldest segments, "
+            f"which the read-back checks would report as lost messages; free "
+            f"{(used + need - force * total) / (1 << 30):.1f} GiB or pass --dir on another "
+            f"file system")
 
 
 def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
@@ -135,8 +169,15 @@ def run(opts: BenchOptions, steps, *, strict: bool, argv: list[str]) -> dict:
     out, err = _console(), _console(stderr=True)
     progress = ProgressLine(err, opts.progress)
     started = report.now_iso()
-    check_disk(opts.dir)
-    base = tempfile.mkdtemp(prefix="quorumlog-bench-", dir=opts.dir)
+    base_dir = opts.dir or tempfile.gettempdir()
+    if planned:
+        # each step removes its stores when it ends, unless --keep
+        biggest = max(planned, key=step_disk_bytes)
+        need, what = step_disk_bytes(biggest), biggest.workload.describe(biggest.resolved)
+        if opts.keep:
+            need, what = sum(map(step_disk_bytes, planned)), "the run with --keep"
+        check_disk(base_dir, need, what)
+    base = tempfile.mkdtemp(prefix="quorumlog-bench-", dir=base_dir)
     results, errors, refs = [], [], None
     try:
         if opts.references:

@@ -75,6 +75,11 @@ class Workload:
     summary = ""
     defaults: dict = {}
     uses: frozenset = frozenset()
+    # For the disk check before a run (suite.step_disk_bytes): the bytes per second per
+    # replica a duration-bound run may write at most (2.5x the fastest measured,
+    # docs/benchmarks.md), and the size of the segment files it preallocates.
+    write_rate_bound: int = 256 << 20
+    segment_bytes: int = 1 << 30
 
     def unavailable(self) -> str | None:
         return None
