@@ -150,7 +150,7 @@ class SimNetwork:
 
     # -- delivery ----------------------------------------------------------------------------
 
-    def _submit(self, src: "SimTransport", dst_id: str, message) -> bool:
+    def _submit(self, src: "SimTransport", dst_id: str, message, group: int = 0) -> bool:
         dst = self.nodes.get(dst_id)
         st = src._stats[dst_id]
         if dst is None or not dst._running or not self.can_talk(src.node_id, dst_id):
@@ -162,9 +162,11 @@ class SimNetwork:
             return False
         if self.wire:
             # through the real encoder and frame decoder, as on a socket
-            (item,) = FrameDecoder().feed(b"".join(bytes(p) for p in codec.encode(message)))
+            dec = FrameDecoder()
+            dec.allow_groups = True
+            (item,) = dec.feed(b"".join(bytes(p) for p in codec.encode(message, group=group)))
         else:
-            item = _sent_copy(message)
+            item = (group, _sent_copy(message))
         st["sent"] += 1
         rng = self.rng
         if ln.drop_rate and rng.random() < ln.drop_rate:
@@ -212,11 +214,12 @@ class SimNetwork:
             self.dropped += 1
             return
         if self.wire:
+            group = item.group
             msg = codec.decode_frame(item, src_id, dst_id, channels=(codec.RAFT,))
         else:
-            msg = item
+            group, msg = item
         self.delivered += 1
-        dst._receive(src_id, msg)
+        dst._receive(src_id, msg, group)
 
 
 def _sent_copy(message):
@@ -243,6 +246,8 @@ class SimTransport:
             raise ConfigError(f"node {node_id!r} is already on this network")
         self.network = network
         self.on_message = on_message
+        # a process hosting many Raft groups (node/host.py) sets this: (peer, group, msg)
+        self.on_group_message = None
         self.address = ("sim", node_id)
         self._peers: set = set()
         self._init_peers = dict(peers or {})
@@ -286,7 +291,7 @@ class SimTransport:
     def peers(self) -> list:
         return sorted(self._peers)
 
-    def is_connected(self, peer_id: str) -> bool:
+    def is_connected(self, peer_id: str, lane=None) -> bool:
         dst = self.network.nodes.get(peer_id)
         return (self._running and peer_id in self._peers and dst is not None and dst._running
                 and self.node_id in dst._peers and self.network.can_talk(self.node_id, peer_id))
@@ -302,22 +307,25 @@ class SimTransport:
             except TimeoutError:
                 pass
 
-    def send(self, peer_id: str, message) -> bool:
+    def send(self, peer_id: str, message, group: int = 0) -> bool:
         if self._closed:
             raise TransportClosedError("transport is closed")
         if peer_id not in self._peers:
             return False
-        return self.network._submit(self, peer_id, message)
+        return self.network._submit(self, peer_id, message, group)
 
     def stats(self) -> dict:
         return {"node_id": self.node_id, "address": self.address,
                 "peers": {p: dict(self._stats[p], connected=self.is_connected(p))
                           for p in sorted(self._peers)}}
 
-    def _receive(self, src_id: str, msg) -> None:
+    def _receive(self, src_id: str, msg, group: int = 0) -> None:
         self._stats[src_id]["received"] += 1
         try:
-            self.on_message(src_id, msg)
+            if self.on_group_message is not None:
+                self.on_group_message(src_id, group, msg)
+            else:
+                self.on_message(src_id, msg)
         except Exception:
             log.exception("on_message failed for a message from %r", src_id)
 

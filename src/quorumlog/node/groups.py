@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..net.messages import MAX_GROUPS
 
 __all__ = ["MAX_GROUPS", "group_of", "preferred_leader", "group_dir", "check_layout",
-           "LAYOUT_FILE", "check_groups", "groups_in"]
+           "LAYOUT_FILE", "check_groups", "groups_in", "check_open_groups"]
 
 LAYOUT_FILE = "groups.json"
 _TOPIC_HASHES_REMEMBERED = 4096
@@ -34,6 +34,23 @@ def check_groups(groups, what: str = "groups") -> int:
         raise ConfigError(f"{what}={groups!r}: a process hosts 1..{MAX_GROUPS} Raft groups "
                           "(MAX_GROUPS)")
     return groups
+
+
+def check_open_groups(open_groups, groups: int) -> tuple:
+    """The groups a process opens, ascending: all of 0..groups-1 for None, else a non-empty
+    collection of distinct ints in that range (ConfigError naming what is wrong)."""
+    if open_groups is None:
+        return tuple(range(groups))
+    if isinstance(open_groups, (str, bytes)) or not hasattr(open_groups, "__iter__"):
+        raise ConfigError(f"open_groups={open_groups!r}: a list of group ids in "
+                          f"0..{groups - 1}")
+    got = list(open_groups)
+    bad = [g for g in got if type(g) is not int or not 0 <= g < groups]
+    if bad:
+        raise ConfigError(f"open_groups: {bad!r} not in 0..{groups - 1} (groups={groups})")
+    if not got or len(set(got)) != len(got):
+        raise ConfigError(f"open_groups={got!r}: at least one group, each once")
+    return tuple(sorted(got))
 
 
 def group_of(topic: str, queue_id: int, groups: int) -> int:

@@ -16,6 +16,11 @@ decoder accepts the group field; a frame naming a group this process does not ho
 refused (UnknownGroupError, counted per peer in `stats()["unknown_group"]`, logged at most
 every few seconds) and changes nothing.
 
+open_groups (the embedding API, node/replica.py): a process may open only some groups of the
+layout (a broker that serves those). `nodes` are then the opened groups' Nodes in
+`hosted` order; a frame for a group of the layout it did not open is dropped and counted
+in `stats["not_open"]` (peers hosting it send them; not logged: it is the configuration).
+
 Quiescence (raft/quiesce.py): an idle group costs nothing per tick. Every heartbeat
 interval the host quiesces each leader group that may (Q1), skips the ticks of quiesced
 groups, and sends each peer ONE QuietBeat: the groups it leads quiesced (a quiet heartbeat
@@ -32,7 +37,6 @@ import collections
 import dataclasses
 import logging
 import random
-import time
 
 from ..config import load_config
 from ..metrics import GroupsCollector, serve_collector
@@ -46,7 +50,8 @@ from .clock import MonotonicClock
 from .config import NodeConfig, parse_address
 from .driver import Node
 from .flusher import SharedFlusher
-from .groups import check_groups, check_layout, group_dir, group_of, preferred_leader
+from .groups import (check_groups, check_layout, check_open_groups, group_dir, group_of,
+                     preferred_leader)
 from .wiring import tcp_transport
 
 log = logging.getLogger(__name__)
@@ -121,10 +126,13 @@ class NodeHost:
                  store_cfg=None, groups: int | None = None,
                  transport_config: TransportConfig | None = None,
                  rng: random.Random | None = None, balance: bool = True,
-                 node_class: type = Node, quiesce: bool | None = None):
+                 node_class: type = Node, quiesce: bool | None = None,
+                 open_groups=None, transport=None, clock=None, flushers=None):
         self.path = path
         self.cfg = cfg
         self.groups = check_groups(groups if groups is not None else cfg.groups)
+        # the groups this process opens, ascending (None: every group of the layout)
+        self.hosted = check_open_groups(open_groups, self.groups)
         self.raft_cfg = raft_cfg or RaftConfig()
         self.store_cfg = store_cfg
         self.transport_config = transport_config
@@ -132,16 +140,23 @@ class NodeHost:
         self.balance = balance and self.groups > 1
         self.node_class = node_class     # (the benchmark's replica counts with a subclass)
         self.transport = None
+        # the simulator's seams (testing/nodesim.py): a shared transport with the group
+        # field (None: TCP), a clock (None: monotonic), flushers: group -> FlushService
+        # (None: the shared flush thread in sync mode)
+        self._given_transport = transport
+        self._flushers = flushers
         self.nodes: list[Node] = []
-        self._links: list[GroupLink] = []
+        self._links: dict[int, GroupLink] = {}
+        self._by_group: dict[int, Node] = {}
         self._balancer: asyncio.Task | None = None
         self._ticker: asyncio.Task | None = None
-        self.clock = MonotonicClock()
+        self.clock = clock or MonotonicClock()
         self._metrics_server = None
         self.metrics_address: tuple | None = None
         self.flusher: SharedFlusher | None = None
         self._asked: dict[int, float] = {}      # group -> when its transfer was asked
-        self.stats = {"unknown_group": collections.Counter(), "transfers_asked": 0,
+        self.stats = {"unknown_group": collections.Counter(), "not_open": collections.Counter(),
+                      "transfers_asked": 0,
                       "batched_heartbeats": 0, "heartbeat_batches": 0, "quiet_beats": 0,
                       "quiesced": 0, "woken": 0, "loop_stalls": 0}
         # False: every group ticks and heartbeats, idle or not (None: cfg.quiesce)
@@ -154,7 +169,8 @@ class NodeHost:
         self._quiet_since = None        # since when every group is quiesced (-1: logged)
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
         self._listeners: list = []
-        self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5)
+        self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5,
+                                      clock=lambda: self.clock.now_ms() / 1000)
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -167,31 +183,34 @@ class NodeHost:
             self._listen(node, 0)
             await node.start()
             self.nodes = [node]
+            self._by_group = {0: node}
             self.transport = node.transport
             return
         # the groups serve /metrics together (metrics.GroupsCollector), not one each
         gcfg = dataclasses.replace(self.cfg, metrics_addr=None)
         rcfg = dataclasses.replace(self.raft_cfg, align_heartbeats=True)
         # sync mode: one flush thread for every group (a round flushes each waiting log)
-        self.flusher = SharedFlusher() if self.store_cfg.flush == "sync" else None
+        self.flusher = SharedFlusher() if self.store_cfg.flush == "sync" and \
+            self._flushers is None else None
         # an auto-created topic spans every group: at least G queues (clients assume the
         # same when they choose a queue: client.py topic_queues)
         scfg = self.store_cfg if self.store_cfg is not None else load_config(None, {})
         self.store_cfg = dataclasses.replace(
             scfg, default_topic_queues=max(scfg.default_topic_queues, self.groups))
         try:
-            for g in range(self.groups):
+            for g in self.hosted:
                 link = GroupLink(self, g)
                 node = self.node_class(group_dir(self.path, g, self.groups), gcfg,
                                        rcfg, store_cfg=self.store_cfg,
                                        rng=random.Random(self.rng.random()), transport=link,
                                        clock=self.clock, own_ticker=False,
-                                       flusher=self.flusher.handle() if self.flusher else None)
-                self._links.append(link)
+                                       flusher=self._flusher_for(g))
+                self._links[g] = link
                 self._listen(node, g)
                 await node.start()
                 self.nodes.append(node)
-            self.transport = self._shared_transport()
+                self._by_group[g] = node
+            self.transport = self._given_transport or self._shared_transport()
             self.transport.on_group_message = self._on_group_message
             await self.transport.start()
         except BaseException:
@@ -208,6 +227,11 @@ class NodeHost:
             self._balancer = loop.create_task(self._balance_loop())
         log.info("node %s: hosting %d Raft groups in %s", self.cfg.node_id, self.groups,
                  self.path)
+
+    def _flusher_for(self, group: int):
+        if self._flushers is not None:
+            return self._flushers(group)
+        return self.flusher.handle() if self.flusher is not None else None
 
     def _shared_transport(self):
         tcfg = self.transport_config or TransportConfig(
@@ -235,6 +259,18 @@ class NodeHost:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: (server.shutdown(), server.server_close()))
         await self._stop_nodes()
+
+    async def crash_for_testing(self) -> None:
+        """Test hook (the simulator's kill -9 of the process): every group crashes
+        (Node.crash_for_testing), the timers and the shared transport stop."""
+        for t in (self._balancer, self._ticker):
+            if t is not None:
+                t.cancel()
+        self._balancer = self._ticker = None
+        for node in self.nodes:
+            await node.crash_for_testing()
+        if self.groups > 1 and self.transport is not None:
+            await self.transport.close()
 
     async def _tick_loop(self) -> None:
         """One timer ticks every group that is not quiesced (a task per group woke 100 times
@@ -279,19 +315,26 @@ class NodeHost:
 
     # ---------------------------------------------------------------------------- routing
     def node(self, group: int) -> Node:
-        """The Node of `group`; UnknownGroupError for a group this process does not host."""
-        if type(group) is not int or not 0 <= group < len(self.nodes):
+        """The Node of `group`; UnknownGroupError for a group this process does not host
+        (out of 0..groups-1, or not opened)."""
+        node = self._by_group.get(group) if type(group) is int else None
+        if node is None:
+            opened = "" if len(self.hosted) == self.groups else \
+                f" and opened {list(self.hosted)} of them"
             raise UnknownGroupError(f"node {self.cfg.node_id} hosts groups 0..{self.groups - 1}"
-                                    f", not {group!r}")
-        return self.nodes[group]
+                                    f"{opened}, not {group!r}")
+        return node
 
     def group_of(self, topic: str, queue_id: int) -> int:
         return group_of(topic, queue_id, self.groups)
 
     def node_for(self, topic: str, queue_id: int) -> Node:
         """The Node of the group that holds (topic, queue_id) (node/groups.py's rule)."""
-        return self.nodes[group_of(topic, queue_id, self.groups)] if self.groups > 1 \
-            else self.nodes[0]
+        if self.groups == 1:
+            return self.nodes[0]
+        g = group_of(topic, queue_id, self.groups)
+        node = self._by_group.get(g)
+        return node if node is not None else self.node(g)      # (raises: not opened)
 
     # ---------------------------------------------------------------------------- heartbeats
     def queue_heartbeat(self, peer: str, group: int, msg) -> bool:
@@ -339,11 +382,14 @@ class NodeHost:
         if type(msg) is QuietBeat:
             self._on_quiet(peer, msg)
             return
-        if group < len(self._links):
-            on = self._links[group].on_message
-            if on is not None:
-                on(peer, msg)
+        link = self._links.get(group)
+        if link is not None:
+            if link.on_message is not None:
+                link.on_message(peer, msg)
                 return
+        elif group < self.groups:       # a group of the layout this process did not open
+            self.stats["not_open"][peer] += 1
+            return
         # a peer configured with more groups (or a broken peer): nothing of ours changes
         self.stats["unknown_group"][peer] += 1
         self._events.log(logging.WARNING, "unknown group",
@@ -364,7 +410,7 @@ class NodeHost:
         peers = [p for p in t.peers() if p != me]     # (members added later included)
         unheard = frozenset(p for p in peers if heard.get(p, -1) < oldest)
         led = []
-        for g, node in enumerate(self.nodes):
+        for g, node in zip(self.hosted, self.nodes):
             core = node.core
             if core.quiesced:
                 if unheard and (core.leader_id in unheard or (
@@ -400,15 +446,15 @@ class NodeHost:
     def _on_quiet(self, peer: str, msg) -> None:
         now = self.clock.now_ms()
         self._quiet_heard[peer] = now
-        nodes = self.nodes
+        nodes = self._by_group
         listed = set()
         held = []
         for g, term, commit in msg.groups:          # quiet heartbeats from `peer`
-            if g < len(nodes):
+            if g in nodes:
                 listed.add(g)
                 if nodes[g].quiet_heartbeat(peer, term, commit, now):
                     held.append(g)
-        for g, node in enumerate(nodes):
+        for g, node in nodes.items():
             core = node.core
             if (core.quiesced and core.leader_id == peer and core.role == Role.FOLLOWER
                     and g not in listed):
@@ -433,7 +479,8 @@ class NodeHost:
 
     def quiesced(self) -> list:
         """The groups whose core is quiesced now."""
-        return [g for g, n in enumerate(self.nodes) if n.core is not None and n.core.quiesced]
+        return [g for g, n in zip(self.hosted, self.nodes) if n.core is not None
+                and n.core.quiesced]
 
     # ---------------------------------------------------------------------------- balance
     async def _balance_loop(self) -> None:
@@ -448,9 +495,9 @@ class NodeHost:
         """Give one group whose preferred leader is another, caught-up, connected member
         back to it (leadership transfer); at most one group per call, and none while a
         transfer asked by this host is still running. Returns the group or None."""
-        now = time.monotonic() * 1000
+        now = self.clock.now_ms()       # (the host's clock: virtual in the simulator)
         me = self.cfg.node_id
-        for g, node in enumerate(self.nodes):
+        for g, node in zip(self.hosted, self.nodes):
             core = node.core
             if core is None or core.role != Role.LEADER or core.transferee is not None:
                 continue
@@ -459,8 +506,9 @@ class NodeHost:
             if now - self._asked.get(g, -1e18) < _BALANCE_RETRY_MS:
                 continue
             pref = preferred_leader(g, core.voters)
-            if pref == me or pref not in core.progress:
-                continue
+            if pref == me or pref not in core.progress or core.progress[pref].match == 0:
+                continue        # (match 0: it never acknowledged this leader -- it may not
+                                # host the group at all: a replica that opened some groups)
             if not self.transport.is_connected(pref):
                 continue
             if core.log.last_index() - core.progress[pref].match > _BALANCE_MAX_LAG:
@@ -492,6 +540,7 @@ class NodeHost:
 
     def status(self) -> dict:
         return {"node_id": self.cfg.node_id, "groups": self.groups,
+                "open_groups": list(self.hosted),
                 "unknown_group": dict(self.stats["unknown_group"]),
                 "transfers_asked": self.stats["transfers_asked"],
                 "quiesced": len(self.quiesced()),

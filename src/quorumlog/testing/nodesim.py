@@ -48,6 +48,8 @@ from ..net.simnet import SimNetwork, SimTransport
 from ..node.clock import LoopClock
 from ..node.config import NodeConfig
 from ..node.driver import Node
+from ..node.groups import group_dir, group_of
+from ..node.host import NodeHost
 from ..raft.core import RaftConfig
 from ..raft.messages import Role
 from .nodesim_check import STOPPED_FOR_RECOVERY, HistoryChecker
@@ -68,6 +70,7 @@ class SeedResult:
     seed: int
     mode: str = ""
     window: int = 0
+    groups: int = 1
     violations: list = field(default_factory=list)
     acknowledged: int = 0          # messages
     nemeses: int = 0
@@ -85,10 +88,11 @@ class SeedResult:
 
 
 class _Batch:
-    __slots__ = ("pid", "seq", "bodies", "reached", "state", "window")
+    __slots__ = ("pid", "seq", "bodies", "reached", "state", "window", "group", "queue")
 
-    def __init__(self, pid, seq, bodies, window):
+    def __init__(self, pid, seq, bodies, window, group=0, queue=None):
         self.pid, self.seq, self.bodies = pid, seq, bodies
+        self.group, self.queue = group, queue       # (G > 1: the producer's group, queue)
         self.window = window       # the producer's unresolved sequences (the real client's)
         self.reached = False       # an attempt got past the node's checks: maybe written
         self.state = "open"        # open | acked | refused | abandoned
@@ -100,9 +104,64 @@ class _Member:
     def __init__(self, nid, path, disk, rate):
         self.id, self.path, self.disk, self.rate = nid, path, disk, rate
         self.node: Node | None = None
-        self.flush_task = None
+        self.host: NodeHost | None = None      # G > 1: the process's groups
+        self.flush_tasks: list = []
         self.held: dict = {}       # index -> term of its log when it last went down
         self.restart_at = None
+
+    @property
+    def up(self) -> bool:
+        return self.node is not None or self.host is not None
+
+    def nodes(self) -> list:
+        """Its running Nodes (one per group), or [] while down."""
+        if self.host is not None:
+            return self.host.nodes
+        return [self.node] if self.node is not None else []
+
+
+class _GroupSlot:
+    """One member as one Raft group's checker sees it (G > 1): its id, that group's Node
+    while the member runs, that group's log when it last went down."""
+
+    def __init__(self, member: _Member, group: int):
+        self.member, self.group, self.id = member, group, member.id
+        self.held: dict = {}
+
+    @property
+    def node(self):
+        h = self.member.host
+        return h.nodes[self.group] if h is not None else None
+
+
+class _GroupView:
+    """What a HistoryChecker reads of the run, for one Raft group of a G > 1 run: the
+    members' slots of that group, that group's batches; the rest is the run's."""
+
+    def __init__(self, sim: "NodeSim", group: int):
+        self.sim, self.group = sim, group
+        self.members = {i: _GroupSlot(m, group) for i, m in sim.members.items()}
+        self.res, self.mode, self.stats = sim.res, sim.mode, sim.stats
+
+    @property
+    def loop(self):
+        return self.sim.loop
+
+    @property
+    def batches(self) -> list:
+        return [b for b in self.sim.batches if b.group == self.group]
+
+    def live(self) -> list:
+        return [s for s in self.members.values() if s.node is not None]
+
+    def change_members(self) -> bool:
+        return self.sim.change_members(self.group)
+
+    async def reap_failed(self) -> None:
+        await self.sim.reap_failed()
+
+    async def restart_due(self, now: float, force: bool = False) -> None:
+        await self.sim.restart_due(now, force)
 
 
 def _store_cfg(mode: str):
@@ -116,15 +175,18 @@ class NodeSim:
     """One seed's run (see the module docstring)."""
 
     def __init__(self, seed: int, *, fault_ms: int = 3000, settle_ms: int = 20000,
-                 mode: str | None = None, window: int | None = None):
+                 mode: str | None = None, window: int | None = None, groups: int = 1):
         self.seed = seed
+        # G > 1: each member is a NodeHost of G groups (quiescence, batched heartbeats,
+        # leader balance), one checker per group (G = 1: the Node alone, as ever)
+        self.groups = groups
         rng = self.rng = random.Random(seed)
         self.mode = mode or rng.choice(("sync", "async"))
         self.window = window or rng.choice((1, 2, 4, 8))
         self.fault_ms, self.settle_ms = fault_ms, settle_ms
         self.max_down = rng.choice((1, 1, 2))
         self.kinds = self._pick_kinds(rng)
-        self.res = SeedResult(seed, self.mode, self.window)
+        self.res = SeedResult(seed, self.mode, self.window, groups=groups)
         self.stats = self.res.stats
         self.net = SimNetwork(seed=rng.getrandbits(32), delay_ms=(1, rng.choice((3, 10))))
         root = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -135,12 +197,14 @@ class NodeSim:
         self.peers = {i: f"127.0.0.1:{7001 + k}" for k, i in enumerate(IDS)}
         self.raft_cfg = RaftConfig()
         self.store_cfg = _store_cfg(self.mode)
-        self.leader_guess = IDS[0]
+        self.leader_guess = {g: IDS[0] for g in range(groups)}     # group -> member id
         self.stop_new = False
         self.deadline = float("inf")
         self.batches: list[_Batch] = []
         self.trace: list = []       # what the nemeses did, for a failing seed's report
-        self.checker = HistoryChecker(self)
+        self.checkers = [HistoryChecker(self)] if groups == 1 else \
+            [HistoryChecker(_GroupView(self, g), f"group {g}: ") for g in range(groups)]
+        self.checker = self.checkers[0]
         self.loop: VirtualTimeLoop | None = None
 
     @staticmethod
@@ -152,6 +216,9 @@ class NodeSim:
 
     # ------------------------------------------------------------------------- members
     async def start_member(self, m: _Member) -> None:
+        if self.groups > 1:
+            await self._start_host(m)
+            return
         loop = self.loop
         cfg = NodeConfig(node_id=m.id, peers=self.peers, insecure=True, put_timeout_ms=5000)
         transport = SimTransport(m.id, self.net, None, peers={p: None for p in IDS if p != m.id})
@@ -169,31 +236,75 @@ class NodeSim:
         m.node = node
         self.note(f"{m.id} up: log {node.store.commitlog.last_index}")
         if self.mode == "async":
-            m.flush_task = loop.create_task(m.disk.flush_loop(node))
+            m.flush_tasks = [loop.create_task(m.disk.flush_loop(node))]
+
+    async def _start_host(self, m: _Member) -> None:
+        """G > 1: the member as `quorumlog serve --groups G` runs it, a NodeHost (one
+        transport, one timer, quiescence, leader balance) on the simulated network, disk
+        (a SimFlusher per group: the shared flush thread is a real thread) and clock."""
+        loop = self.loop
+        cfg = NodeConfig(node_id=m.id, peers=self.peers, insecure=True, put_timeout_ms=5000,
+                         groups=self.groups)
+        transport = SimTransport(m.id, self.net, None, peers={p: None for p in IDS if p != m.id})
+        host = NodeHost(m.path, cfg, self.raft_cfg, store_cfg=self.store_cfg,
+                        rng=random.Random(self.rng.getrandbits(32)), transport=transport,
+                        clock=LoopClock(loop, m.rate, self.rng.randrange(1 << 20)),
+                        flushers=(lambda g: SimFlusher(m.disk)) if self.mode == "sync"
+                        else None)
+        try:
+            await host.start()
+        except Exception as e:
+            self.checker.violation(f"{m.id} failed to reopen its stores: {e!r}")
+            if transport.network.nodes.get(m.id) is transport:
+                await transport.close()
+            return
+        m.host = host
+        self.note(f"{m.id} up: logs {[n.store.commitlog.last_index for n in host.nodes]}")
+        if self.mode == "async":
+            m.flush_tasks = [loop.create_task(m.disk.flush_loop(n)) for n in host.nodes]
 
     async def take_down(self, m: _Member, power: bool) -> None:
         node, m.node = m.node, None
-        if node is None:
+        host, m.host = m.host, None
+        if node is None and host is None:
             return
-        m.held = self.checker.log_terms(node)
-        await node.crash_for_testing()
-        if m.flush_task is not None:
-            m.flush_task.cancel()
-            m.flush_task = None
+        if host is not None:
+            for c in self.checkers:
+                slot = c.sim.members[m.id]
+                slot.held = c.log_terms(host.nodes[slot.group])
+            await host.crash_for_testing()
+        else:
+            m.held = self.checker.log_terms(node)
+            await node.crash_for_testing()
+        for t in m.flush_tasks:
+            t.cancel()
+        m.flush_tasks = []
         if power:
-            lost = SimDisk.power_loss(m.path)
-            self.note(f"{m.id} lost power: log cut to {lost['flushed_index']}")
+            cut = [SimDisk.power_loss(group_dir(m.path, g, self.groups))["flushed_index"]
+                   for g in range(self.groups)]
+            self.note(f"{m.id} lost power: log cut to {cut[0] if len(cut) == 1 else cut}")
         self.stats["power_losses" if power else "kills"] = \
             self.stats.get("power_losses" if power else "kills", 0) + 1
+
+    def states(self) -> str:
+        if self.groups == 1:
+            return self.checker.states()
+        return " | ".join(f"g{g}: {c.states()}" for g, c in enumerate(self.checkers))
 
     def note(self, text: str) -> None:
         self.trace.append(f"t={int(self.loop.time() * 1000)}ms {text}")
 
     def down(self) -> list:
-        return [m for m in self.members.values() if m.node is None]
+        return [m for m in self.members.values() if not m.up]
 
     def live(self) -> list:
-        return [m for m in self.members.values() if m.node is not None]
+        return [m for m in self.members.values() if m.up]
+
+    def group_node(self, m: _Member, group: int):
+        """Member m's Node of `group` (None while m is down)."""
+        if self.groups == 1:
+            return m.node
+        return m.host.nodes[group] if m.host is not None else None
 
     async def restart_due(self, now: float, force: bool = False) -> None:
         for m in self.down():
@@ -205,7 +316,7 @@ class NodeSim:
         """A node whose flush failed stopped its Raft participation: restart it after a
         power loss (the failed write-back's bytes are not known to be on the disk)."""
         for m in self.live():
-            if m.node.status()["failed"]:
+            if any(n.status()["failed"] for n in m.nodes()):
                 await self.take_down(m, power=True)
                 m.restart_at = self.loop.time() + 0.2
 
@@ -218,7 +329,7 @@ class NodeSim:
             await self.restart_due(self.loop.time())
             kind = rng.choice(self.kinds)
             if await self.inject(kind):
-                self.note(f"{kind} ({self.checker.states()})")
+                self.note(f"{kind} ({self.states()})")
                 self.res.nemeses += 1
                 self.stats[kind] = self.stats.get(kind, 0) + 1
 
@@ -242,39 +353,43 @@ class NodeSim:
             a, b = rng.sample(IDS, 2)
             net.stall(a, b, rng.uniform(200, 800))
         elif kind == "transfer":
-            lead = [m for m in live if m.node.role == Role.LEADER]
+            g = rng.randrange(self.groups) if self.groups > 1 else 0
+            lead = [m for m in live if self.group_node(m, g).role == Role.LEADER]
             if not lead:
                 return False
             to = rng.choice([i for i in IDS if i != lead[0].id])
             try:
-                lead[0].node.transfer_leadership(to)
+                self.group_node(lead[0], g).transfer_leadership(to)
             except QuorumlogError:
                 return False
         elif kind == "member":
-            return self.change_members()
+            return self.change_members(rng.randrange(self.groups) if self.groups > 1 else 0)
         elif kind == "flushfail":       # (sync: the group commit's; async: the background one)
             if not live:
                 return False
             self._pick_target(live).disk.fail_next = True
         return True
 
-    def _ready_leader(self):
-        lead = [m for m in self.live() if m.node.role == Role.LEADER and m.node.ready_to_serve]
-        return lead[0] if lead else None
+    def _ready_leader(self, group: int = 0):
+        for m in self.live():
+            n = self.group_node(m, group)
+            if n.role == Role.LEADER and n.ready_to_serve:
+                return m, n
+        return None, None
 
-    def change_members(self) -> bool:
+    def change_members(self, group: int = 0) -> bool:
         """Remove a follower from the voters, or add back one that is not a voter (it comes
-        back as a learner and is promoted once caught up)."""
-        lead = self._ready_leader()
+        back as a learner and is promoted once caught up); G > 1: in one group."""
+        lead, node = self._ready_leader(group)
         if lead is None:
             return False
-        core = lead.node.core
+        core = node.core
         out = [i for i in IDS if i not in core.voters and i != core.learner]
         try:
             if out:
-                lead.node.add_member(out[0], self.peers[out[0]])
+                node.add_member(out[0], self.peers[out[0]])
             elif core.learner is None and len(core.voters) == len(IDS):
-                lead.node.remove_member(self.rng.choice([i for i in IDS if i != lead.id]))
+                node.remove_member(self.rng.choice([i for i in IDS if i != lead.id]))
             else:
                 return False
         except QuorumlogError:
@@ -282,7 +397,7 @@ class NodeSim:
         return True
 
     def _pick_target(self, live) -> _Member:
-        lead = [m for m in live if m.node.role == Role.LEADER]
+        lead = [m for m in live if any(n.role == Role.LEADER for n in m.nodes())]
         if lead and self.rng.random() < 0.5:
             return lead[0]
         return self.rng.choice(live)
@@ -296,6 +411,11 @@ class NodeSim:
         # leader remembers; after a failure the batches are resent oldest first (turn).
         w = _ProducerWindow(self.window)
         inflight: set = set()
+        # G > 1: producer k writes to group k mod G, on that group's queue of the topic
+        # (the topic has G queues there: one per group, node/groups.py)
+        group = k % self.groups
+        queue = None if self.groups == 1 else \
+            next(q for q in range(self.groups) if group_of(TOPIC, q, self.groups) == group)
         while not self.stop_new:
             if len(inflight) >= self.window:
                 await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
@@ -307,7 +427,7 @@ class NodeSim:
                 break
             n = rng.choice((1, 1, 2, 3, 5))
             b = _Batch(pid, seq, [f"p{k}-{pid:x}-s{seq}-m{i}-".encode() + b"x" * rng.randrange(64)
-                                  for i in range(n)], w)
+                                  for i in range(n)], w, group, queue)
             self.batches.append(b)
             inflight.add(self.loop.create_task(self.send_batch(b, rng)))
             await asyncio.sleep(rng.uniform(0.0, 0.03))
@@ -324,17 +444,17 @@ class NodeSim:
         for _ in range(MAX_ATTEMPTS):
             if self.loop.time() > self.deadline:
                 break
-            m = self.members[self.leader_guess]
-            node = m.node
+            m = self.members[self.leader_guess[b.group]]
+            node = self.group_node(m, b.group)
             if node is None:
-                self._rotate()
+                self._rotate(b.group)
                 await asyncio.sleep(rng.uniform(0.02, 0.1))
                 continue
             try:     # (no batch goes while an older one of the producer waits to be resent)
                 await b.window.turn(b.seq, min(self.deadline, self.loop.time() + 5))
             except TimeoutError:
                 continue
-            outcome = await self._attempt(b, node)
+            outcome = await self._attempt(b, node, self.checkers[b.group])
             if outcome is True:
                 return
             if outcome == "refused":
@@ -350,15 +470,16 @@ class NodeSim:
             await asyncio.sleep(rng.uniform(0.01, 0.08))
         b.state = "abandoned"
 
-    async def _attempt(self, b: _Batch, node: Node):
+    async def _attempt(self, b: _Batch, node: Node, checker: HistoryChecker):
+        where = {} if b.queue is None else {"queue_id": b.queue}
         try:
             # base_sequence: the producer's lowest unresolved sequence, as the client sends
             fut = node.put_batch_future(TOPIC, list(b.bodies), producer_id=b.pid,
-                                        sequence=b.seq, base_sequence=b.window.base())
+                                        sequence=b.seq, base_sequence=b.window.base(), **where)
         except InvalidArgumentError as e:
             return self._refused(e)   # (a sequence the table refuses: outcome unknown)
         except QuorumlogError as e:
-            self._redirect(e)
+            self._redirect(e, b.group)
             return e
         b.reached = True
         try:
@@ -366,10 +487,10 @@ class NodeSim:
         except InvalidArgumentError as e:
             return self._refused(e)
         except (QuorumlogError, TimeoutError) as e:
-            self._redirect(e)
+            self._redirect(e, b.group)
             return e
         b.state = "acked"
-        self.checker.acknowledged(b, node, res)
+        checker.acknowledged(b, node, res)
         return True
 
     def _refused(self, e) -> str:
@@ -377,30 +498,37 @@ class NodeSim:
         self.stats[key] = self.stats.get(key, 0) + 1
         return "refused"
 
-    def _redirect(self, e) -> None:
+    def _redirect(self, e, group: int) -> None:
         lid = getattr(e, "leader_id", None)
-        if lid in self.members and lid != self.leader_guess:
-            self.leader_guess = lid
+        if lid in self.members and lid != self.leader_guess[group]:
+            self.leader_guess[group] = lid
         else:
-            self._rotate()
+            self._rotate(group)
 
-    def _rotate(self) -> None:
-        self.leader_guess = IDS[(IDS.index(self.leader_guess) + 1) % len(IDS)]
+    def _rotate(self, group: int) -> None:
+        self.leader_guess[group] = IDS[(IDS.index(self.leader_guess[group]) + 1) % len(IDS)]
 
     async def consumer(self) -> None:
         rng = random.Random(self.rng.getrandbits(32))
         while True:
             await asyncio.sleep(rng.uniform(0.05, 0.3))
             live = self.live()
-            if live:
+            if not live:
+                continue
+            if self.groups == 1:
                 self.checker.consume(rng.choice(live), rng.randrange(QUEUES), rng)
+                continue
+            m, q = rng.choice(live), rng.randrange(self.groups)     # (one queue per group)
+            c = self.checkers[group_of(TOPIC, q, self.groups)]
+            c.consume(c.sim.members[m.id], q, rng)
 
     # ------------------------------------------------------------------------- the run
     async def main(self) -> None:
         self.loop = asyncio.get_running_loop()
         for m in self.members.values():
             await self.start_member(m)
-        tasks = [self.loop.create_task(self.producer(k)) for k in range(2)]
+        tasks = [self.loop.create_task(self.producer(k))
+                 for k in range(max(2, self.groups))]
         side = [self.loop.create_task(self.nemesis_loop()), self.loop.create_task(self.consumer())]
         try:
             await asyncio.sleep(self.fault_ms / 1000)
@@ -409,10 +537,13 @@ class NodeSim:
             self.stop_new = True
             self.deadline = self.loop.time() + self.settle_ms / 1000
             await asyncio.wait(tasks)
-            await self.checker.converge(self.loop.time() + self.settle_ms / 1000)
+            deadline = self.loop.time() + self.settle_ms / 1000
+            for c in self.checkers:
+                await c.converge(deadline)
             side[1].cancel()
             self._check_tasks(tasks + side)
-            self.checker.final()
+            for c in self.checkers:
+                c.final()
         finally:
             for t in tasks + side:
                 t.cancel()
@@ -421,10 +552,10 @@ class NodeSim:
     async def stop_all(self) -> None:
         """Stop every live node and every async flush loop (the end of a run or a test)."""
         for m in self.live():
-            await m.node.stop()
+            await (m.host or m.node).stop()
         for m in self.members.values():
-            if m.flush_task is not None:
-                m.flush_task.cancel()
+            for t in m.flush_tasks:
+                t.cancel()
 
     def _check_tasks(self, tasks) -> None:
         """A client or nemesis that raised is a broken run, not a passing one."""
@@ -448,7 +579,7 @@ class NodeSim:
         finally:
             loop.close()
             shutil.rmtree(self.root, ignore_errors=True)
-        self.res.acknowledged = self.checker.acked_messages
+        self.res.acknowledged = sum(c.acked_messages for c in self.checkers)
         self.res.trace = self.trace
         self.stats["sim_ms"] = int(loop.time() * 1000)
         return self.res
@@ -458,23 +589,26 @@ def run_seed(seed: int, **kw) -> SeedResult:
     return NodeSim(seed, **kw).run()
 
 
-def replay_command(seed: int) -> str:
-    return f"python -m quorumlog.testing.nodesim --seeds 1 --start {seed} -v"
+def replay_command(seed: int, groups: int = 1) -> str:
+    g = f" --groups {groups}" if groups > 1 else ""
+    return f"python -m quorumlog.testing.nodesim --seeds 1 --start {seed}{g} -v"
 
 
-def _run_one(seed: int) -> SeedResult:
-    return run_seed(seed)
+def _run_one(args: tuple) -> SeedResult:
+    seed, groups = args
+    return run_seed(seed, groups=groups)
 
 
 def _report(r: SeedResult, verbose: bool) -> None:
     if r.violations or (r.stopped and verbose):
-        print(f"seed {r.seed} ({r.mode}, window {r.window}): {len(r.violations)} "
+        g = f", groups {r.groups}" if r.groups > 1 else ""
+        print(f"seed {r.seed} ({r.mode}, window {r.window}{g}): {len(r.violations)} "
               f"violation(s){' [' + r.stopped + ']' if r.stopped else ''}", flush=True)
         for v in r.violations[:10]:
             print(f"  {v}")
         if verbose:
             print("  nemeses:\n    " + "\n    ".join(r.trace))
-        print(f"  replay: {replay_command(r.seed)}", flush=True)
+        print(f"  replay: {replay_command(r.seed, r.groups)}", flush=True)
     elif verbose:
         print(f"seed {r.seed} ({r.mode}, window {r.window}): ok, acknowledged "
               f"{r.acknowledged}, nemeses {r.nemeses}, {r.stats}", flush=True)
@@ -487,15 +621,19 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("-j", "--jobs", type=int, default=1)
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--groups", type=int, default=1,
+                    help="Raft groups per simulated process (> 1: through NodeHost)")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.jobs < 1:
         ap.error("--seeds and -j must be >= 1")
+    if not 1 <= a.groups <= 64:
+        ap.error("--groups must be in 1..64")
     if os.environ.get("PYTHONHASHSEED") != "0":        # set iteration order: replayable
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "quorumlog.testing.nodesim",
                                   *(argv if argv is not None else sys.argv[1:])])
     logging.basicConfig(level=logging.WARNING if a.verbose else logging.CRITICAL + 1)
-    seeds = range(a.start, a.start + a.seeds)
+    seeds = [(s, a.groups) for s in range(a.start, a.start + a.seeds)]
     t0 = time.monotonic()
     viol = acked = nem = 0
     bad_seeds, stopped_seeds = [], []

@@ -41,8 +41,11 @@ STOPPED_FOR_RECOVERY = "stopped for recovery"
 
 
 class HistoryChecker:
-    def __init__(self, sim):
+    def __init__(self, sim, label: str = ""):
+        # sim: the run (G = 1) or one Raft group's view of it (nodesim._GroupView), whose
+        # members are that group's replicas; label names the group in violations
         self.sim = sim
+        self.label = label
         self.acked: dict = {}          # (queue, offset) -> body acknowledged there
         self.acked_at: dict = {}       # body -> (queue, offset)
         self.seen: dict = {}           # (queue, offset) -> body read there
@@ -51,7 +54,7 @@ class HistoryChecker:
     def violation(self, text: str) -> None:
         loop = self.sim.loop
         t = int(loop.time() * 1000) if loop is not None and not loop.is_closed() else -1
-        self.sim.res.violations.append(f"t={t}ms {text}")
+        self.sim.res.violations.append(f"t={t}ms {self.label}{text}")
 
     # ------------------------------------------------------------------ as the run goes
     def log_terms(self, node) -> dict:
@@ -255,7 +258,8 @@ class HistoryChecker:
                 for body in b.bodies:
                     if body in where:
                         self.violation(f"{body!r}: every put refused, yet stored")
-        self.sim.stats["stored"] = len(where)
+        stats = self.sim.stats          # (G > 1: the groups' sum)
+        stats["stored"] = stats.get("stored", 0) + len(where)
 
 
 def _log_digest(cl, upto: int | None = None) -> str:
