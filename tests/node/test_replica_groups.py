@@ -92,6 +92,14 @@ def test_three_replicas_g4_one_opening_some_groups(tmp_path):
         leaders = _wait(lambda: _settled_leaders(reps), "every group's leader", 40)
         for g in (1, 2):                # n3 does not host them: n1 or n2 leads
             assert leaders[g] is not n3
+        # group 2 prefers n3 (sorted voters, 2 mod 3), which did not open it: leader balance
+        # must not hand it there (it asked every 5 s, each transfer stalling the group's
+        # writes until it timed out)
+        lead2 = leaders[2]
+        assert preferred_leader(2, ids) == "n3"
+        assert lead2._call(lead2._sync(lead2.host.balance_once)) is None
+        assert 2 not in lead2.host._asked
+        _wait(lambda: n3.host.stats["not_open"], "n3 dropping frames of groups 1 and 2")
         written = {}
         for g in range(G):
             q = _queue_in(g)

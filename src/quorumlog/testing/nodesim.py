@@ -1,7 +1,7 @@
 """Deterministic simulation of the REAL replica: groups of three `Node` drivers with real
 stores, over the simulated network, on virtual time, with a simulated disk.
 
-    python -m quorumlog.testing.nodesim --seeds N [--start S] [-j J] [-v]
+    python -m quorumlog.testing.nodesim --seeds N [--start S] [-j J] [--groups G] [-v]
 
 Per seed: three `quorumlog.node.driver.Node`s -- the driver `quorumlog serve` runs, its
 proposal pipeline, coalescing and producer table -- each over a real MessageStore on a
@@ -24,8 +24,17 @@ acknowledged with two bodies; replicas byte-identical up to the commit index; an
 acknowledgement only when a majority holds the entry (a minority never acknowledges); and,
 after the last heal, the group converges (one leader, every replica applied to the same end,
 the producers' batches resolved). A failing seed prints its violations and the command that
-replays it exactly (same seed: same run; PYTHONHASHSEED is pinned to 0). The last line of a
-run reads `nodesim: seeds N, violations V, acknowledged A, nemeses K`.
+replays it exactly (same seed: same run; PYTHONHASHSEED is pinned to 0).
+
+--groups G > 1: each member is a `NodeHost` of G groups (node/host.py, as `quorumlog serve
+--groups G` runs it: one shared simulated transport carrying the frames' group field, one
+timer, batched heartbeats, QuietBeats and quiescence, leader balance) on the same simulated
+network, disk and clock; a producer per group (at least two) on its group's queue; the
+nemeses act on the processes (kill, power loss, partitions) or on one group (transfer,
+membership); one HistoryChecker per group checks every rule above for that group
+(`_GroupView`). G = 1 is the run above, unchanged (same seed: same draws, same history).
+
+The last line of a run reads `nodesim: seeds N, violations V, acknowledged A, nemeses K`.
 """
 from __future__ import annotations
 
