@@ -15,6 +15,7 @@ from quorumlog.errors import ConfigError, InvalidArgumentError
 from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError, UnknownGroupError
 from quorumlog.node.groups import group_of, preferred_leader
+from quorumlog.node.service import ClientService
 
 G = 4
 PARTIAL = (0, 3)        # the groups n3 opens
@@ -135,6 +136,16 @@ def test_three_replicas_g4_one_opening_some_groups(tmp_path):
         # a put without a queue goes to a queue of a group this replica leads
         lead, r = _put(reps, 0, lambda x: x.put(TOPIC, b"any queue"))
         assert lead.raft_group(group_of(TOPIC, r.queue_id, G)).role == "LEADER"
+        # n3 chooses among the queues of its own groups (it leads none of them now: their
+        # leaders redirect); so does its client service for a produce with queue -1
+        try:
+            r = n3.put(TOPIC, b"a queue of n3's groups")
+            assert group_of(TOPIC, r.queue_id, G) in PARTIAL
+        except LeaderRedirectError:
+            pass
+        svc = ClientService(n3.host, n3.cfg)
+        picked = {n3._call(n3._sync(svc._led_queue, TOPIC, G, k)) for k in range(2 * G)}
+        assert {group_of(TOPIC, q, G) for q in picked} <= set(PARTIAL), picked
         # per-group accessors only: the single-group ones say so
         with pytest.raises(InvalidArgumentError, match="per group"):
             n1.role

@@ -34,6 +34,8 @@ def test_multi_group_seeds(seed):
     assert res.acknowledged > 0
     # every group was written to and checked: each group's checker saw acknowledgements
     assert all(c.acked_messages > 0 for c in r.checkers), [c.acked_messages for c in r.checkers]
+    # the hosts' own machinery ran: batched heartbeats and QuietBeats
+    assert res.stats.get("heartbeat_batches", 0) > 0 and res.stats.get("quiet_beats", 0) > 0
 
 
 def test_idle_groups_quiesce_under_simulation():

@@ -336,6 +336,21 @@ class NodeHost:
         node = self._by_group.get(g)
         return node if node is not None else self.node(g)      # (raises: not opened)
 
+    def opened(self, group: int):
+        """The Node of `group` if this process opened it, else None."""
+        return self._by_group.get(group)
+
+    def pick_queue(self, topic: str, queues: int, k: int) -> int | None:
+        """The k-th (round-robin) of the topic's first `queues` queues whose group this
+        process leads; none led: of those whose group it opened (whose Node answers
+        NotLeaderError naming the leader); none opened: None."""
+        opened = [q for q in range(queues)
+                  if group_of(topic, q, self.groups) in self._by_group]
+        led = [q for q in opened
+               if self._by_group[group_of(topic, q, self.groups)].core.role == Role.LEADER]
+        pick = led or opened
+        return pick[k % len(pick)] if pick else None
+
     # ---------------------------------------------------------------------------- heartbeats
     def queue_heartbeat(self, peer: str, group: int, msg) -> bool:
         """Queue one group's heartbeat (or answer) for `peer`: every one queued in this loop

@@ -52,7 +52,6 @@ from typing import Callable, NamedTuple
 from ..errors import InvalidArgumentError, LogClosedError, NotAStoreError
 from ..net.messages import UnknownGroupError
 from ..raft.core import LeaseExpired, ReadyToServe, RoleChanged
-from ..raft.messages import Role
 from .config import load_node_config, split_settings
 from .groups import check_open_groups, group_of
 from .host import NodeHost
@@ -243,20 +242,16 @@ class Replica:
     def _pick_queue(self, topic: str) -> int:
         """Round-robin over the topic's queues whose group is open here, those led here
         first (an auto-created topic has max(default_topic_queues, G) queues)."""
-        nodes = self.host.nodes
-        nq = max(n.store.queue_count(topic) for n in nodes) or \
+        nq = max(n.store.queue_count(topic) for n in self.host.nodes) or \
             self.host.store_cfg.default_topic_queues
-        mine = [q for q in range(nq) if group_of(topic, q, self.groups) in self.open_groups]
-        led = [q for q in mine if self.host.node(group_of(topic, q, self.groups)).core.role
-               == Role.LEADER]
-        pick = led or mine
-        if not pick:
+        k = self._rr.get(topic, 0)
+        self._rr[topic] = k + 1
+        q = self.host.pick_queue(topic, nq, k)
+        if q is None:
             raise UnknownGroupError(f"no queue of topic {topic!r} ({nq} queues) is in the "
                                     f"groups {list(self.open_groups)} replica "
                                     f"{self.cfg.node_id} opened")
-        k = self._rr.get(topic, 0)
-        self._rr[topic] = k + 1
-        return pick[k % len(pick)]
+        return q
 
     # -- role changes ------------------------------------------------------------------------
     def _on_event(self, group: int, ev) -> None:        # on the node's loop

@@ -23,10 +23,8 @@ from ..net import messages as m
 from ..net.auth import AuthConfig
 from ..net.errors import NetError
 from ..net.transport import PeerTransport, TransportConfig
-from ..raft.messages import Role
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
-from .groups import group_of
 from .host import NodeHost
 
 log = logging.getLogger(__name__)
@@ -223,12 +221,10 @@ class ClientService:
 
     def _led_queue(self, topic: str, nq: int, k: int) -> int:
         """Many groups, a produce that lets the server choose: the k-th (round-robin) of the
-        topic's queues whose group this member leads (none: queue k mod nq, whose group's
-        Node answers NOT_LEADER naming its leader)."""
-        host = self.host
-        led = [q for q in range(nq)
-               if host.nodes[group_of(topic, q, host.groups)].core.role == Role.LEADER]
-        return led[k % len(led)] if led else k % nq
+        topic's queues whose group this member leads (none: of a group it opened, whose
+        Node answers NOT_LEADER naming its leader; NodeHost.pick_queue)."""
+        q = self.host.pick_queue(topic, nq, k)
+        return k % nq if q is None else q
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:

@@ -72,6 +72,7 @@ QUEUES = 2
 IDS = ("n1", "n2", "n3")
 PUT_TIMEOUT_S = 2.0
 MAX_ATTEMPTS = 60
+_HOST_STATS = ("quiesced", "woken", "quiet_beats", "heartbeat_batches", "transfers_asked")
 
 
 @dataclass
@@ -281,6 +282,7 @@ class NodeSim:
             for c in self.checkers:
                 slot = c.sim.members[m.id]
                 slot.held = c.log_terms(host.nodes[slot.group])
+            self._count_host(host)
             await host.crash_for_testing()
         else:
             m.held = self.checker.log_terms(node)
@@ -294,6 +296,12 @@ class NodeSim:
             self.note(f"{m.id} lost power: log cut to {cut[0] if len(cut) == 1 else cut}")
         self.stats["power_losses" if power else "kills"] = \
             self.stats.get("power_losses" if power else "kills", 0) + 1
+
+    def _count_host(self, host) -> None:
+        """G > 1: what the host did (quiescence, leader balance) into the run's stats."""
+        for k in _HOST_STATS:
+            if host.stats[k]:
+                self.stats[k] = self.stats.get(k, 0) + host.stats[k]
 
     def states(self) -> str:
         if self.groups == 1:
@@ -561,6 +569,8 @@ class NodeSim:
     async def stop_all(self) -> None:
         """Stop every live node and every async flush loop (the end of a run or a test)."""
         for m in self.live():
+            if m.host is not None:
+                self._count_host(m.host)
             await (m.host or m.node).stop()
         for m in self.members.values():
             for t in m.flush_tasks:
@@ -609,8 +619,8 @@ def _run_one(args: tuple) -> SeedResult:
 
 
 def _report(r: SeedResult, verbose: bool) -> None:
+    g = f", groups {r.groups}" if r.groups > 1 else ""
     if r.violations or (r.stopped and verbose):
-        g = f", groups {r.groups}" if r.groups > 1 else ""
         print(f"seed {r.seed} ({r.mode}, window {r.window}{g}): {len(r.violations)} "
               f"violation(s){' [' + r.stopped + ']' if r.stopped else ''}", flush=True)
         for v in r.violations[:10]:
@@ -619,7 +629,7 @@ def _report(r: SeedResult, verbose: bool) -> None:
             print("  nemeses:\n    " + "\n    ".join(r.trace))
         print(f"  replay: {replay_command(r.seed, r.groups)}", flush=True)
     elif verbose:
-        print(f"seed {r.seed} ({r.mode}, window {r.window}): ok, acknowledged "
+        print(f"seed {r.seed} ({r.mode}, window {r.window}{g}): ok, acknowledged "
               f"{r.acknowledged}, nemeses {r.nemeses}, {r.stats}", flush=True)
 
 
