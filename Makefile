@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 SRCS := $(shell find csrc src spark -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' -o -name '*.c' -o -name '*.h' -o -name '*.java' -o -name '*.py' \) 2>/dev/null) setup.py pyproject.toml
 EXTRAS ?= test,spark
 
-.PHONY: test bench microbench install clean soak soak-node cluster-soak soak-cluster flood
+.PHONY: test bench microbench install clean soak soak-node soak-node-groups cluster-soak soak-cluster flood
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,12 @@ soak: $(STAMP)
 START ?= 0
 soak-node: $(STAMP)
 	PYTHONHASHSEED=0 $(VPY) -m quorumlog.testing.nodesim --seeds 20000 --start $(START) -j 2
+
+# the same over NodeHosts of GROUPS Raft groups per simulated process (quiescence, batched
+# heartbeats, leader balance; one checker per group)
+GROUPS ?= 4
+soak-node-groups: $(STAMP)
+	PYTHONHASHSEED=0 $(VPY) -m quorumlog.testing.nodesim --seeds 5000 --start $(START) --groups $(GROUPS) -j 2
 
 # the leader kill -9 test with 20 kills instead of 3 (a few minutes)
 cluster-soak: $(STAMP)
