@@ -79,11 +79,14 @@ def _new_loop():
 class GroupView:
     """One Raft group of a Replica: its role, readiness and store (Replica.raft_group(g))."""
 
-    def __init__(self, replica: "Replica", group: int, node):
+    def __init__(self, replica: "Replica", group: int):
         self.replica = replica
         self.group = group
-        self.node = node
         self._ready = threading.Event()
+
+    @property
+    def node(self):
+        return self.replica.host.node(self.group)
 
     def wait_ready_to_serve(self, timeout: float | None = None) -> bool:
         """True once this replica leads the group and is ready to serve (False on timeout)."""
@@ -133,7 +136,9 @@ class Replica:
         if on_group_role_change is not None:
             self._group_callbacks.append(on_group_role_change)
         self._events = concurrent.futures.ThreadPoolExecutor(1, "quorumlog-role-change")
-        self._views: dict[int, GroupView] = {}
+        # one view per opened group, made before any event can arrive (a view made twice
+        # would split its ready flag between the loop's thread and the caller's)
+        self._views = {g: GroupView(self, g) for g in self.open_groups}
         self._rr: dict[str, int] = {}
         self._closed = False
         self._lock = threading.Lock()
@@ -192,8 +197,7 @@ class Replica:
         """The view of opened group `group`; UnknownGroupError for another."""
         view = self._views.get(group) if type(group) is int else None
         if view is None:
-            node = self.host.node(group)          # raises, naming what is hosted
-            view = self._views[group] = GroupView(self, group, node)
+            self.host.node(group)          # raises, naming what is hosted
         return view
 
     def group_of(self, topic: str, queue_id: int) -> int:
