@@ -198,3 +198,8 @@ def test_bad_groups_input_refused(tmp_path):
         quorumlog.open_replica(tmp_path / "d", "n1", peers, secret=SECRET, groups=2)
     with pytest.raises(ConfigError, match="holds 4 Raft groups, opened with groups=1"):
         quorumlog.open_replica(tmp_path / "d", "n1", peers, secret=SECRET)
+    quorumlog.open_replica(tmp_path / "e", "n1", peers, secret=SECRET,
+                           segment_size_bytes=1 << 22).close()
+    with pytest.raises(ConfigError, match="single-group store.*open it with groups=1"):
+        quorumlog.open_replica(tmp_path / "e", "n1", peers, secret=SECRET, groups=G)
+    assert not (tmp_path / "e" / "groups.json").exists()
