@@ -50,9 +50,13 @@ class ClientService:
         self._rr: dict[str, int] = {}
         self._tasks: set = set()
         self._replies: dict = {}      # connection -> frames of replies not written yet
+        # the loop it serves on (start): asyncio.get_running_loop() makes a getpid() system
+        # call on every call (Python 3.11), once per reply on the produce path
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.stats = {"requests": 0, "errors": 0, "reply_writes": 0}
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         cfg = self.cfg
         secret = read_secret(cfg)
         auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
@@ -101,7 +105,7 @@ class ClientService:
         if type(msg) is m.ProduceRequest:
             self._produce_now(conn, request_id, msg)
             return
-        t = asyncio.get_running_loop().create_task(self._serve(conn, request_id, msg))
+        t = self._loop.create_task(self._serve(conn, request_id, msg))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
@@ -149,7 +153,7 @@ class ClientService:
         if q is None:
             q = self._replies[conn] = []
             if len(self._replies) == 1:
-                asyncio.get_running_loop().call_soon(self._flush_replies)
+                self._loop.call_soon(self._flush_replies)
         q.extend(parts)
         if len(q) >= _MAX_PARTS_PER_WRITE:
             del self._replies[conn]
