@@ -219,3 +219,53 @@ cdef class FrameCodec:
             else:
                 args.append(())
         return self.cls(*args)
+
+
+def scan_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame_bytes,
+                known_types, bint allow_groups, Py_ssize_t large_payload_bytes,
+                bint one_at_a_time, frame_cls):
+    """The complete small frames in buf[start:end] (net/framing.py FrameDecoder._parse's
+    loop, in C) -> (frames, new start). Stops before anything it does not take exactly: a
+    header that fails a check (the caller's loop raises the precise FrameError), a large
+    payload (the caller receives it into its own buffer), an incomplete frame; after one
+    frame with one_at_a_time. Each frame is frame_cls(type, flags, request_id, payload
+    bytes, group)."""
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef list out = []
+    cdef uint64_t length, rid
+    cdef int ftype, flags, group
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if start < 0 or end > view.len or start > end:
+            return out, start
+        while end - start >= FRAME_HEADER:
+            p = <const uint8_t *>view.buf + start
+            if _ld(p, 2) != FRAME_MAGIC or p[2] != FRAME_VERSION:
+                break
+            if _ld(p + 20, 4) != _crc32(p, 20):
+                break
+            ftype = p[3]
+            flags = <int>_ld(p + 4, 2)
+            group = <int>_ld(p + 6, 2)
+            rid = _ld(p + 8, 8)
+            length = _ld(p + 16, 4)
+            if flags != 0 or (group and not allow_groups):
+                break
+            if known_types is not None and ftype not in known_types:
+                break
+            if <Py_ssize_t>length + FRAME_HEADER > max_frame_bytes:
+                break
+            if <Py_ssize_t>length >= large_payload_bytes:
+                break
+            if end - start - FRAME_HEADER < <Py_ssize_t>length:
+                break
+            out.append(tuple.__new__(frame_cls, (
+                ftype, flags, rid,
+                PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER, length), group)))
+            start += FRAME_HEADER + length
+            if one_at_a_time:
+                break
+    finally:
+        PyBuffer_Release(&view)
+    return out, start
