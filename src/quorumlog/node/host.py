@@ -253,11 +253,12 @@ class NodeHost:
                 self.stats["loop_stalls"] += 1
                 log.info("node %s: event loop stalled for %d ms", self.cfg.node_id, now - last)
             last = now
-            awake = False
-            for node in self.nodes:
-                if not node.core.quiesced:      # (raft/quiesce.py Q2)
-                    node.tick(now)
-                    awake = True
+            # (raft/quiesce.py Q2; one comprehension: 64 idle groups are scanned 20 times a
+            # second)
+            ticked = [node for node in self.nodes if not node.core.quiesced]
+            for node in ticked:
+                node.tick(now)
+            awake = bool(ticked)
             if now >= self._next_quiet_ms:
                 # half an interval after the aligned heartbeats: their round has been
                 # answered (an open round keeps a leader awake, raft/quiesce.py Q1)
