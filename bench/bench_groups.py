@@ -1,7 +1,10 @@
 """Many Raft groups per process (node/host.py): 3 replica processes on loopback hosting G
 groups each. Measured after every group elected and the leaders spread:
 
-  * idle CPU of each process (user + system, from /proc) over --seconds;
+  * idle CPU of each process over --seconds: the run time of every thread from
+    /proc/<pid>/task/*/schedstat (exact, in ns; /proc/<pid>/stat's clock ticks under-count
+    short periodic wake-ups), split into the event-loop thread and the others, and the
+    times they were scheduled (wake-ups) per second;
   * frames per second between two processes (the control and data connections of n1 to n2,
     as n1's transport counts them -- G = 1: of the leader to a follower; heartbeats and
     their answers are nearly all of it), read in-process from three NodeHosts in one event
@@ -11,6 +14,7 @@ groups each. Measured after every group elected and the leaders spread:
 
     .venv/bin/python bench/bench_groups.py --groups 1 64 [--seconds 20] [--frames]
         [--quiesce on off]      (off: QUORUMLOG_QUIESCE=false, every group ticks)
+        [--src DIR]             (the source tree the replica processes run: A/B of a copy)
     .venv/bin/python bench/bench_groups.py --groups 16 --kills 5 --seconds 0
 
 Not a test: nothing here asserts a number. docs/benchmarks.md has the figures measured.
@@ -28,7 +32,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from quorumlog.bench.measure import pid_cpu_seconds  # noqa: E402
 from quorumlog.localcluster import LocalCluster, free_port  # noqa: E402
 from quorumlog.node import load_node_config  # noqa: E402
 from quorumlog.node.groups import preferred_leader  # noqa: E402
@@ -36,8 +39,40 @@ from quorumlog.node.host import NodeHost  # noqa: E402
 from quorumlog.raft.messages import Role  # noqa: E402
 
 
-def idle_cpu(groups: int, seconds: float, base: str, quiesce: str = "on") -> dict:
+def thread_times(pid: int) -> dict:
+    """tid -> (run time s, times scheduled) of every thread of `pid` (schedstat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns, _wait_ns, slices = f.read().split()[:3]
+        except OSError:         # (a thread that ended meanwhile)
+            continue
+        out[int(tid)] = (int(run_ns) / 1e9, int(slices))
+    return out
+
+
+def _per_second(before: dict, after: dict, pid: int, wall: float) -> dict:
+    """CPU % of one core and wake-ups/s, event-loop thread (tid == pid) and the others."""
+    loop = [0.0, 0]
+    rest = [0.0, 0]
+    for tid, (run, n) in after.items():
+        run0, n0 = before.get(tid, (0.0, 0))
+        acc = loop if tid == pid else rest
+        acc[0] += run - run0
+        acc[1] += n - n0
+    return {"cpu_percent": round((loop[0] + rest[0]) / wall * 100, 2),
+            "loop_thread_percent": round(loop[0] / wall * 100, 2),
+            "other_threads_percent": round(rest[0] / wall * 100, 2),
+            "loop_wakeups_per_s": round(loop[1] / wall), "other_wakeups_per_s": round(rest[1] / wall),
+            "threads": len(after)}
+
+
+def idle_cpu(groups: int, seconds: float, base: str, quiesce: str = "on",
+             src: str | None = None) -> dict:
     env = {"QUORUMLOG_QUIESCE": "false"} if quiesce == "off" else {}
+    if src is not None:
+        env["PYTHONPATH"] = src
     c = LocalCluster(os.path.join(base, f"cpu-g{groups}-{quiesce}"), 3, profile="small",
                      groups=groups, env=env)
     try:
@@ -54,17 +89,19 @@ def idle_cpu(groups: int, seconds: float, base: str, quiesce: str = "on") -> dic
             c.wait_leader(timeout=60)
         time.sleep(3)
         pids = {n: c.pid(n) for n in c.ids}
-        cpu0 = {n: pid_cpu_seconds(p) for n, p in pids.items()}
+        load = os.getloadavg()[0]
+        before = {n: thread_times(p) for n, p in pids.items()}
         t0 = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - t0
-        cpu = {n: (pid_cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()}
+        per = {n: _per_second(before[n], thread_times(p), p, wall) for n, p in pids.items()}
     finally:
         c.stop()
-    return {"groups": groups, "quiesce": quiesce,
-            "cpu_percent_of_one_core": {n: round(v, 2) for n, v in cpu.items()},
-            "cluster_cpu_percent_of_one_core": round(sum(cpu.values()), 2),
-            "seconds": round(wall, 1)}
+    return {"groups": groups, "quiesce": quiesce, "src": src or "this checkout",
+            "cluster_cpu_percent_of_one_core": round(sum(x["cpu_percent"]
+                                                         for x in per.values()), 2),
+            "per_process": per, "seconds": round(wall, 1),
+            "load_average_1m": [round(load, 2), round(os.getloadavg()[0], 2)]}
 
 
 async def _frames(groups: int, seconds: float, base: str, quiesce: str = "on") -> dict:
@@ -149,6 +186,8 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=0, help="kill -9 of n1 this many times")
     ap.add_argument("--quiesce", nargs="+", default=["on"], choices=["on", "off"])
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--src", default=None,
+                    help="source tree the replica processes import (PYTHONPATH), for A/B")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="ql-groups-idle-", dir=a.dir)
     for g in a.groups:
@@ -157,7 +196,7 @@ def main() -> int:
         if not a.seconds:
             continue
         for q in a.quiesce if g > 1 else ["on"]:
-            print(json.dumps(idle_cpu(g, a.seconds, base, q)), flush=True)
+            print(json.dumps(idle_cpu(g, a.seconds, base, q, a.src)), flush=True)
             if a.frames:
                 print(json.dumps(asyncio.run(_frames(g, a.seconds, base, q))), flush=True)
     shutil.rmtree(base, ignore_errors=True)

@@ -261,6 +261,8 @@ cdef class CommitLog:
     cdef PyThread_type_lock _wlock
     cdef object _flush_lock      # threading.Lock: one flush at a time
     cdef object _cv              # threading.Condition: flusher wake-up + group commit
+    cdef bint _flush_parked      # the flusher waits for an append (the log was clean)
+    cdef int64_t n_flush_wakeups # the flusher's turns (idle cost: see flush_loop)
     cdef int64_t _flush_request
     cdef object _prep_cv
     cdef object _prepared        # Mapping of the next segment or None
@@ -452,6 +454,8 @@ cdef class CommitLog:
             # per bucket of FLUSH_LATENCY_BUCKETS_NS (upper bounds in ns), the last one +Inf
             "flush_latency_counts": list(self._flush_hist),
             "flush_latency_ns_total": self._flush_ns_total,
+            "flush_thread_wakeups": self.n_flush_wakeups,
+            "flush_thread_parked": self._flush_parked,
         }
 
     def __repr__(self):

@@ -79,6 +79,8 @@ cdef int _advance_end(CommitLog self, int64_t end, int64_t next_index, int64_t t
     self.n_append_calls += 1
     self.n_records += records
     self.n_bytes += nbytes
+    if self._flush_parked:
+        _unpark_flusher(self)
     _maybe_request_prepare(self)
     _want_populated(self, end, mapped)
     return 0

@@ -152,6 +152,26 @@ def test_quiet_beats_name_groups_below_max_groups():
         codec.encode(m.QuietBeat("n1", "n2", 1, [], 1, [m.MAX_GROUPS]))
 
 
+def test_quiet_beat_of_every_group_round_trips():
+    # (one struct per row on both sides: codec.List's rows of plain ints)
+    rows = [(g, (1 << 62) + g, (1 << 63) - 1 - g) for g in range(m.MAX_GROUPS)]
+    got = _roundtrip(m.QuietBeat("n1", "n2", 9, rows, 8, list(range(m.MAX_GROUPS))))
+    assert got.groups == tuple(rows) and got.acked == tuple(range(m.MAX_GROUPS))
+
+
+def test_decoded_rows_out_of_bounds_name_the_field():
+    # a peer's QuietBeat whose third group is 0x01FA (> MAX_GROUPS - 1): refused, named
+    term = 0x0102030405
+    wire = bytearray(_wire(m.QuietBeat("n1", "n2", 1, [(1, 1, 1), (2, 1, 1), (0xFA, term, 0)],
+                                       0, [])))
+    at = wire.index(struct.pack("<q", term)) - 2
+    assert wire[at:at + 2] == struct.pack("<H", 0xFA)
+    wire[at + 1] = 0x01
+    (fr,) = FrameDecoder(large_payload_bytes=1000).feed(bytes(wire))
+    with pytest.raises(CodecError, match=r"groups\[2\]\[0\]=506 outside 0..255"):
+        codec.decode_frame(fr, "n1", "n2")
+
+
 def test_heartbeat_batches_are_limited():
     big = m.HeartbeatBatch("n1", "n2", [(0, 1, 1, 1, 1, 1)] * (m.MAX_BATCH_GROUPS + 1))
     with pytest.raises(EncodeError):

@@ -3,7 +3,7 @@ tick sends nothing and times nothing out; quiet heartbeats keep its followers fr
 and its lease alive; any input wakes it; a quiesced follower whose leader dies times out and
 the group elects as usual."""
 from quorumlog.raft import RaftConfig, Role
-from quorumlog.raft.messages import Heartbeat
+from quorumlog.raft.messages import Heartbeat, VoteRequest
 from quorumlog.testing.cluster import ManualCluster
 
 CFG = RaftConfig()
@@ -87,6 +87,20 @@ def test_a_quiet_heartbeat_from_a_leader_not_followed_is_refused():
     # a step of any message wakes the follower too
     f.step(Heartbeat(leader.term, "n1", "n2", leader.commit_index, 99))
     assert not f.quiesced
+
+
+def test_quiet_heartbeats_to_a_held_follower_keep_its_leader_live_for_votes():
+    # Q4 and seed 002's live-leader rule: a follower held quiesced beat after beat (the
+    # quick path of quiet_heartbeat) still counts each one as hearing its leader, so
+    # after three leaks of quiet rounds it refuses another member's vote request (the
+    # leader's lease relies on that)
+    cl, leader = _quiet_cluster()
+    for _ in range(3 * CFG.max_heartbeat_leak):
+        _quiet_round(cl, leader)
+    f = cl.core("n2")
+    assert f.quiesced
+    f.step(VoteRequest(leader.term + 1, "n3", "n2", leader.commit_index, leader.term))
+    assert f.voted_for != "n3" and f.role == Role.FOLLOWER and f.leader_id == "n1"
 
 
 def test_a_quiesced_group_elects_a_new_leader_when_its_leader_dies():

@@ -363,8 +363,9 @@ class Node:
         """raft/quiesce.py Q4 on this follower; a commit it learned is applied."""
         if self._failed is not None or self._stopped:
             return False
+        was = self.core.quiesced
         held = self.core.quiet_heartbeat(peer, term, commit_index, now)
-        if self.core.has_ready():
+        if not (was and held) and self.core.has_ready():     # (held again: nothing new)
             self._schedule_drain()
         return held
 

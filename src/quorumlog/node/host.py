@@ -165,6 +165,7 @@ class NodeHost:
         self._quiet_rounds: dict = {}       # own round -> (sent ms, groups listed)
         self._quiet_heard: dict = {}        # peer -> when its last QuietBeat came
         self._quiet_answers: dict = {}      # peer -> (its round, groups held quiesced)
+        self._quiet_listed: dict = {}       # peer -> the groups its last QuietBeat listed
         self._next_quiet_ms = 0
         self._quiet_since = None        # since when every group is quiesced (-1: logged)
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
@@ -288,11 +289,12 @@ class NodeHost:
                 self.stats["loop_stalls"] += 1
                 log.info("node %s: event loop stalled for %d ms", self.cfg.node_id, now - last)
             last = now
-            awake = False
-            for node in self.nodes:
-                if not node.core.quiesced:      # (raft/quiesce.py Q2)
-                    node.tick(now)
-                    awake = True
+            # (raft/quiesce.py Q2; one comprehension: 64 idle groups are scanned 20 times a
+            # second)
+            ticked = [node for node in self.nodes if not node.core.quiesced]
+            for node in ticked:
+                node.tick(now)
+            awake = bool(ticked)
             if now >= self._next_quiet_ms:
                 # half an interval after the aligned heartbeats: their round has been
                 # answered (an open round keeps a leader awake, raft/quiesce.py Q1)
@@ -469,11 +471,15 @@ class NodeHost:
                 listed.add(g)
                 if nodes[g].quiet_heartbeat(peer, term, commit, now):
                     held.append(g)
-        for g, node in nodes.items():
-            core = node.core
-            if (core.quiesced and core.leader_id == peer and core.role == Role.FOLLOWER
-                    and g not in listed):
-                self._wake(node, now)               # its leader is awake (or gone)
+        # a group quiesced following `peer` was listed in its last beat (quiet_heartbeat is
+        # the only way a follower quiesces, and each beat not listing it wakes it): those
+        # not listed now wake -- O(listed), not a look at every group
+        for g in self._quiet_listed.get(peer, ()):
+            core = nodes[g].core
+            if (g not in listed and core.quiesced and core.leader_id == peer
+                    and core.role == Role.FOLLOWER):
+                self._wake(nodes[g], now)           # its leader is awake (or gone)
+        self._quiet_listed[peer] = listed
         self._quiet_answers[peer] = (msg.seq, held)
         sent = self._quiet_rounds.get(msg.ack)
         if sent is None:

@@ -73,6 +73,13 @@ class QuiesceRules:
         """Q4, follower: `src` leads this group quiesced in `term` at `commit_index`."""
         if now_ms > self.now_ms:
             self.now_ms = now_ms
+        if (self.quiesced and commit_index == self.commit_index and self.leader_id == src
+                and self.term == term and self.role == Role.FOLLOWER):
+            # held quiesced by the last one and nothing since (any input wakes it, Q3): the
+            # log is still exactly this commit, no install or recovery began -- the checks
+            # below would all pass again (one of these per quiesced group and interval)
+            self.last_leader_heartbeat_ms = self.now_ms
+            return True
         if (self.role != Role.FOLLOWER or self.leader_id != src or self.term != term
                 or self.recovering_term or self._install is not None):
             return False

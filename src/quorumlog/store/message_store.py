@@ -123,6 +123,10 @@ class MessageStore:
         self._raft_log: StoreRaftLog | None = None
         self._timer = None
         self._stop_event = threading.Event()
+        # the timer sleeps on this: set by stop, and by a commit while the timer naps
+        self._timer_wake = threading.Event()
+        self._timer_napping = False
+        self._timer_turns = 0
         self._read_only = bool(read_only)
         if not self._read_only:
             os.makedirs(self._path, exist_ok=True)
@@ -531,6 +535,10 @@ class MessageStore:
             done = self._writer.pending.take_upto(index)
             self._dispatcher.commit(index, done)
             upto = self._dispatcher.dispatched_index()
+        if self._timer_napping:
+            # the log moves again: back to the timer's period at once (key index, checkpoint)
+            self._timer_napping = False
+            self._timer_wake.set()
         complete(done)
         return upto
 
@@ -871,7 +879,8 @@ class MessageStore:
                        consumer_offsets=len(self._offsets.table),
                        offset_commits_applied=self._offsets.applied,
                        offset_commits_rejected=self._offsets.rejected,
-                       delayed_pending=self.schedule.pending(), log=lg.stats())
+                       delayed_pending=self.schedule.pending(),
+                       timer_turns=self._timer_turns, log=lg.stats())
             return out
 
     def _start_timer(self):
@@ -883,20 +892,30 @@ class MessageStore:
         cfg = self.config
         next_ret = next_sched = next_cp = self._monotonic()
         period = min(cfg.schedule_interval_ms, cfg.retention_interval_ms) / 1000.0
+        # replicated, while the log stands still: nothing to deliver, dispatch or index;
+        # retention's turn is the only one due (64 idle groups of a process woke this
+        # timer 640 times a second at period, 64 at a second)
+        nap = max(period, cfg.retention_interval_ms / 1000.0)
         wait, seen = period, None
-        while not self._stop_event.wait(wait):
+        while True:
+            self._timer_wake.wait(wait)
+            if self._stop_event.is_set():
+                return
+            self._timer_wake.clear()
             now = self._monotonic()
+            self._timer_turns += 1
             try:
                 with self._lock:
                     if self._closed:
                         return
                     if self._replicated:
-                        # nothing to deliver here: while the log stands still the timer
-                        # backs off to a turn a second (64 idle groups of a process woke
-                        # it 640 times a second); the turn after a change is back at period
+                        # back off while the log stands still, up to nap; a commit
+                        # (apply_committed) wakes a napping timer, and the turn after a
+                        # change is back at period
                         end = self._log.end_position
-                        wait = period if end != seen else min(max(1.0, period), wait * 2)
+                        wait = period if end != seen else min(nap, wait * 2)
                         seen = end
+                        self._timer_napping = wait > period
                     # Replicated: only the leader may append; the Raft driver calls
                     # deliver_due() there.
                     if now >= next_sched and not self._replicated:
@@ -928,6 +947,7 @@ class MessageStore:
 
     def _stop_timer(self):
         self._stop_event.set()
+        self._timer_wake.set()
         t = self._timer
         if t is not None and t is not threading.current_thread():
             t.join()
