@@ -89,6 +89,11 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
 
+    /** SCHEMA and, last, the group of a row's store: the schema of a load() that includes a
+     *  directory of many Raft groups (Groups). */
+    public static final StructType GROUP_SCHEMA = SCHEMA.add(
+        DataTypes.createStructField(Groups.COLUMN, DataTypes.IntegerType, false));
+
     /** Hidden column (SupportsMetadataColumns): the body's length from the record header,
      *  what BodyLengthRule turns length(body) into. Not in select *. */
     public static final StructField BODY_LENGTH = DataTypes.createStructField(
@@ -158,14 +163,21 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
      * agg() agree while a writer appends; a new load() sees the new records.
      */
     static final class StoreTable implements Table, SupportsRead, SupportsMetadataColumns {
+        private final Path[] dirs;
         private final Path[] roots;
         private final StoreMeta[] metas;
+        private final int[] groups;
+        private final boolean multiGroup;
 
         StoreTable(CaseInsensitiveStringMap options) {
-            roots = storeRoots(options);
-            metas = new StoreMeta[roots.length];
+            dirs = storeRoots(options);
             Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
             try {
+                Groups.Layout layout = Groups.expand(dirs, conf);
+                roots = layout.roots.toArray(new Path[0]);
+                groups = layout.groups.stream().mapToInt(Integer::intValue).toArray();
+                multiGroup = layout.multiGroup;
+                metas = new StoreMeta[roots.length];
                 for (int i = 0; i < roots.length; i++) {
                     StoreMeta.checkRoot(roots[i], conf);
                     metas[i] = StoreMeta.load(roots[i], conf);
@@ -177,8 +189,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
         }
 
-        @Override public String name() { return "quorumlog:" + joined(roots); }
-        @Override public StructType schema() { return SCHEMA; }
+        @Override public String name() { return "quorumlog:" + joined(dirs); }
+        @Override public StructType schema() { return multiGroup ? GROUP_SCHEMA : SCHEMA; }
         @Override public MetadataColumn[] metadataColumns() {
             return new MetadataColumn[] { new MetadataColumn() {
                 @Override public String name() { return BODY_LENGTH.name(); }
@@ -191,7 +203,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
-            return new StoreScan(opts, roots, metas);
+            return new StoreScan(opts, roots, metas, groups, multiGroup);
         }
     }
 
@@ -199,8 +211,13 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             SupportsPushDownV2Filters, SupportsPushDownAggregates, SupportsReportPartitioning,
             Scan, Batch {
         private final CaseInsensitiveStringMap options;
-        private final Path[] roots;
-        private final StoreMeta[] metas;
+        // the stores this scan reads: a filter on `group` drops those it rules out
+        private Path[] roots;
+        private StoreMeta[] metas;
+        private int[] groups;
+        private final boolean multiGroup;
+        private final int storeCount;
+        private final List<Filter> groupFilters = new ArrayList<>();
         private final RecordFilter filter = new RecordFilter();
         private Filter[] pushed = new Filter[0];
         private Predicate[] pushedPredicates = new Predicate[0];
@@ -209,13 +226,18 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private boolean aggFromQueues;
         private boolean aggComplete;
         private String planned = "";
-        private StructType required = SCHEMA;
+        private StructType required;
         private transient Configuration conf;
 
-        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas) {
+        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas,
+                  int[] groups, boolean multiGroup) {
             this.options = options;
             this.roots = roots;
             this.metas = metas;
+            this.groups = groups;
+            this.multiGroup = multiGroup;
+            this.storeCount = roots.length;
+            this.required = multiGroup ? GROUP_SCHEMA : SCHEMA;
             Set<String> topics = RecordFilter.parseTopics(options.get("topics"));
             if (topics != null) filter.andTopics(topics);
         }
@@ -248,7 +270,11 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     continue;
                 }
                 scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-                if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
+                if (multiGroup && v1.isDefined() && Groups.onlyGroup(v1.get())) {
+                    pruneGroups(v1.get());   // exact: a store's rows share their group
+                    used.add(v1.get());
+                    usedV2.add(p);
+                } else if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
                     used.add(v1.get());
                     usedV2.add(p);
                     if (!FilterPushdown.exact(v1.get())) left.add(p);
@@ -263,6 +289,32 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
 
         @Override public Predicate[] pushedPredicates() { return pushedPredicates; }
+
+        /** Keeps the stores whose group the filter (on `group` only) keeps. */
+        private void pruneGroups(Filter f) {
+            groupFilters.add(f);
+            List<Integer> keep = new ArrayList<>();
+            for (int i = 0; i < roots.length; i++) {
+                if (Boolean.TRUE.equals(Groups.eval(f, groups[i]))) keep.add(i);
+            }
+            Path[] r = new Path[keep.size()];
+            StoreMeta[] m = new StoreMeta[keep.size()];
+            int[] g = new int[keep.size()];
+            for (int k = 0; k < r.length; k++) {
+                r[k] = roots[keep.get(k)];
+                m[k] = metas[keep.get(k)];
+                g[k] = groups[keep.get(k)];
+            }
+            roots = r;
+            metas = m;
+            groups = g;
+        }
+
+        /** "Groups: [0, 2] of 3" for explain() when the load has a multi-group directory. */
+        private String describeGroups() {
+            if (!multiGroup) return "";
+            return " Groups: " + Arrays.toString(groups) + " of " + storeCount + " stores";
+        }
 
         /** k of the predicate keys[0] = 'k' (string literal), else null. */
         private static String firstKeyEquality(Predicate p) {
@@ -303,7 +355,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * answered exactly (pushPredicates returned none).
          */
         @Override public boolean pushAggregation(Aggregation aggregation) {
-            if (!pushdown()) return false;
+            // every store pruned: Spark's own aggregate gives the empty input's answer
+            if (!pushdown() || roots.length == 0) return false;
             agg = AggregatePushdown.of(aggregation);
             if (agg == null) return false;
             aggFromQueues = queuesAnswer(agg);
@@ -403,7 +456,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             else if (filter.hasStoreTs()) read = "ReadVia: log walk cut to the store_timestamp range";
             else read = "ReadVia: log walk";
             return "quorumlog store " + joined(roots) + " PushedFilters: "
-                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "] " + read
+                + Arrays.toString(pushed) + describeGroups() + " RecordFilter: ["
+                + filter.describe() + "] " + read
                 + (byQueue() ? " PartitionedBy: [topic, queue_id]" : "");
         }
         @Override public Batch toBatch() { return this; }
@@ -446,10 +500,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     planned = "aggregate from consume queues";
                     return parts.toArray(new InputPartition[0]);
                 }
-                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
-                    options.getLong("splitBytes", -1), parallelism, useIndexes(), byQueue());
-                planned = String.join("; ", plan.how);
-                InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                InputPartition[] parts = planReads(parallelism);
                 if (agg != null && aggComplete && agg.groupBy.length == 0) {
                     return new InputPartition[] {
                         new AggregatePushdown.WalkPart(parts, agg, parallelism) };
@@ -469,6 +520,29 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
+        }
+
+        /** The read partitions of every store; with the `group` column each store's are
+         *  planned on their own and carry their group (GroupPart). */
+        private InputPartition[] planReads(int parallelism) throws IOException {
+            long splitBytes = options.getLong("splitBytes", -1);
+            if (!multiGroup || agg != null) {
+                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
+                    splitBytes, parallelism, useIndexes(), byQueue());
+                planned = String.join("; ", plan.how);
+                return plan.parts.toArray(new InputPartition[0]);
+            }
+            List<InputPartition> parts = new ArrayList<>();
+            List<String> how = new ArrayList<>();
+            for (int i = 0; i < roots.length; i++) {
+                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), new Path[] { roots[i] },
+                    new StoreMeta[] { metas[i] }, filter, splitBytes, parallelism, useIndexes(),
+                    byQueue());
+                for (InputPartition p : plan.parts) parts.add(new GroupPart(p, groups[i]));
+                how.addAll(plan.how);
+            }
+            planned = String.join("; ", how);
+            return parts.toArray(new InputPartition[0]);
         }
 
         /** How the last planInputPartitions() read each store (for tests). */
@@ -510,6 +584,21 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override public String[] preferredLocations() { return hosts; }
     }
 
+    /** A read partition of one store of a multi-group directory, and that store's group
+     *  (the value of every row's `group` column). */
+    static final class GroupPart implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final InputPartition part;
+        final int group;
+
+        GroupPart(InputPartition part, int group) {
+            this.part = part;
+            this.group = group;
+        }
+
+        @Override public String[] preferredLocations() { return part.preferredLocations(); }
+    }
+
     static final class ReaderFactory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
         private final Broadcast<SerializableConfiguration> conf;
@@ -537,8 +626,13 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
+            int group = 0;
+            if (p instanceof GroupPart) {
+                group = ((GroupPart) p).group;
+                p = ((GroupPart) p).part;
+            }
             try {
-                return new ColumnarReader(open(p, conf.value().value()), required);
+                return new ColumnarReader(open(p, conf.value().value()), required, group);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
