@@ -2,13 +2,14 @@
 the JVM reader (QuorumlogSpark.readStore through py4j) or the Python data source."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
 from .. import format as fmt
 from ..errors import InvalidArgumentError
-from .session import (PY_SOURCE_ALIAS, PYTHON_PUSHDOWN_CONF, jvm_reader_available,
-                      python_pushdown_safe, register)
+from .session import (PY_SOURCE_ALIAS, PYTHON_PUSHDOWN_CONF, jvm_entry,
+                      jvm_reader_available, python_pushdown_safe, register)
 from .splits import DEFAULT_SPLIT_BYTES
 from .store_meta import check_not_groups, local_path
 
@@ -90,16 +91,12 @@ def _python_pushdown(spark) -> bool:
 def _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt):
     from pyspark.sql import DataFrame
 
-    jvm = spark.sparkContext._jvm
-    jtopics = None
-    if topics is not None:
-        jtopics = jvm.java.util.ArrayList()
-        for t in topics:
-            jtopics.add(t)
-    jpaths = jvm.java.util.ArrayList()
-    for p in paths:
-        jpaths.add(p)
-    jdf = jvm.io.quorumlog.spark.QuorumlogSpark.readStores(
-        spark._jsparkSession, jpaths, jtopics, bool(committed_only),
-        int(split_bytes or DEFAULT_SPLIT_BYTES), on_corrupt)
+    read_stores_json = jvm_entry(spark)
+    if read_stores_json is None:
+        raise InvalidArgumentError("engine='jvm': the session's JVM lacks quorumlog-spark.jar "
+                                   "(start it with quorumlog.spark.session())")
+    # one py4j call: paths as a JSON array, topics '/'-joined ('/' is no topic character)
+    jdf = read_stores_json(spark._jsparkSession, json.dumps(paths),
+                           None if topics is None else "/".join(topics), bool(committed_only),
+                           int(split_bytes or DEFAULT_SPLIT_BYTES), on_corrupt)
     return DataFrame(jdf, spark)

@@ -394,19 +394,37 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         public Filter[] pushedFilters() { return pushed; }
 
-        /** A complete aggregate from the consume queues of one store: QueueAnswerRule reads
-         *  it on the driver (queueRows) and Spark runs no job for it. */
+        /**
+         * A complete aggregate QueueAnswerStrategy computes on the driver while the query is
+         * planned (driverRows), so Spark runs no job for it: from the consume queues of one
+         * store; or, ungrouped in local mode, from the records an index selects (key index,
+         * consume queues, a walk cut to a time range). In local mode that aggregate is one
+         * task on defaultParallelism threads in this JVM anyway: on the driver it is the same
+         * reads without a job's fixed cost (broadcasting the Hadoop configuration, scheduling,
+         * a task's round trip), most of a selective query's time. A full walk stays a task:
+         * explain() of a full scan reads nothing.
+         */
         boolean answersOnDriver() {
-            return agg != null && aggFromQueues && aggComplete && metas.length == 1;
+            if (agg == null || !aggComplete) return false;
+            if (aggFromQueues) return metas.length == 1;
+            return agg.groupBy.length == 0 && useIndexes()
+                && (filter.keys != null || filter.narrowsQueues() || filter.hasStoreTs())
+                && SparkSession.active().sparkContext().isLocal();
         }
 
         /** The rows of that aggregate: each queue's first and last entry (binary search) and
-         *  the two records they name. */
-        InternalRow[] queueRows() {
+         *  the two records they name, or the planned reads aggregated on this JVM's threads. */
+        InternalRow[] driverRows() {
             try {
-                return agg.fromQueues(conf(), roots[0].toString(), metas[0],
-                    IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
-                    .toArray(new InternalRow[0]);
+                if (aggFromQueues) {
+                    return agg.fromQueues(conf(), roots[0].toString(), metas[0],
+                        IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
+                        .toArray(new InternalRow[0]);
+                }
+                int parallelism = SparkSession.active().sparkContext().defaultParallelism();
+                Configuration c = conf();
+                return agg.aggregate(new AggregatePushdown.WalkPart(planReads(parallelism), agg,
+                    parallelism), p -> ReaderFactory.open(p, c)).toArray(new InternalRow[0]);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
