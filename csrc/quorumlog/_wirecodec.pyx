@@ -125,56 +125,45 @@ cdef class FixedLayout:
         free(self.ulo)
         free(self.uhi)
 
-    def unpack(self, buf):
-        """{name: value} of the fixed fields at the start of `buf` (a contiguous bytes-like
-        object of at least `size` bytes), or None when a field is outside its bounds or its
-        conversion refuses it (the caller's reference path then raises the error)."""
-        cdef Py_buffer view
-        cdef const uint8_t *p
+    cdef list _values(self, const uint8_t *p):
+        """The fixed fields at p (at least `size` bytes), each converted, in order; None
+        when one is outside its bounds or its conversion refuses it."""
         cdef Py_ssize_t i
         cdef uint64_t u
         cdef int64_t s
-        cdef dict out = {}
+        cdef list out = []
         cdef object v, conv
-        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        try:
-            if view.len < self.size:
-                return None
-            p = <const uint8_t *>view.buf
-            for i in range(self.count):
-                u = _ld(p, self.width[i])
-                p += self.width[i]
-                if self.kind[i] == K_I64:
-                    s = <int64_t>u
-                    if s < self.lo[i] or s > self.hi[i]:
+        for i in range(self.count):
+            u = _ld(p, self.width[i])
+            p += self.width[i]
+            if self.kind[i] == K_I64:
+                s = <int64_t>u
+                if s < self.lo[i] or s > self.hi[i]:
+                    return None
+                v = s
+            elif self.kind[i] == K_I32:
+                s = <int64_t>(<int>(<unsigned int>u))
+                if s < self.lo[i] or s > self.hi[i]:
+                    return None
+                v = s
+            else:
+                if u < self.ulo[i] or u > self.uhi[i]:
+                    return None
+                v = u
+            if self.any_conv:
+                conv = self.convs[i]
+                if conv is not None:
+                    try:
+                        v = conv(v)
+                    except ValueError:
                         return None
-                    v = s
-                elif self.kind[i] == K_I32:
-                    s = <int64_t>(<int>(<unsigned int>u))
-                    if s < self.lo[i] or s > self.hi[i]:
-                        return None
-                    v = s
-                else:
-                    if u < self.ulo[i] or u > self.uhi[i]:
-                        return None
-                    v = u
-                if self.any_conv:
-                    conv = self.convs[i]
-                    if conv is not None:
-                        try:
-                            v = conv(v)
-                        except ValueError:
-                            return None
-                PyDict_SetItem(out, self.names[i], v)
-        finally:
-            PyBuffer_Release(&view)
+            out.append(v)
         return out
 
-    def pack(self, msg):
-        """bytes of the fixed fields read from `msg`'s attributes, or None when one is
-        missing, not an int, outside its bounds, or refused by its conversion."""
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.size)
-        cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef bint _pack_to(self, object msg, uint8_t *p) except -1:
+        """The fixed fields of msg's attributes written at p (`size` bytes); False (p's
+        bytes undefined) when one is missing, not an int, out of bounds or refused by its
+        conversion."""
         cdef Py_ssize_t i
         cdef object v, conv
         cdef uint64_t u
@@ -183,22 +172,50 @@ cdef class FixedLayout:
             try:
                 v = getattr(msg, self.names[i])
             except AttributeError:
-                return None
+                return False
             if not PyLong_Check(v):
-                return None
+                return False
             if self.any_conv:
                 conv = self.convs[i]
                 if conv is not None:
                     try:
                         conv(v)
                     except ValueError:
-                        return None
+                        return False
             if self.kind[i] == K_I64 or self.kind[i] == K_I32:
                 ok = _signed_in(v, self.lo[i], self.hi[i], &u)
             else:
                 ok = _unsigned_in(v, self.ulo[i], self.uhi[i], &u)
             if not ok:
-                return None
+                return False
             _st(p, u, self.width[i])
             p += self.width[i]
+        return True
+
+    def unpack(self, buf):
+        """{name: value} of the fixed fields at the start of `buf` (a contiguous bytes-like
+        object of at least `size` bytes), or None when a field is outside its bounds or its
+        conversion refuses it (the caller's reference path then raises the error)."""
+        cdef Py_buffer view
+        cdef list vals
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        try:
+            if view.len < self.size:
+                return None
+            vals = self._values(<const uint8_t *>view.buf)
+        finally:
+            PyBuffer_Release(&view)
+        if vals is None:
+            return None
+        return dict(zip(self.names, vals))
+
+    def pack(self, msg):
+        """bytes of the fixed fields read from `msg`'s attributes, or None when one is
+        missing, not an int, outside its bounds, or refused by its conversion."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, self.size)
+        if not self._pack_to(msg, <uint8_t *>PyBytes_AS_STRING(out)):
+            return None
         return out
+
+
+include "wirecodec_frame.pxi"

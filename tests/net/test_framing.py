@@ -4,6 +4,8 @@ import binascii
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from quorumlog.errors import QuorumlogError
 from quorumlog.net import framing
@@ -191,3 +193,74 @@ def test_one_at_a_time_lets_the_caller_change_the_allowed_types_between_frames()
     strict = FrameDecoder(known_types={0x04})
     with pytest.raises(FrameError, match="frame type 0x14 not allowed here"):
         strict.feed(data)
+
+
+# -- the C scan of small frames (_wirecodec.scan_frames) against the Python loop --------------
+
+def _decode_all(stream, chunks, kw, c_scan: bool, groups: bool):
+    """Frames (and the error, if any) of a decoder fed `stream` in `chunks`."""
+    saved = framing._scan_frames
+    if not c_scan:
+        framing._scan_frames = None
+    try:
+        d = FrameDecoder(**kw)
+        d.allow_groups = groups
+        got, err, pos = [], None, 0
+        try:
+            for n in chunks:
+                got.extend((f.type, f.flags, f.request_id, bytes(f.payload), f.group)
+                           for f in d.feed(stream[pos:pos + n]))
+                pos += n
+        except FrameError as e:
+            err = (type(e).__name__, str(e))
+        return got, err, d.frames, d.buffered_bytes
+    finally:
+        framing._scan_frames = saved
+
+
+def test_the_c_scan_is_built_and_used():
+    pytest.importorskip("quorumlog._wirecodec")
+    assert framing._scan_frames is not None
+
+
+def _raw_frame(magic, version, ftype, flags, group, rid, payload, extra):
+    """A frame with any header field values and a correct checksum (length: the payload's
+    plus `extra`, so a header can claim more than follows)."""
+    prefix = struct.pack("<HBBHHQI", magic, version, ftype, flags, group, rid,
+                         len(payload) + extra)
+    return prefix + struct.pack("<I", binascii.crc32(prefix)) + payload
+
+
+_ODD_FRAMES = st.builds(_raw_frame, st.sampled_from([framing.MAGIC, framing.MAGIC ^ 1]),
+                        st.sampled_from([framing.VERSION, 2]), st.integers(0, 255),
+                        st.sampled_from([0, 0, 1, 0x8000]), st.sampled_from([0, 0, 5]),
+                        st.integers(0, (1 << 64) - 1), st.binary(max_size=80),
+                        st.sampled_from([0, 0, 0, 1, 1 << 20]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+           st.tuples(st.integers(0x10, 0x1B), st.integers(0, (1 << 64) - 1),
+                     st.integers(0, 3), st.binary(max_size=300)), _ODD_FRAMES), max_size=8),
+       st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), max_size=3),
+       st.lists(st.integers(1, 700), min_size=1, max_size=6),
+       st.sampled_from([None, frozenset({0x12, 0x14}), frozenset(range(0x10, 0x1C))]),
+       st.booleans(), st.sampled_from([64, 200, 1 << 16]), st.sampled_from([300, 1 << 20]))
+def test_c_scan_decodes_as_the_python_loop(frames, edits, chunks, types, groups, large, limit):
+    """Valid streams, corrupted ones (any byte changed), headers with any field value under
+    a correct checksum, and every chunking: the same frames, the same error, the same
+    counters with and without the C scan."""
+    pytest.importorskip("quorumlog._wirecodec")
+    stream = bytearray(b"".join(f if isinstance(f, bytes) else
+                                encode_frame(f[0], f[3], request_id=f[1], group=f[2])
+                                for f in frames))
+    for pos, val in edits:
+        if stream:
+            stream[pos % len(stream)] = val
+    stream = bytes(stream)
+    sizes = (chunks * (len(stream) // max(1, sum(chunks)) + 1))
+    kw = dict(known_types=types, large_payload_bytes=large, max_frame_bytes=limit,
+              recv_buffer_bytes=4096)
+    a = _decode_all(stream, sizes, kw, True, groups)
+    b = _decode_all(stream, sizes, kw, False, groups)
+    assert a == b

@@ -21,6 +21,7 @@ line below (fields in any order; keyword names must match the constructor's).
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import struct
 from typing import Any, Callable
@@ -347,8 +348,10 @@ except ImportError:   # the extension is not built: the Python loop below does t
     _split_blobs = None
 try:
     from .._wirecodec import FixedLayout as _FixedLayout
+    from .._wirecodec import FrameCodec as _FrameCodec
+    from .. import _wirecodec
 except ImportError:   # not built: the reference loops (Fixed.check per field) do it all
-    _FixedLayout = None
+    _FixedLayout = _FrameCodec = _wirecodec = None
 
 NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True)
 OPT_NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True, optional=True)
@@ -358,7 +361,7 @@ OPT_NODE_ID = Text(m.MAX_NODE_ID_BYTES, node_id=True, optional=True)
 
 class MessageSpec:
     __slots__ = ("type_code", "cls", "channel", "name", "fixed", "fixed_names", "var",
-                 "all_names", "build", "check", "fixed_struct", "fast")
+                 "all_names", "build", "check", "fixed_struct", "fast", "frame")
 
     def __init__(self, type_code, cls, channel, fields, build, check):
         self.type_code = type_code
@@ -378,6 +381,7 @@ class MessageSpec:
         self.fast = None if _FixedLayout is None or not self.fixed else _FixedLayout(
             self.fixed_names, [k.fmt for _, k in self.fixed], [k.lo for _, k in self.fixed],
             [k.hi for _, k in self.fixed], [k.conv for _, k in self.fixed])
+        self.frame = None    # whole frames in one C call (_frame_fast, the hot Raft types)
 
 
 _BY_CODE: dict[int, MessageSpec] = {}
@@ -450,6 +454,12 @@ def encode(msg, request_id: int = 0, *, max_frame_bytes: int = DEFAULT_MAX_FRAME
     Small frames come back as one bytes object; a large payload stays a separate view so the
     caller writes it without a copy. group: the Raft group the frame belongs to (header
     bytes 6..7; 0 for a single-group process). Raises EncodeError / FrameTooLargeError."""
+    spec = _BY_CLASS.get(type(msg))
+    if spec is not None and spec.frame is not None:
+        # the replication hot path in one C call; None: the reference below decides
+        parts = spec.frame.encode(msg, request_id, group, max_frame_bytes, ZERO_COPY_MIN_BYTES)
+        if parts is not None:
+            return parts
     code, parts = encode_payload(msg)
     n = 0
     for p in parts:
@@ -478,6 +488,10 @@ def decode(type_code: int, payload, src: str | None = None, dst: str | None = No
     if channels is not None and spec.channel not in channels:
         raise CodecError(f"{spec.name} ({type_code:#04x}) not allowed on a {'/'.join(channels)} "
                          f"connection")
+    if spec.frame is not None:
+        msg = spec.frame.decode(payload, src, dst)     # (None: the reference decides)
+        if msg is not None:
+            return msg
     buf = payload if type(payload) is memoryview else memoryview(payload)
     if buf.ndim != 1 or buf.itemsize != 1:
         buf = buf.cast("B")
@@ -576,6 +590,36 @@ _raft(0x15, AppendResponse, [("code", Enum(Code)), ("match_index", INDEX), ("req
                              ("req_last", INDEX), ("hint_index", INDEX), ("hint_term", TERM),
                              ("epoch", INDEX)])
 _raft(0x16, TakeLeadership, [("ledger_end_index", INDEX)])
+
+
+def _frame_fast(cls, append: bool = False) -> None:
+    """Encode and decode whole frames of `cls` in one C call (_wirecodec.FrameCodec): the
+    messages every replicated entry costs. Its constructor is called positionally, each
+    argument from the field of its name (or src, dst, and an APPEND's payload, nbytes and
+    configs); the reference (encode_payload / the decode loop, spec.build, spec.check) stays
+    the path of whatever the fast one declines."""
+    spec = _BY_CLASS[cls]
+    if spec.fast is None or _FrameCodec is None:
+        return
+    special = {"src": _wirecodec.ARG_SRC, "dst": _wirecodec.ARG_DST}
+    if append:
+        special.update(payload=_wirecodec.ARG_PAYLOAD, nbytes=_wirecodec.ARG_NBYTES,
+                       configs=_wirecodec.ARG_CONFIGS)
+    names = list(inspect.signature(cls).parameters)
+    if set(names) != set(spec.fixed_names) | set(special) or \
+            (append and [n for n, _ in spec.var] != ["configs", "payload"]) or \
+            (not append and spec.var) or (spec.check is not None) != append:
+        raise ValueError(f"{spec.name}: no frame fast path for its fields")
+    args = [special[n] if n in special else spec.fixed_names.index(n) for n in names]
+    checks = tuple(spec.fixed_names.index(n) for n in ("prev_index", "first_index",
+                                                       "last_index")) if append else (0, 0, 0)
+    spec.frame = _FrameCodec(spec.fast, spec.type_code, cls, args, append, checks)
+
+
+_frame_fast(Append, append=True)
+_frame_fast(AppendResponse)
+_frame_fast(Heartbeat)
+_frame_fast(HeartbeatResponse)
 
 CONFIG_ENTRY = Tuple(INDEX, List(NODE_ID, m.MAX_VOTERS), List(NODE_ID, m.MAX_VOTERS))
 

@@ -56,6 +56,12 @@ _HEADER = struct.Struct("<HBBHHQII")
 assert _PREFIX.size == 20 and _HEADER.size == HEADER_SIZE
 
 
+try:
+    from .._wirecodec import scan_frames as _scan_frames
+except ImportError:   # not built: FrameDecoder._parse's loop does it all
+    _scan_frames = None
+
+
 class Frame(NamedTuple):
     type: int
     flags: int
@@ -308,11 +314,22 @@ class FrameDecoder:
         return Frame(ftype, flags, rid, payload, group)
 
     def _parse(self) -> list[Frame]:
-        out: list[Frame] = []
         buf, mv = self._buf, self._mv
         start, end = self._start, self._end
+        if _scan_frames is not None:
+            # the small complete frames in one C call; what it stops at (a large payload, a
+            # bad header: raised below with its precise error, a partial frame) is the
+            # loop's below
+            out, start = _scan_frames(buf, start, end, self.max_frame_bytes, self.known_types,
+                                      self.allow_groups, self.large_payload_bytes,
+                                      self.one_at_a_time, Frame)
+            if out:
+                self.frames += len(out)
+                self.waiting = self._after_big = False
+        else:
+            out = []
         try:
-            while end - start >= HEADER_SIZE:
+            while end - start >= HEADER_SIZE and not (out and self.one_at_a_time):
                 ftype, flags, rid, length, group = parse_group_header(
                     buf, start, max_frame_bytes=self.max_frame_bytes,
                     known_types=self.known_types, limit_name=self.limit_name,

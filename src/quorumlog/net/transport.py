@@ -868,6 +868,7 @@ class PeerTransport:
         return {"node_id": self.node_id, "address": self.address, "peers": peers,
                 "connections": len(self._all), "unauthenticated": len(self._unauth),
                 "clients": len(self._clients), "client_slots": len(self._client_slots),
+                "client_writes": sum(c.writes for c in self._clients),
                 "buffered_frame_bytes": self._buffered_frames,
                 "frame_waiters": len(self._frame_waiters),
                 "rejected": dict(self._rejects)}

@@ -171,7 +171,8 @@ class Node:
                       "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
                       "coalesced_proposals": 0, "installs": 0}
         # every write goes through the pipeline; its tracker completes them (node/pipeline.py)
-        self.pipeline = Pipeline(self, wake=self._schedule_drain, fail=self._fail)
+        self.pipeline = Pipeline(self, wake=self._schedule_drain, fail=self._fail,
+                                 drain=self._drain_now)
 
     # ---------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -390,6 +391,9 @@ class Node:
 
     def _drain_soon(self) -> None:
         self._drain_pending = False
+        self._drain_now()
+
+    def _drain_now(self) -> None:
         if self._stopped or self._failed is not None:
             return
         try:

@@ -167,13 +167,15 @@ def _split_result(f: asyncio.Future, items) -> None:
 class Pipeline:
     """The proposal pipeline of one node (see the module docstring). `node`: the driver
     (its core, seam, store, configs, loop, stats and wait_applied are read from it); `wake()`
-    asks the driver to drain the core soon; `fail(exc)` stops the node (a log that refuses
-    every write)."""
+    asks the driver to drain the core soon; `drain()` drains it now (None: wake() instead);
+    `fail(exc)` stops the node (a log that refuses every write)."""
 
-    def __init__(self, node, *, wake, fail):
+    def __init__(self, node, *, wake, fail, drain=None):
         self._node = node
         self._wake = wake
+        self._drain = drain
         self._fail = fail
+        self._proposing_queued = False    # in _propose_queued: it drains once at its end
         self.stats = node.stats
         self.tracker = Tracker()
         self._topic_names_ok: set = set()
@@ -272,7 +274,8 @@ class Pipeline:
                 fut = node.loop.create_future()
             t.add(req, core.term, fut)
         self.stats["proposals"] += 1
-        self._wake()
+        if not self._proposing_queued:
+            self._wake()
         return fut
 
     def _ensure_topic(self, topic: str) -> None:
@@ -463,8 +466,24 @@ class Pipeline:
         return fut
 
     def _propose_queued(self) -> None:
+        """Propose the puts queued in the last loop iteration, then drain the core at once:
+        their APPENDs leave in this iteration (a drain scheduled for the next one cost each
+        produce a loop turn on the leader)."""
         self._queued_pending = False
         queued, self._queued = self._queued, []
+        before = self.stats["proposals"]
+        self._proposing_queued = self._drain is not None
+        try:
+            self._propose_groups(queued)
+        finally:
+            self._proposing_queued = False
+        if self.stats["proposals"] != before:
+            if self._drain is not None:
+                self._drain()
+            else:
+                self._wake()
+
+    def _propose_groups(self, queued: list) -> None:
         groups: dict = {}
         for it in queued:
             groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)

@@ -34,10 +34,6 @@ log = logging.getLogger(__name__)
 __all__ = ["ClientService", "records_next"]
 
 
-# replies queued for one connection are written at this many buffers even mid-turn
-_MAX_PARTS_PER_WRITE = 256
-
-
 class ClientService:
     """Serves client connections for one Node on its own listener (client_addr)."""
 
@@ -49,10 +45,13 @@ class ClientService:
         self.transport: PeerTransport | None = None
         self._rr: dict[str, int] = {}
         self._tasks: set = set()
-        self._replies: dict = {}      # connection -> frames of replies not written yet
-        self.stats = {"requests": 0, "errors": 0, "reply_writes": 0}
+        # the loop it serves on (start): asyncio.get_running_loop() makes a getpid() system
+        # call on every call (Python 3.11), once per reply on the produce path
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stats = {"requests": 0, "errors": 0}
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         cfg = self.cfg
         secret = read_secret(cfg)
         auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
@@ -101,7 +100,7 @@ class ClientService:
         if type(msg) is m.ProduceRequest:
             self._produce_now(conn, request_id, msg)
             return
-        t = asyncio.get_running_loop().create_task(self._serve(conn, request_id, msg))
+        t = self._loop.create_task(self._serve(conn, request_id, msg))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
@@ -138,33 +137,17 @@ class ClientService:
         return m.ErrorResponse.from_exception(e)
 
     def _reply_later(self, conn, request_id: int, resp) -> None:
-        """Queue a reply: every reply of one loop turn to one connection goes out as one
-        write (a round of 64 coalesced puts would otherwise cost 64 send() calls)."""
+        """Queue a reply: the transport writes every frame of one loop turn to one
+        connection as one write (a round of 64 coalesced puts would otherwise cost 64
+        send() calls; transport.stats()["client_writes"] counts them)."""
         try:
             parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
         except NetError:
             log.exception("cannot encode a reply to client %r", conn.client_id)
             return
-        q = self._replies.get(conn)
-        if q is None:
-            q = self._replies[conn] = []
-            if len(self._replies) == 1:
-                asyncio.get_running_loop().call_soon(self._flush_replies)
-        q.extend(parts)
-        if len(q) >= _MAX_PARTS_PER_WRITE:
-            del self._replies[conn]
-            self._write_replies(conn, q)
-
-    def _flush_replies(self) -> None:
-        replies, self._replies = self._replies, {}
-        for conn, parts in replies.items():
-            self._write_replies(conn, parts)
-
-    def _write_replies(self, conn, parts: list) -> None:
-        self.stats["reply_writes"] += 1
         if not conn.send_parts(parts, control=False):
-            log.debug("client %r: %d reply buffers dropped (connection closed or its send "
-                        "budget full)", conn.client_id, len(parts))
+            log.debug("client %r: reply dropped (connection closed or its send budget "
+                      "full)", conn.client_id)
 
     async def _serve(self, conn, request_id: int, msg) -> None:
         try:
