@@ -217,7 +217,6 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private int[] groups;
         private final boolean multiGroup;
         private final int storeCount;
-        private final List<Filter> groupFilters = new ArrayList<>();
         private final RecordFilter filter = new RecordFilter();
         private Filter[] pushed = new Filter[0];
         private Predicate[] pushedPredicates = new Predicate[0];
@@ -292,7 +291,6 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         /** Keeps the stores whose group the filter (on `group` only) keeps. */
         private void pruneGroups(Filter f) {
-            groupFilters.add(f);
             List<Integer> keep = new ArrayList<>();
             for (int i = 0; i < roots.length; i++) {
                 if (Boolean.TRUE.equals(Groups.eval(f, groups[i]))) keep.add(i);
@@ -310,7 +308,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             groups = g;
         }
 
-        /** "Groups: [0, 2] of 3" for explain() when the load has a multi-group directory. */
+        /** "Groups: [0, 2] of 3 stores" for explain() when the load has a multi-group directory. */
         private String describeGroups() {
             if (!multiGroup) return "";
             return " Groups: " + Arrays.toString(groups) + " of " + storeCount + " stores";
