@@ -435,3 +435,36 @@ def test_consume_queue_reads_in_slices_of_the_log_equal_the_log_walk(spark, inde
         assert "ReadVia: consume queues" in plan and "PartitionedBy" not in plan, plan
         want = st.canon_rows(walk(index_store, other).where(cond))
         assert want and st.canon_rows(rows) == want
+
+
+def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(spark,
+                                                                               index_store):
+    """count / sum(length(body)) / min / max over what an index selects (key index, consume
+    queues, a time-cut walk) is computed on the driver while the query is planned, in local
+    mode (QueueAnswerStrategy: a CommandResult, no Spark job) and equals the log walk's
+    answer; an aggregate over the whole log (a full walk) stays a Spark job."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    agg = [F.count(F.lit(1)), F.sum(F.length("body")), F.min("queue_offset"),
+           F.max("store_timestamp")]
+    sc = spark.sparkContext
+    for name, (cond, via) in _queries(F, index_store).items():
+        pushed = _pushed(spark, index_store).where(cond).agg(*agg)
+        plan = _explain(pushed)
+        want = _walk(spark, index_store).where(cond).agg(*agg).collect()
+        if name == "offset IN":     # not exact (narrowed to a range): Spark aggregates
+            assert "PushedAggregation" not in plan and not plan.startswith("CommandResult")
+            assert pushed.collect() == want
+            continue
+        assert plan.startswith("CommandResult") and "complete" in plan, (name, plan)
+        sc.setJobGroup("driver-answer", name)
+        try:
+            got = _pushed(spark, index_store).where(cond).agg(*agg).collect()
+            assert list(sc.statusTracker().getJobIdsForGroup("driver-answer")) == [], name
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        assert got == want and want[0][0] > 0, name
+    whole = _pushed(spark, index_store).agg(*agg)
+    assert not _explain(whole).startswith("CommandResult")
+    assert whole.collect() == _walk(spark, index_store).agg(*agg).collect()

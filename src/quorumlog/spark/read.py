@@ -2,14 +2,16 @@
 the JVM reader (QuorumlogSpark.readStore through py4j) or the Python data source."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
 from .. import format as fmt
 from ..errors import InvalidArgumentError
-from .session import (PY_SOURCE_ALIAS, PYTHON_PUSHDOWN_CONF, jvm_reader_available,
-                      python_pushdown_safe, register)
+from .session import (PY_SOURCE_ALIAS, PYTHON_PUSHDOWN_CONF, jvm_entry,
+                      jvm_reader_available, python_pushdown_safe, register)
 from .splits import DEFAULT_SPLIT_BYTES
+from .store_meta import check_not_groups, local_path
 
 
 def _check_topics(topics) -> list[str] | None:
@@ -36,7 +38,9 @@ def _check_paths(path) -> list[str]:
 def read_store(spark, path, *, topics: Sequence[str] | None = None, committed_only: bool = True,
                split_bytes: int | None = None, on_corrupt: str = "fail", engine: str = "auto"):
     """DataFrame of the MESSAGE records of the store at `path` (or of every store in a
-    list of paths), in log order per split.
+    list of paths), in log order per split. A replica directory of many Raft groups
+    (groups.json + groups/<g>/) reads as its group stores, each to its own committed
+    position, with a `group` int column last (JVM reader only; spark/README.md).
 
     topics: only these topics (filtered inside the reader). committed_only: stop at the
     checkpoint's committed position (False: read to the end of the intact log).
@@ -54,6 +58,12 @@ def read_store(spark, path, *, topics: Sequence[str] | None = None, committed_on
     use_jvm = engine == "jvm" or (engine == "auto" and jvm_reader_available(spark))
     if use_jvm:
         return _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt)
+    for p in paths:                 # (here: Spark would wrap the error in its own)
+        try:
+            local = local_path(p)
+        except InvalidArgumentError:
+            continue                # the data source refuses the scheme, naming it
+        check_not_groups(local)
     register(spark)
     r = (spark.read.format(PY_SOURCE_ALIAS)
          .option("committedOnly", str(bool(committed_only)).lower())
@@ -81,16 +91,12 @@ def _python_pushdown(spark) -> bool:
 def _read_jvm(spark, paths, topics, committed_only, split_bytes, on_corrupt):
     from pyspark.sql import DataFrame
 
-    jvm = spark.sparkContext._jvm
-    jtopics = None
-    if topics is not None:
-        jtopics = jvm.java.util.ArrayList()
-        for t in topics:
-            jtopics.add(t)
-    jpaths = jvm.java.util.ArrayList()
-    for p in paths:
-        jpaths.add(p)
-    jdf = jvm.io.quorumlog.spark.QuorumlogSpark.readStores(
-        spark._jsparkSession, jpaths, jtopics, bool(committed_only),
-        int(split_bytes or DEFAULT_SPLIT_BYTES), on_corrupt)
+    read_stores_json = jvm_entry(spark)
+    if read_stores_json is None:
+        raise InvalidArgumentError("engine='jvm': the session's JVM lacks quorumlog-spark.jar "
+                                   "(start it with quorumlog.spark.session())")
+    # one py4j call: paths as a JSON array, topics '/'-joined ('/' is no topic character)
+    jdf = read_stores_json(spark._jsparkSession, json.dumps(paths),
+                           None if topics is None else "/".join(topics), bool(committed_only),
+                           int(split_bytes or DEFAULT_SPLIT_BYTES), on_corrupt)
     return DataFrame(jdf, spark)

@@ -6,6 +6,7 @@ import logging
 import os
 import pathlib
 import sys
+import weakref
 
 from .names import JVM_SOURCE, PY_SOURCE_ALIAS, PY_SOURCE_NAME
 
@@ -13,7 +14,7 @@ log = logging.getLogger(__name__)
 
 JAR_NAME = "quorumlog-spark.jar"
 PYTHON_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-JVM_READER_VERSION = "3"             # QuorumlogSpark.VERSION: a stale jar is noticed
+JVM_READER_VERSION = "4"             # QuorumlogSpark.VERSION: a stale jar is noticed
 # length(body) read from the record headers (BodyLengthRule), so sum(length(body)) is pushed
 EXTENSIONS = "io.quorumlog.spark.QuorumlogExtensions"
 
@@ -63,13 +64,30 @@ def register(spark) -> None:
         spark.dataSource.register(QuorumlogDataSource)
 
 
+# SparkContext -> the py4j method QuorumlogSpark.readStoresJson (None: the jar is not on the
+# classpath). A JVM's classpath is fixed when it starts, and resolving a class and a method by
+# name costs a py4j round trip per dotted part (each a failed Class.forName over every jar
+# for the package parts), so they are looked up once per context, not per read_store.
+_entries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def jvm_entry(spark):
+    """The session JVM's QuorumlogSpark.readStoresJson (a py4j member), or None when the jar
+    is not on its classpath or is another version."""
+    sc = spark.sparkContext
+    if sc not in _entries:
+        try:
+            cls = sc._jvm.io.quorumlog.spark.QuorumlogSpark
+            entry = cls.readStoresJson if str(cls.version()) == JVM_READER_VERSION else None
+        except Exception:  # py4j raises its own errors for a class that is not there
+            entry = None
+        _entries[sc] = entry
+    return _entries[sc]
+
+
 def jvm_reader_available(spark) -> bool:
     """True when the session's JVM has the jar's reader (and it is this version)."""
-    try:
-        jvm = spark.sparkContext._jvm
-        return str(jvm.io.quorumlog.spark.QuorumlogSpark.version()) == JVM_READER_VERSION
-    except Exception:  # py4j raises its own errors for a class that is not there
-        return False
+    return jvm_entry(spark) is not None
 
 
 def python_pushdown_safe(spark) -> bool:

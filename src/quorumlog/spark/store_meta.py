@@ -14,6 +14,8 @@ from ..errors import InvalidArgumentError
 # What makes a directory a store: `quorumlog.open` / CommitLog create both at once. An empty
 # directory is a store with nothing written yet (it reads as no rows).
 STORE_MARKERS = ("checkpoint", "commitlog")
+# A replica directory of many Raft groups (node/groups.py LAYOUT_FILE): groups/<g>/ stores.
+GROUPS_LAYOUT = "groups.json"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
@@ -45,9 +47,23 @@ def check_store(path: str) -> None:
         raise InvalidArgumentError(f"quorumlog: not a quorumlog store: {uri} (a file, not a "
                                    "store directory)")
     names = os.listdir(path)
+    check_not_groups(path)
     if names and not any(m in names for m in STORE_MARKERS):
         raise InvalidArgumentError(
             f"quorumlog: not a quorumlog store: {uri} (no {' or '.join(STORE_MARKERS)})")
+
+
+def check_not_groups(path: str) -> None:
+    """InvalidArgumentError for a replica directory of many Raft groups (groups.json and no
+    store of its own): the JVM reader reads those (a `group` column), this one does not."""
+    if (os.path.isfile(os.path.join(path, GROUPS_LAYOUT))
+            and not any(os.path.exists(os.path.join(path, m)) for m in STORE_MARKERS)):
+        uri = "file:" + os.path.abspath(path)
+        raise InvalidArgumentError(
+            f"quorumlog: {uri} is a directory of many Raft groups ({GROUPS_LAYOUT}): the "
+            "Python data source reads single-group stores only; read it with the JVM reader "
+            f"(quorumlog-spark.jar: one DataFrame with a `group` column) or read one group's "
+            f"store, {uri}/groups/<g>")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,17 +23,18 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     private static final int C_TOPIC = 0, C_QUEUE_ID = 1, C_QUEUE_OFFSET = 2, C_RAFT_INDEX = 3,
         C_TERM = 4, C_POSITION = 5, C_BORN = 6, C_STORE = 7, C_TAGS = 8, C_KEYS = 9, C_PROPS = 10,
-        C_BODY = 11, C_BODY_LENGTH = 12;
+        C_BODY = 11, C_BODY_LENGTH = 12, C_GROUP = 13;
 
     private final RecordSource reader;
     private final int[] codes;
     private final OnHeapColumnVector[] vectors;   // null where the column is the body
     private final BodyVector body;
     private final ColumnarBatch batch;
+    private final int group;
     private boolean exhausted;
 
     ColumnarReader(QuorumlogSplit split, Configuration conf, StructType required) throws IOException {
-        this(segmentWalk(split, conf), required);
+        this(segmentWalk(split, conf), required, 0);
     }
 
     private static RecordSource segmentWalk(QuorumlogSplit split, Configuration conf)
@@ -43,12 +44,15 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         return RecordSource.of(r);
     }
 
-    ColumnarReader(RecordSource source, StructType required) {
+    /** group: the value of the `group` column (Groups), the same for every row of a store. */
+    ColumnarReader(RecordSource source, StructType required, int group) {
         reader = source;
+        this.group = group;
         codes = new int[required.fields().length];
         for (int i = 0; i < codes.length; i++) {
             String name = required.fields()[i].name();
             codes[i] = name.equals(QuorumlogSource.BODY_LENGTH.name()) ? C_BODY_LENGTH
+                : name.equals(Groups.COLUMN) ? C_GROUP
                 : QuorumlogSource.SCHEMA.fieldIndex(name);
         }
         vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, required);
@@ -82,6 +86,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             put(rows, r);
             bytes += r.totalSize();
             rows++;
+        }
+        for (int c = 0; c < codes.length; c++) {
+            if (codes[c] == C_GROUP) vectors[c].putInts(0, rows, group);
         }
         batch.setNumRows(rows);
         return rows > 0;
@@ -126,6 +133,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 }
                 case C_BODY: body.put(row, b, r.bodyOffset(), r.bodyLength()); break;
                 case C_BODY_LENGTH: v.putInt(row, r.bodyLength()); break;
+                case C_GROUP: break;   // filled for the whole batch in next()
                 default: throw new IllegalStateException("unknown column " + codes[c]);
             }
         }

@@ -1,10 +1,11 @@
 /*
- * Planner strategy: a complete aggregate the consume queues answer (the Project Spark puts
- * over a StoreScan that answersOnDriver: one row per queue, from each queue's first and last
- * entry and the two records they name) is read here, on the driver, while the query is
- * planned, and planned as a CommandResultExec holding its rows. Spark collects that without
- * running a job, so a metadata query costs its reads (a few probes of 20 bytes and two
- * record headers per queue), not a job's scheduling. The CommandResultExec keeps the scan's
+ * Planner strategy: a complete aggregate the driver answers (the Project Spark puts over a
+ * StoreScan that answersOnDriver: one row per queue from each queue's first and last entry
+ * and the two records they name, or, in local mode, one row from the records an index
+ * selects) is read here, on the driver, while the query is planned, and planned as a
+ * CommandResultExec holding its rows. Spark collects that without running a job, so a
+ * metadata or selective query costs its reads, not a job's scheduling (explain() of such a
+ * query reads too: the rows are computed when it is planned). The CommandResultExec keeps the scan's
  * own physical plan for explain(): "CommandResult [...] +- BatchScan ... PushedAggregation:
  * [...] from consume queues, complete".
  */
@@ -60,7 +61,7 @@ final class QueueAnswerStrategy extends SparkStrategy {
         InterpretedMutableProjection proj = new InterpretedMutableProjection(seq(exprs), seq(in));
         proj.initialize(0);
         List<InternalRow> rows = new ArrayList<>();
-        for (InternalRow r : scan.queueRows()) rows.add(proj.apply(r).copy());
+        for (InternalRow r : scan.driverRows()) rows.add(proj.apply(r).copy());
         // the scan Spark would have run, shown by explain() under the CommandResult (the bare
         // scan relation: this strategy matches only the Project over it)
         SparkPlan shown = session.sessionState().planner().plan(rel).next();

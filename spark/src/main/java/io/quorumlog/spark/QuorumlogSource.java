@@ -89,6 +89,11 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         DataTypes.createStructField("body", DataTypes.BinaryType, false),
     });
 
+    /** SCHEMA and, last, the group of a row's store: the schema of a load() that includes a
+     *  directory of many Raft groups (Groups). */
+    public static final StructType GROUP_SCHEMA = SCHEMA.add(
+        DataTypes.createStructField(Groups.COLUMN, DataTypes.IntegerType, false));
+
     /** Hidden column (SupportsMetadataColumns): the body's length from the record header,
      *  what BodyLengthRule turns length(body) into. Not in select *. */
     public static final StructField BODY_LENGTH = DataTypes.createStructField(
@@ -158,14 +163,21 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
      * agg() agree while a writer appends; a new load() sees the new records.
      */
     static final class StoreTable implements Table, SupportsRead, SupportsMetadataColumns {
+        private final Path[] dirs;
         private final Path[] roots;
         private final StoreMeta[] metas;
+        private final int[] groups;
+        private final boolean multiGroup;
 
         StoreTable(CaseInsensitiveStringMap options) {
-            roots = storeRoots(options);
-            metas = new StoreMeta[roots.length];
+            dirs = storeRoots(options);
             Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
             try {
+                Groups.Layout layout = Groups.expand(dirs, conf);
+                roots = layout.roots.toArray(new Path[0]);
+                groups = layout.groups.stream().mapToInt(Integer::intValue).toArray();
+                multiGroup = layout.multiGroup;
+                metas = new StoreMeta[roots.length];
                 for (int i = 0; i < roots.length; i++) {
                     StoreMeta.checkRoot(roots[i], conf);
                     metas[i] = StoreMeta.load(roots[i], conf);
@@ -177,8 +189,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
         }
 
-        @Override public String name() { return "quorumlog:" + joined(roots); }
-        @Override public StructType schema() { return SCHEMA; }
+        @Override public String name() { return "quorumlog:" + joined(dirs); }
+        @Override public StructType schema() { return multiGroup ? GROUP_SCHEMA : SCHEMA; }
         @Override public MetadataColumn[] metadataColumns() {
             return new MetadataColumn[] { new MetadataColumn() {
                 @Override public String name() { return BODY_LENGTH.name(); }
@@ -191,7 +203,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             return Collections.singleton(TableCapability.BATCH_READ);
         }
         @Override public ScanBuilder newScanBuilder(CaseInsensitiveStringMap opts) {
-            return new StoreScan(opts, roots, metas);
+            return new StoreScan(opts, roots, metas, groups, multiGroup);
         }
     }
 
@@ -199,8 +211,12 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             SupportsPushDownV2Filters, SupportsPushDownAggregates, SupportsReportPartitioning,
             Scan, Batch {
         private final CaseInsensitiveStringMap options;
-        private final Path[] roots;
-        private final StoreMeta[] metas;
+        // the stores this scan reads: a filter on `group` drops those it rules out
+        private Path[] roots;
+        private StoreMeta[] metas;
+        private int[] groups;
+        private final boolean multiGroup;
+        private final int storeCount;
         private final RecordFilter filter = new RecordFilter();
         private Filter[] pushed = new Filter[0];
         private Predicate[] pushedPredicates = new Predicate[0];
@@ -209,13 +225,18 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private boolean aggFromQueues;
         private boolean aggComplete;
         private String planned = "";
-        private StructType required = SCHEMA;
+        private StructType required;
         private transient Configuration conf;
 
-        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas) {
+        StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas,
+                  int[] groups, boolean multiGroup) {
             this.options = options;
             this.roots = roots;
             this.metas = metas;
+            this.groups = groups;
+            this.multiGroup = multiGroup;
+            this.storeCount = roots.length;
+            this.required = multiGroup ? GROUP_SCHEMA : SCHEMA;
             Set<String> topics = RecordFilter.parseTopics(options.get("topics"));
             if (topics != null) filter.andTopics(topics);
         }
@@ -248,7 +269,11 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     continue;
                 }
                 scala.Option<Filter> v1 = PredicateUtils.toV1(p);
-                if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
+                if (multiGroup && v1.isDefined() && Groups.onlyGroup(v1.get())) {
+                    pruneGroups(v1.get());   // exact: a store's rows share their group
+                    used.add(v1.get());
+                    usedV2.add(p);
+                } else if (v1.isDefined() && FilterPushdown.push(filter, v1.get())) {
                     used.add(v1.get());
                     usedV2.add(p);
                     if (!FilterPushdown.exact(v1.get())) left.add(p);
@@ -263,6 +288,31 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
 
         @Override public Predicate[] pushedPredicates() { return pushedPredicates; }
+
+        /** Keeps the stores whose group the filter (on `group` only) keeps. */
+        private void pruneGroups(Filter f) {
+            List<Integer> keep = new ArrayList<>();
+            for (int i = 0; i < roots.length; i++) {
+                if (Boolean.TRUE.equals(Groups.eval(f, groups[i]))) keep.add(i);
+            }
+            Path[] r = new Path[keep.size()];
+            StoreMeta[] m = new StoreMeta[keep.size()];
+            int[] g = new int[keep.size()];
+            for (int k = 0; k < r.length; k++) {
+                r[k] = roots[keep.get(k)];
+                m[k] = metas[keep.get(k)];
+                g[k] = groups[keep.get(k)];
+            }
+            roots = r;
+            metas = m;
+            groups = g;
+        }
+
+        /** "Groups: [0, 2] of 3 stores" for explain() when the load has a multi-group directory. */
+        private String describeGroups() {
+            if (!multiGroup) return "";
+            return " Groups: " + Arrays.toString(groups) + " of " + storeCount + " stores";
+        }
 
         /** k of the predicate keys[0] = 'k' (string literal), else null. */
         private static String firstKeyEquality(Predicate p) {
@@ -303,7 +353,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * answered exactly (pushPredicates returned none).
          */
         @Override public boolean pushAggregation(Aggregation aggregation) {
-            if (!pushdown()) return false;
+            // every store pruned: Spark's own aggregate gives the empty input's answer
+            if (!pushdown() || roots.length == 0) return false;
             agg = AggregatePushdown.of(aggregation);
             if (agg == null) return false;
             aggFromQueues = queuesAnswer(agg);
@@ -341,19 +392,37 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         public Filter[] pushedFilters() { return pushed; }
 
-        /** A complete aggregate from the consume queues of one store: QueueAnswerRule reads
-         *  it on the driver (queueRows) and Spark runs no job for it. */
+        /**
+         * A complete aggregate QueueAnswerStrategy computes on the driver while the query is
+         * planned (driverRows), so Spark runs no job for it: from the consume queues of one
+         * store; or, ungrouped in local mode, from the records an index selects (key index,
+         * consume queues, a walk cut to a time range). In local mode that aggregate is one
+         * task on defaultParallelism threads in this JVM anyway: on the driver it is the same
+         * reads without a job's fixed cost (broadcasting the Hadoop configuration, scheduling,
+         * a task's round trip), most of a selective query's time. A full walk stays a task:
+         * explain() of a full scan reads nothing.
+         */
         boolean answersOnDriver() {
-            return agg != null && aggFromQueues && aggComplete && metas.length == 1;
+            if (agg == null || !aggComplete) return false;
+            if (aggFromQueues) return metas.length == 1;
+            return agg.groupBy.length == 0 && useIndexes()
+                && (filter.keys != null || filter.narrowsQueues() || filter.hasStoreTs())
+                && SparkSession.active().sparkContext().isLocal();
         }
 
         /** The rows of that aggregate: each queue's first and last entry (binary search) and
-         *  the two records they name. */
-        InternalRow[] queueRows() {
+         *  the two records they name, or the planned reads aggregated on this JVM's threads. */
+        InternalRow[] driverRows() {
             try {
-                return agg.fromQueues(conf(), roots[0].toString(), metas[0],
-                    IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
-                    .toArray(new InternalRow[0]);
+                if (aggFromQueues) {
+                    return agg.fromQueues(conf(), roots[0].toString(), metas[0],
+                        IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
+                        .toArray(new InternalRow[0]);
+                }
+                int parallelism = SparkSession.active().sparkContext().defaultParallelism();
+                Configuration c = conf();
+                return agg.aggregate(new AggregatePushdown.WalkPart(planReads(parallelism), agg,
+                    parallelism), p -> ReaderFactory.open(p, c)).toArray(new InternalRow[0]);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -403,7 +472,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             else if (filter.hasStoreTs()) read = "ReadVia: log walk cut to the store_timestamp range";
             else read = "ReadVia: log walk";
             return "quorumlog store " + joined(roots) + " PushedFilters: "
-                + Arrays.toString(pushed) + " RecordFilter: [" + filter.describe() + "] " + read
+                + Arrays.toString(pushed) + describeGroups() + " RecordFilter: ["
+                + filter.describe() + "] " + read
                 + (byQueue() ? " PartitionedBy: [topic, queue_id]" : "");
         }
         @Override public Batch toBatch() { return this; }
@@ -412,22 +482,31 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             return new CustomMetric[] { new SkippedMetric() };
         }
 
+        /** The session's Hadoop configuration with this scan's settings on top. */
         private Configuration conf() {
             if (conf == null) {
                 SparkContext sc = SparkSession.active().sparkContext();
                 conf = new Configuration(sc.hadoopConfiguration());
-                filter.writeTo(conf);
-                conf.setBoolean(QuorumlogRecordReader.CONF_COMMITTED_ONLY,
-                    options.getBoolean("committedOnly", true));
-                String onCorrupt = options.getOrDefault("onCorrupt", "fail");
-                if (!onCorrupt.equals("fail") && !onCorrupt.equals("skip")) {
-                    throw new IllegalArgumentException("quorumlog: onCorrupt must be 'fail' or "
-                        + "'skip', got '" + onCorrupt + "'");
-                }
-                conf.set(QuorumlogRecordReader.CONF_ON_CORRUPT, onCorrupt);
-                conf.setBoolean(QuorumlogRecordReader.CONF_INCLUDE_CONTROL, false);
+                for (Map.Entry<String, String> e : settings()) conf.set(e.getKey(), e.getValue());
             }
             return conf;
+        }
+
+        /** This scan's own settings (filter, committed-only, on-corrupt) and nothing else:
+         *  what the reader factory carries to the tasks next to the shared configuration. */
+        private Configuration settings() {
+            Configuration c = new Configuration(false);
+            filter.writeTo(c);
+            c.setBoolean(QuorumlogRecordReader.CONF_COMMITTED_ONLY,
+                options.getBoolean("committedOnly", true));
+            String onCorrupt = options.getOrDefault("onCorrupt", "fail");
+            if (!onCorrupt.equals("fail") && !onCorrupt.equals("skip")) {
+                throw new IllegalArgumentException("quorumlog: onCorrupt must be 'fail' or "
+                    + "'skip', got '" + onCorrupt + "'");
+            }
+            c.set(QuorumlogRecordReader.CONF_ON_CORRUPT, onCorrupt);
+            c.setBoolean(QuorumlogRecordReader.CONF_INCLUDE_CONTROL, false);
+            return c;
         }
 
         @Override
@@ -446,10 +525,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                     planned = "aggregate from consume queues";
                     return parts.toArray(new InputPartition[0]);
                 }
-                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
-                    options.getLong("splitBytes", -1), parallelism, useIndexes(), byQueue());
-                planned = String.join("; ", plan.how);
-                InputPartition[] parts = plan.parts.toArray(new InputPartition[0]);
+                InputPartition[] parts = planReads(parallelism);
                 if (agg != null && aggComplete && agg.groupBy.length == 0) {
                     return new InputPartition[] {
                         new AggregatePushdown.WalkPart(parts, agg, parallelism) };
@@ -471,15 +547,41 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
         }
 
+        /** The read partitions of every store; with the `group` column each store's are
+         *  planned on their own and carry their group (GroupPart). */
+        private InputPartition[] planReads(int parallelism) throws IOException {
+            long splitBytes = options.getLong("splitBytes", -1);
+            if (!multiGroup || agg != null) {
+                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), roots, metas, filter,
+                    splitBytes, parallelism, useIndexes(), byQueue());
+                planned = String.join("; ", plan.how);
+                return plan.parts.toArray(new InputPartition[0]);
+            }
+            List<InputPartition> parts = new ArrayList<>();
+            List<String> how = new ArrayList<>();
+            for (int i = 0; i < roots.length; i++) {
+                IndexPlanner.Plan plan = IndexPlanner.plan(conf(), new Path[] { roots[i] },
+                    new StoreMeta[] { metas[i] }, filter, splitBytes, parallelism, useIndexes(),
+                    byQueue());
+                for (InputPartition p : plan.parts) parts.add(new GroupPart(p, groups[i]));
+                how.addAll(plan.how);
+            }
+            planned = String.join("; ", how);
+            return parts.toArray(new InputPartition[0]);
+        }
+
         /** How the last planInputPartitions() read each store (for tests). */
         public String plannedReads() { return planned; }
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            SparkContext sc = SparkSession.active().sparkContext();
-            Broadcast<SerializableConfiguration> bc = JavaSparkContext.fromSparkContext(sc)
-                .broadcast(new SerializableConfiguration(conf()));
-            return new ReaderFactory(bc, required);
+            List<String> kv = new ArrayList<>();
+            for (Map.Entry<String, String> e : settings()) {
+                kv.add(e.getKey());
+                kv.add(e.getValue());
+            }
+            return new ReaderFactory(SharedConf.of(SparkSession.active().sparkContext()),
+                kv.toArray(new String[0]), required);
         }
     }
 
@@ -510,14 +612,75 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override public String[] preferredLocations() { return hosts; }
     }
 
+    /** A read partition of one store of a multi-group directory, and that store's group
+     *  (the value of every row's `group` column). */
+    static final class GroupPart implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final InputPartition part;
+        final int group;
+
+        GroupPart(InputPartition part, int group) {
+            this.part = part;
+            this.group = group;
+        }
+
+        @Override public String[] preferredLocations() { return part.preferredLocations(); }
+    }
+
+    /**
+     * The session's Hadoop configuration, broadcast once and shared by every query while it
+     * is unchanged (an order-free hash of its entries; another SparkContext, a new
+     * broadcast). Broadcasting it per query (as a FileScan does) serialised and compressed
+     * its ~1,000 entries each time: about a tenth of a selective query's driver CPU here.
+     */
+    static final class SharedConf {
+        private static SparkContext owner;
+        private static long hash;
+        private static Broadcast<SerializableConfiguration> shared;
+
+        private SharedConf() {}
+
+        static synchronized Broadcast<SerializableConfiguration> of(SparkContext sc) {
+            Configuration c = sc.hadoopConfiguration();
+            long h = c.size();
+            for (Map.Entry<String, String> e : c) {
+                long x = e.getKey().hashCode() * 0x9E3779B97F4A7C15L + e.getValue().hashCode();
+                x ^= x >>> 31;
+                h += x * 0xBF58476D1CE4E5B9L;
+            }
+            if (shared == null || owner != sc || hash != h) {
+                shared = JavaSparkContext.fromSparkContext(sc)
+                    .broadcast(new SerializableConfiguration(new Configuration(c)));
+                owner = sc;
+                hash = h;
+            }
+            return shared;
+        }
+    }
+
     static final class ReaderFactory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
-        private final Broadcast<SerializableConfiguration> conf;
+        private final Broadcast<SerializableConfiguration> shared;
+        private final String[] settings;     // key, value, key, value...: the scan's own
         private final StructType required;
+        private transient Configuration conf;
 
-        ReaderFactory(Broadcast<SerializableConfiguration> conf, StructType required) {
-            this.conf = conf;
+        ReaderFactory(Broadcast<SerializableConfiguration> shared, String[] settings,
+                      StructType required) {
+            this.shared = shared;
+            this.settings = settings;
             this.required = required;
+        }
+
+        /** The shared configuration with the scan's settings, made once per task's copy
+         *  of the factory. */
+        private synchronized Configuration conf() {
+            if (conf == null) {
+                Configuration c = new Configuration(shared.value().value());
+                for (int i = 0; i + 1 < settings.length; i += 2) c.set(settings[i], settings[i + 1]);
+                conf = c;
+            }
+            return conf;
         }
 
         @Override public boolean supportColumnarReads(InputPartition p) {
@@ -537,8 +700,13 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition p) {
+            int group = 0;
+            if (p instanceof GroupPart) {
+                group = ((GroupPart) p).group;
+                p = ((GroupPart) p).part;
+            }
             try {
-                return new ColumnarReader(open(p, conf.value().value()), required);
+                return new ColumnarReader(open(p, conf()), required, group);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -549,7 +717,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (p instanceof AggregatePushdown.QueuePart) {
                 AggregatePushdown.QueuePart q = (AggregatePushdown.QueuePart) p;
                 try {
-                    return AggregatePushdown.rowsReader(q.agg.fromQueues(conf.value().value(),
+                    return AggregatePushdown.rowsReader(q.agg.fromQueues(conf(),
                         q.root, q.meta, Arrays.asList(q.ranges)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
@@ -558,7 +726,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             if (p instanceof AggregatePushdown.WalkPart) {
                 AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
                 try {
-                    Configuration c = conf.value().value();
+                    Configuration c = conf();
                     return AggregatePushdown.rowsReader(w.agg.aggregate(w, x -> open(x, c)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
