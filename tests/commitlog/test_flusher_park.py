@@ -6,15 +6,13 @@ replicated records -- is still flushed within flush_interval_ms of it, without a
 import time
 
 from cl_support import open_log
+from quorumlog.testing.faults.cluster import wait_for
 
 INTERVAL_MS = 20
 
 
 def _until(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        time.sleep(0.005)
+    assert wait_for(cond, timeout, interval=0.005), "condition not reached before the deadline"
 
 
 def _parked(log):

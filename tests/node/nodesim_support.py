@@ -4,11 +4,10 @@ node and its flush task, remove the directories."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 from quorumlog.raft.messages import Role
+from quorumlog.testing import nodesim
 from quorumlog.testing.nodesim import NodeSim
-from quorumlog.testing.simloop import VirtualTimeLoop
 
 
 async def wait_leader(sim, exclude=(), timeout_s=10.0):
@@ -24,20 +23,4 @@ async def wait_leader(sim, exclude=(), timeout_s=10.0):
 
 def run_scenario(scenario, members=5, mode="async"):
     """scenario(sim) -> its result, with every member started first and stopped after."""
-    sim = NodeSim(members, mode=mode)
-
-    async def run():
-        sim.loop = asyncio.get_running_loop()
-        for m in sim.members.values():
-            await sim.start_member(m)
-        try:
-            return await scenario(sim)
-        finally:
-            await sim.stop_all()
-
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-        shutil.rmtree(sim.root, ignore_errors=True)
+    return nodesim.run_scenario(NodeSim(members, mode=mode), scenario)

@@ -16,6 +16,7 @@ from quorumlog.localcluster import free_port
 from quorumlog.net.messages import LeaderRedirectError, UnknownGroupError
 from quorumlog.node.groups import group_of, preferred_leader
 from quorumlog.node.service import ClientService
+from quorumlog.testing.faults.cluster import wait_for
 
 G = 4
 PARTIAL = (0, 3)        # the groups n3 opens
@@ -24,13 +25,9 @@ SECRET = "s" * 16
 
 
 def _wait(cond, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    got = wait_for(cond, timeout, interval=0.01)
+    assert got, f"timed out waiting for {what}"
+    return got
 
 
 def _leader_of(reps, g):

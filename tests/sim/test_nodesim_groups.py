@@ -5,13 +5,11 @@ group is checked on its own (no acknowledged message lost or duplicated, logs ag
 commit index, each group converges). A failing seed replays with
 `python -m quorumlog.testing.nodesim --seeds 1 --start S --groups G -v`."""
 import asyncio
-import shutil
 
 import pytest
 
 from quorumlog.node.groups import group_of
 from quorumlog.testing import nodesim
-from quorumlog.testing.simloop import VirtualTimeLoop
 
 G = 4
 SEEDS = (1, 2, 5, 8, 13)
@@ -54,7 +52,7 @@ def test_idle_groups_quiesce_under_simulation():
     on virtual time, through the real NodeHost."""
     sim = nodesim.NodeSim(4, groups=G, mode="sync")
 
-    async def scenario():
+    async def scenario(sim):
         loop = sim.loop
         deadline = loop.time() + 10
         while not all(sim._ready_leader(g)[0] for g in range(G)):
@@ -66,25 +64,8 @@ def test_idle_groups_quiesce_under_simulation():
         await asyncio.sleep(3.0)
         return {m.id: (m.host.quiesced(), m.host.stats["quiet_beats"]) for m in sim.live()}
 
-    got = run_scenario(sim, scenario)
+    got = nodesim.run_scenario(sim, scenario)
     assert len(got) == 3
     for nid, (quiesced, beats) in got.items():
         assert quiesced == list(range(G)) and beats > 0, (nid, quiesced, beats)
 
-
-def run_scenario(sim, scenario):
-    async def run():
-        sim.loop = asyncio.get_running_loop()
-        for m in sim.members.values():
-            await sim.start_member(m)
-        try:
-            return await scenario()
-        finally:
-            await sim.stop_all()
-
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(run())
-    finally:
-        loop.close()
-        shutil.rmtree(sim.root, ignore_errors=True)

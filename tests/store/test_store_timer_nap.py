@@ -4,16 +4,14 @@ _timer_loop): it backs off up to the retention interval instead of turning every
 key index and the dispatch checkpoint follow a log that moves again without the nap's
 delay."""
 import time
+from quorumlog.testing.faults.cluster import wait_for
 
 PERIOD_MS = 20          # schedule_interval_ms: the timer's period while the log moves
 NAP_MS = 2000           # retention_interval_ms: the longest nap of a still log
 
 
 def _until(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        time.sleep(0.005)
+    assert wait_for(cond, timeout, interval=0.005), "condition not reached before the deadline"
 
 
 def _turns(s):

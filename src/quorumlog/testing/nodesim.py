@@ -236,17 +236,24 @@ class NodeSim:
         node = Node(m.path, cfg, self.raft_cfg, store_cfg=self.store_cfg,
                     rng=random.Random(self.rng.getrandbits(32)), transport=transport,
                     clock=LoopClock(loop, m.rate, self.rng.randrange(1 << 20)), flusher=flusher)
-        try:
-            await node.start()
-        except Exception as e:
-            self.checker.violation(f"{m.id} failed to reopen its store: {e!r}")
-            if transport.network.nodes.get(m.id) is transport:
-                await transport.close()
+        if not await self._started(m, node, transport, "store"):
             return
         m.node = node
         self.note(f"{m.id} up: log {node.store.commitlog.last_index}")
         if self.mode == "async":
             m.flush_tasks = [loop.create_task(m.disk.flush_loop(node))]
+
+    async def _started(self, m: _Member, node, transport, what: str) -> bool:
+        """Start a member's Node or NodeHost; a failure to reopen is a violation (the member
+        stays down, its transport closed)."""
+        try:
+            await node.start()
+        except Exception as e:
+            self.checker.violation(f"{m.id} failed to reopen its {what}: {e!r}")
+            if transport.network.nodes.get(m.id) is transport:
+                await transport.close()
+            return False
+        return True
 
     async def _start_host(self, m: _Member) -> None:
         """G > 1: the member as `quorumlog serve --groups G` runs it, a NodeHost (one
@@ -261,12 +268,7 @@ class NodeSim:
                         clock=LoopClock(loop, m.rate, self.rng.randrange(1 << 20)),
                         flushers=(lambda g: SimFlusher(m.disk)) if self.mode == "sync"
                         else None)
-        try:
-            await host.start()
-        except Exception as e:
-            self.checker.violation(f"{m.id} failed to reopen its stores: {e!r}")
-            if transport.network.nodes.get(m.id) is transport:
-                await transport.close()
+        if not await self._started(m, host, transport, "stores"):
             return
         m.host = host
         self.note(f"{m.id} up: logs {[n.store.commitlog.last_index for n in host.nodes]}")
@@ -610,6 +612,26 @@ class NodeSim:
 
 def run_seed(seed: int, **kw) -> SeedResult:
     return NodeSim(seed, **kw).run()
+
+
+def run_scenario(sim: NodeSim, scenario):
+    """A test's own scenario instead of the seed's nemeses: start every member of `sim`,
+    await scenario(sim) on virtual time, stop every member, remove the directories."""
+    async def run():
+        sim.loop = asyncio.get_running_loop()
+        for m in sim.members.values():
+            await sim.start_member(m)
+        try:
+            return await scenario(sim)
+        finally:
+            await sim.stop_all()
+
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
+        shutil.rmtree(sim.root, ignore_errors=True)
 
 
 def replay_command(seed: int, groups: int = 1) -> str:
