@@ -123,6 +123,9 @@ def _bytes_view(name: str, v) -> memoryview:
         mv = memoryview(v)
     except TypeError:
         raise EncodeError(f"{name}: expected a bytes-like object, got {type(v).__name__}") from None
+    if not mv.c_contiguous:
+        raise EncodeError(f"{name}: a non-contiguous buffer ({mv.nbytes} bytes with strides "
+                          f"{mv.strides}): pass bytes(...) of it")
     if mv.ndim != 1 or mv.itemsize != 1:
         mv = mv.cast("B")
     return mv
