@@ -42,12 +42,15 @@ def test_append_after_the_pause_is_flushed_in_the_background(tmp_path):
 def test_batch_and_control_appends_wake_the_flusher(tmp_path):
     from quorumlog import format as qf
     with open_log(tmp_path / "s", flush_interval_ms=INTERVAL_MS) as log:
-        _until(lambda: _parked(log))
-        log.append_batch("t", [b"a" * 50] * 10, term=1)
-        _until(lambda: log.flushed_position == log.end_position)
-        _until(lambda: _parked(log))
-        log.append_control(qf.TYPE_NOOP, term=1)
-        _until(lambda: log.flushed_position == log.end_position)
+        for append in (lambda: log.append_batch("t", [b"a" * 50] * 10, term=1),
+                       lambda: log.append_control(qf.TYPE_NOOP, term=1)):
+            _until(lambda: _parked(log))
+            flushes, before = log.stats()["flushes"], log.end_position
+            append()
+            assert log.end_position > before
+            # no waiter asks (async mode): only the woken background thread flushes it
+            _until(lambda: log.flushed_position == log.end_position)
+            assert log.stats()["flushes"] > flushes
 
 
 def test_replicated_append_wakes_a_parked_follower_flusher(tmp_path):

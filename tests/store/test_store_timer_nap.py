@@ -41,6 +41,7 @@ def test_commit_wakes_a_napping_timer(open_store):
     _until(lambda: _turns(s) > n0, timeout=NAP_MS / 1000 / 2)   # well before the nap ends
     # moving again: the next turns come at the period
     _until(lambda: _turns(s) >= n0 + 3, timeout=NAP_MS / 1000 / 2)
+    assert _turns(s) >= n0 + 3
 
 
 def test_close_stops_a_napping_timer(open_store):
