@@ -22,6 +22,11 @@ class Clock(Protocol):
     async def sleep_ms(self, ms: float) -> None:
         """Return after `ms` milliseconds of this clock."""
 
+    def call_later_ms(self, loop: asyncio.AbstractEventLoop, ms: float,
+                      fn) -> asyncio.TimerHandle:
+        """Call fn() on `loop` after `ms` milliseconds of this clock; the handle cancels it.
+        (The node's tick: a plain timer costs no task step, future or getpid per tick.)"""
+
 
 class MonotonicClock:
     """time.monotonic(); timers are the running loop's."""
@@ -31,6 +36,9 @@ class MonotonicClock:
 
     async def sleep_ms(self, ms: float) -> None:
         await asyncio.sleep(ms / 1000)
+
+    def call_later_ms(self, loop, ms: float, fn) -> asyncio.TimerHandle:
+        return loop.call_later(ms / 1000, fn)
 
 
 class LoopClock:
@@ -48,3 +56,6 @@ class LoopClock:
 
     async def sleep_ms(self, ms: float) -> None:
         await asyncio.sleep(ms / 1000 / self.rate)
+
+    def call_later_ms(self, loop, ms: float, fn) -> asyncio.TimerHandle:
+        return loop.call_later(ms / 1000 / self.rate, fn)

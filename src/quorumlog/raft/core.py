@@ -2,7 +2,9 @@
 
 No sockets, no files, no clock, no threads. Inputs:
 
-    core.tick(now_ms)            -- the driver's clock (monotonic ms), every few ms
+    core.tick(now_ms)            -- the driver's clock (monotonic ms), every few ms (a
+                                    follower: next_tick_ms() says when, see there)
+    core.set_clock(now_ms)       -- the driver's clock moved (a message arrived): no tick duties
     core.step(message)           -- a message from a peer (messages.py)
     core.propose(batch, count, nbytes) -> (first, last)   -- leader only
     core.on_persisted(index, gen) -- the log is durable up to `index` (see below)
@@ -216,6 +218,25 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         if self.quiesced:
             return          # (quiesce.py Q2: only the clock moves)
         self._tick_role()   # (swapped by the become_* below)
+
+    def set_clock(self, now_ms: int) -> None:
+        """The driver's clock is now `now_ms` (it never goes back): what a message that
+        arrives now is noted at, without the role's tick duties."""
+        if now_ms > self.now_ms:
+            self.now_ms = now_ms
+
+    def next_tick_ms(self) -> int | None:
+        """The earliest clock time at which tick() can change anything, or None: tick at the
+        driver's pace. Only a follower has one: its sole timed duty is the leak timeout
+        (election.py _tick_follower), so a driver may let an idle follower sleep until then,
+        if it calls set_clock(now) before each step() -- the follower notes a leader's
+        heartbeat at the core's clock, which the lease relies on (RaftConfig.lease_guard_ms:
+        a clock older than lease_guard_ms / 2 there would shorten its refusal of votes).
+        Any input may change the role: ask again after each drain that changed it."""
+        if self.role != Role.FOLLOWER or self.quiesced:
+            return None
+        c = self.cfg
+        return self.last_leader_heartbeat_ms + c.max_heartbeat_leak * c.heartbeat_interval_ms + 1
 
     def step(self, msg: Message) -> None:
         if msg.dst != self.id:

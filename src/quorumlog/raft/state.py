@@ -53,7 +53,8 @@ class RaftConfig:
     # heard it; the leader counts its lease from the *send* time of the last heartbeat a quorum
     # acknowledged, for leak x (1 - skew) / (1 + skew) - lease_guard_ms. Sound while every clock
     # runs within 1 +- max_clock_rate_skew_permille/1000 of real time and the driver ticks at
-    # least every lease_guard_ms / 2 (a follower notes a heartbeat at its last tick's time).
+    # least every lease_guard_ms / 2 (a follower notes a heartbeat at its last tick's time),
+    # or sets the core's clock before each message (RaftCore.set_clock; node/driver.py).
     max_clock_rate_skew_permille: int = 50
     lease_guard_ms: int = 30
     max_pending_reads: int = 4096         # read_index requests waiting for a heartbeat quorum
