@@ -185,3 +185,27 @@ def test_lease_read_index_needs_a_lease_and_a_commit_in_this_term():
     cl.partition({"n1"}, {"n2", "n3"})
     cl.settle(cl.now + c.lease_ms)
     assert c.lease_read_index() is None and c.role == Role.LEADER
+
+
+def test_a_follower_notes_a_heartbeat_at_the_clock_set_for_it_not_its_last_tick():
+    """RaftCore.set_clock: a driver that ticks an idle follower only when its leak timeout is
+    due (next_tick_ms) sets the core's clock when a message arrives; the heartbeat is noted at
+    that time, so its refusal of votes lasts a leak from when it heard the leader (the lease's
+    premise), not from an older tick."""
+    cl, lead = leading()
+    f = cl.core("n2")
+    assert lead.next_tick_ms() is None and f.role == Role.FOLLOWER
+    cl.deliver()
+    t = cl.now + CFG.heartbeat_interval_ms  # no tick for n2 meanwhile; a heartbeat arrives
+    lead.tick(t)
+    cl.drain("n1")
+    f.set_clock(t)
+    assert cl.deliver(match=lambda m: isinstance(m, Heartbeat) and m.dst == "n2") == 1
+    assert f.last_leader_heartbeat_ms == t
+    assert f.next_tick_ms() == t + LEAK_MS + 1
+    f.set_clock(t - 50)                     # (a clock never goes back)
+    assert f.now_ms == t
+    f.tick(t + LEAK_MS)                     # not yet: the leak is "more than" LEAK_MS
+    assert f.role == Role.FOLLOWER
+    f.tick(t + LEAK_MS + 1)
+    assert f.role == Role.CANDIDATE and f.next_tick_ms() is None

@@ -174,7 +174,7 @@ class Node:
         self.ready_to_serve = False
         self.stats = {"proposals": 0, "messages_put": 0, "duplicates": 0, "readies": 0,
                       "hard_state_saves": 0, "flush_requests": 0, "elections_won": 0, "loop_stalls": 0,
-                      "coalesced_proposals": 0, "installs": 0}
+                      "coalesced_proposals": 0, "installs": 0, "ticks": 0}
         # every write goes through the pipeline; its tracker completes them (node/pipeline.py)
         self.pipeline = Pipeline(self, wake=self._schedule_drain, fail=self._fail,
                                  drain=self._drain_now)
@@ -351,6 +351,7 @@ class Node:
             self.stats["loop_stalls"] += 1
             log.info("node %s: event loop stalled for %d ms", self.id, now - last)
         self._last_tick_ms = now
+        self.stats["ticks"] += 1
         try:
             self.core.tick(now)
             self._drain()
