@@ -50,3 +50,34 @@ def test_the_monotonic_clock_sleeps_and_never_goes_back():
         await c.sleep_ms(20)
         assert c.now_ms() >= a + 19
     asyncio.run(body())
+
+
+def test_a_loop_clocks_timer_fires_after_ms_of_its_own_clock():
+    """call_later_ms: the node's tick timer, in the clock's milliseconds (a fast clock's
+    100 ms are less loop time), cancellable."""
+    loop = VirtualTimeLoop()
+    fast = LoopClock(loop, 1.25)
+    fired, cancelled = [], []
+
+    async def body():
+        t0 = loop.time()
+        fast.call_later_ms(loop, 100, lambda: fired.append(loop.time() - t0))
+        fast.call_later_ms(loop, 50, lambda: cancelled.append(1)).cancel()
+        await asyncio.sleep(1)
+    try:
+        loop.run_until_complete(body())
+    finally:
+        loop.close()
+    assert fired == [pytest.approx(0.08)] and cancelled == []
+
+
+def test_the_monotonic_clocks_timer_fires_on_the_given_loop():
+    c = MonotonicClock()
+
+    async def body():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        a = c.now_ms()
+        c.call_later_ms(loop, 20, lambda: done.set_result(c.now_ms()))
+        assert await asyncio.wait_for(done, 5) >= a + 19
+    asyncio.run(body())
