@@ -41,11 +41,14 @@ one iteration -- a socket read full of appends, several puts -- share one Ready,
 request and one cumulative acknowledgement):
   * transport on_message(peer, msg) -> core.step(msg)
   * a tick every tick_ms of the node's clock (node/clock.py; time.monotonic in production)
-    -> core.tick(now_ms); a follower is ticked only when its leak timeout is due
-    (core.next_tick_ms()) and at least every heartbeat interval (metrics, the log check),
-    and its core's clock is set when a message arrives (core.set_clock: the lease) -- an
-    idle follower wakes ~10 times a second instead of 100. A role change by a message
-    brings the tick back to tick_ms at once.
+    -> core.tick(now_ms) -- only when the core's next deadline is due (core.next_tick_ms():
+    a follower's leak timeout; a leader's next heartbeat, check-quorum, lease end or append
+    time-out), at least every heartbeat interval (metrics, the log check), every tick_ms
+    while it has work each tick (a candidate, a transfer, a learner, an install); the
+    core's clock is set before every input (core.set_clock: a follower notes heartbeats and
+    a leader checks its lease at it) -- an idle replica wakes ~10 times a second instead of
+    100. An input that brings a deadline forward (a role change, ReadyToServe,
+    BehindRetention, a transfer, a new learner) brings the next tick to tick_ms.
   * writes (put, create_topic, commit_offsets) -> the proposal pipeline (node/pipeline.py:
     checks, backpressure, coalescing, producer idempotence, core.propose, and ONE tracker of
     the proposals in flight), which asks for a drain; the driver tells it what was applied
@@ -317,8 +320,10 @@ class Node:
             self._arm_tick(now, self._tick_delay_ms(now))
 
     def _tick_delay_ms(self, now: int) -> int:
-        """tick_ms; for a follower, until its leak timeout is due (core.next_tick_ms), at
-        most a heartbeat interval (what else a tick does: metrics, the log check)."""
+        """Until the core's next deadline (core.next_tick_ms: a follower's leak timeout, a
+        leader's next heartbeat, lease end or time-out), at least tick_ms, at most a
+        heartbeat interval (what else a tick does: metrics, the log check); tick_ms when
+        the core has work every tick (a candidate)."""
         iv = self.cfg.tick_ms
         due = self.core.next_tick_ms()
         if due is None:
@@ -470,7 +475,9 @@ class Node:
         if self._stopped or self._failed is not None:
             return
         try:
-            self.core.on_persisted(index, gen)
+            core = self.core
+            core.set_clock(self.clock.now_ms())     # (ticks are sparse: _tick_delay_ms)
+            core.on_persisted(index, gen)
             self._apply()
             self._drain()
         except Exception as e:
@@ -519,6 +526,7 @@ class Node:
             elif isinstance(ev, ReadyToServe):
                 log.info("node %s: ready to serve as leader of term %d", self.id, ev.term)
                 self.ready_to_serve = True
+                self._retick()      # (its lease's end is a deadline now)
             elif isinstance(ev, LeaseExpired):
                 log.info("node %s: leader lease of term %d expired: not serving", self.id,
                          ev.term)
@@ -534,6 +542,7 @@ class Node:
                 log.warning("node %s: follower %s needs entries from %d, which this log no "
                             "longer holds: installing it from the retained log", self.id,
                             ev.peer, ev.next_index)
+                self._retick()      # (an install is driven every tick)
             elif isinstance(ev, LogInstalled):
                 log.warning("node %s: log replaced by the leader's [%d..%d]", self.id,
                             ev.first_index, ev.last_index)
@@ -636,13 +645,20 @@ class Node:
     def end_recovery(self, reason: str) -> None:
         """The operator's override (raft/recovery.py R5): stop waiting for a peer that holds
         what this replica lost to a power loss, accepting that it may be lost for good."""
+        self._admin_clock()
         self.core.end_recovery(reason)
         self._schedule_drain()
 
     def transfer_leadership(self, to: str) -> None:
         self.pipeline.check_writable()
+        self._admin_clock()
         self.core.transfer_leadership(to)
         self._schedule_drain()
+        self._retick()          # (a transfer is checked every tick)
+
+    def _admin_clock(self) -> None:
+        """Set the core's clock before an admin call (its time-outs start now)."""
+        self.core.set_clock(self.clock.now_ms())
 
     def _accept_new_members(self, members) -> None:
         """Members a CONFIG entry names that this node has no address for (added on another
@@ -658,15 +674,18 @@ class Node:
         host, port = parse_address(address, f"address of {peer!r}")
         self._added_peers.add(peer)
         self.transport.add_peer(peer, (host, port))
+        self._admin_clock()
         try:
             self.core.add_member(peer)
         except LogFailedError as e:
             self._fail(e)      # (a failed async flush found by this append: as in a put)
             raise
         self._schedule_drain()
+        self._retick()          # (a learner is checked every tick)
 
     def remove_member(self, peer: str) -> int:
         self.pipeline.check_writable()
+        self._admin_clock()
         try:
             idx = self.core.remove_member(peer)
         except LogFailedError as e:

@@ -262,6 +262,7 @@ class Pipeline:
                 f"node {node.id}: {t.bytes} bytes awaiting commit + {req.nbytes} > "
                 f"max_pending_bytes={cfg.max_pending_bytes}")
         try:
+            core.set_clock(node.clock.now_ms())   # (the node's ticks are sparse: driver.py)
             core.propose(req, req.count, req.nbytes)
         except LogFailedError as e:
             # async mode: the log's background flush failed and it refuses every write; a

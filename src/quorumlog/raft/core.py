@@ -227,16 +227,24 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
 
     def next_tick_ms(self) -> int | None:
         """The earliest clock time at which tick() can change anything, or None: tick at the
-        driver's pace. Only a follower has one: its sole timed duty is the leak timeout
-        (election.py _tick_follower), so a driver may let an idle follower sleep until then,
-        if it calls set_clock(now) before each step() -- the follower notes a leader's
-        heartbeat at the core's clock, which the lease relies on (RaftConfig.lease_guard_ms:
-        a clock older than lease_guard_ms / 2 there would shorten its refusal of votes).
-        Any input may change the role: ask again after each drain that changed it."""
-        if self.role != Role.FOLLOWER or self.quiesced:
+        driver's pace (a candidate; a leader with work every tick). A follower's only timed
+        duty is the leak timeout (election.py _tick_follower); a leader's are its heartbeats,
+        check-quorum, the lease's end and the append time-outs (lease.py _next_tick_leader).
+        A driver that sleeps until then must call set_clock(now) before every input (step,
+        propose, on_persisted, the admin calls): a follower notes a leader's heartbeat at the
+        core's clock, and a leader's lease_valid() reads it when it becomes ready to serve
+        (RaftConfig.lease_guard_ms covers a clock a tick old, not a heartbeat interval old).
+        An input may bring the time forward: ask again after a role change, ReadyToServe,
+        BehindRetention, a transfer or a new learner."""
+        if self.quiesced:
             return None
-        c = self.cfg
-        return self.last_leader_heartbeat_ms + c.max_heartbeat_leak * c.heartbeat_interval_ms + 1
+        if self.role == Role.FOLLOWER:
+            c = self.cfg
+            return (self.last_leader_heartbeat_ms
+                    + c.max_heartbeat_leak * c.heartbeat_interval_ms + 1)
+        if self.role == Role.LEADER:
+            return self._next_tick_leader()
+        return None
 
     def step(self, msg: Message) -> None:
         if msg.dst != self.id:

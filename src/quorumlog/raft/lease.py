@@ -93,6 +93,46 @@ class LeaseRules:
         times.sort(reverse=True)
         return times[q - 1]
 
+    def _next_tick_leader(self) -> int | None:
+        """When _tick_leader below next acts (RaftCore.next_tick_ms): the next heartbeat,
+        the check-quorum deadline, the lease's end while serving, the first append or probe
+        time-out -- or None while it works every tick (a transfer, a learner catching up, an
+        install, a preferred leader to hand over to, a follower with entries to send and
+        none in flight). Each bound is the first time the matching test below holds."""
+        c = self.cfg
+        if (self.transferee is not None or self.learner is not None
+                or (c.preferred_leader_id is not None and c.preferred_leader_id != self.id)):
+            return None
+        iv = c.heartbeat_interval_ms
+        last = self.last_send_heartbeat_ms
+        if last == NEVER:
+            return None                   # (read_index asked for a round at the next tick)
+        due = (last // iv + 1) * iv if c.align_heartbeats else last + iv
+        t = self._quorum_contact_ms() + c.max_heartbeat_leak * iv + 1
+        if t < due:
+            due = t
+        if self.is_ready_to_serve:
+            t = self._lease_start_ms() + self.lease_ms
+            if t < due:
+                due = t
+        timeout = c.append_timeout_ms
+        lg_last = self.log.last_index()
+        for pr in self.progress.values():
+            st = pr.state
+            if st == COMPARE:
+                t = pr.probe_sent_ms + timeout
+            elif st == INSTALL:
+                return None
+            elif pr.inflight:
+                t = pr.inflight[0][1] + timeout
+            elif pr.next <= lg_last:
+                return None
+            else:
+                continue
+            if t < due:
+                due = t
+        return due
+
     def _tick_leader(self) -> None:
         now = self.now_ms
         c = self.cfg
