@@ -322,13 +322,13 @@ class Node:
     def _tick_delay_ms(self, now: int) -> int:
         """Until the core's next deadline (core.next_tick_ms: a follower's leak timeout, a
         leader's next heartbeat, lease end or time-out), at least tick_ms, at most a
-        heartbeat interval (what else a tick does: metrics, the log check); tick_ms when
-        the core has work every tick (a candidate)."""
+        heartbeat interval and a second (what else a tick does: metrics, the log check);
+        tick_ms when the core has work every tick (a candidate)."""
         iv = self.cfg.tick_ms
         due = self.core.next_tick_ms()
         if due is None:
             return iv
-        d = min(due - now, self.raft_cfg.heartbeat_interval_ms)
+        d = min(due - now, self.raft_cfg.heartbeat_interval_ms, _METRICS_EVERY_MS)
         return d if d > iv else iv
 
     def _retick(self) -> None:
