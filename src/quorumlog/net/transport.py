@@ -52,7 +52,7 @@ from .errors import (AuthError, CodecError, FrameTimeoutError, FrameTooLargeErro
                      HandshakeTimeoutError, NetError, ProtocolError, TooManyConnectionsError,
                      TransportClosedError)
 from .framing import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_RECV_BUFFER_BYTES, HEADER_SIZE,
-                      FrameDecoder, encode_header)
+                      BufferPool, FrameDecoder, encode_header)
 from .messages import PEER_ROLES, RejectReason, Role, check_node_id
 from .ratelog import RateLimitedLog
 
@@ -405,6 +405,7 @@ class _Conn(asyncio.BufferedProtocol):
         else:
             self.decoder.resize(DEFAULT_RECV_BUFFER_BYTES, self.cfg.large_payload_bytes)
         self.send_budget = self._budget(self.role)
+        self.decoder.pool = self.owner.rx_pool
         self.decoder.known_types = types
         self.decoder.max_frame_bytes = limit
         self.decoder.limit_name = limit_name
@@ -718,6 +719,8 @@ class PeerTransport:
                               f"{node_id!r}")
         self.auth = auth
         self.config = (config or TransportConfig()).validate()
+        # the large payloads' receive buffers, reused once no view of them is left
+        self.rx_pool = BufferPool()
         self.on_message = on_message
         # on_group_message(peer_id, group, message), when set, takes every peer message
         # instead of on_message (a process hosting many groups: node/host.py demultiplexes)
@@ -1293,6 +1296,7 @@ class _ClientOwner:
         self.node_id = auth.node_id
         self.channel: ClientChannel | None = None
         self.rejects: collections.Counter = collections.Counter()
+        self.rx_pool = BufferPool(max_buffers=2)
 
     def _conn_opened(self, c) -> bool:
         return True
