@@ -275,7 +275,7 @@ class FrameDecoder:
         self._mv = memoryview(self._buf)
         self._start = 0
         self._end = 0
-        self._big = None           # bytearray being filled with one large payload
+        self._big = None           # the view being filled with one large payload
         self._big_view = None
         self._big_filled = 0
         self._big_head = None      # (type, flags, request_id) of that frame
