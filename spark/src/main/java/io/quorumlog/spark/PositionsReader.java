@@ -1,10 +1,11 @@
 /*
  * The records at log positions an index named: the consume-queue entries of some queues
  * (read here, on the executor, and confirmed against each record's topic, queue id and queue
- * offset), or the positions the key index gave at planning. Each record is read with one or
- * two positioned reads and checked as the segment walk checks it (header, position field,
- * CRC32C, inside the committed position) before the RecordFilter sees it, so an index entry
- * can narrow a read but never add a record the log does not hold.
+ * offset), or the positions the key index gave at planning. A local segment is read through
+ * its memory map (PositionedFile.map), record by record; on other file systems nearby
+ * records are read together in runs. Each record is checked as the segment walk checks it
+ * (header, position field, CRC32C, inside the committed position) before the RecordFilter
+ * sees it, so an index entry can narrow a read but never add a record the log does not hold.
  */
 package io.quorumlog.spark;
 
