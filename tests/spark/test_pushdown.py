@@ -468,3 +468,31 @@ def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(
     whole = _pushed(spark, index_store).agg(*agg)
     assert not _explain(whole).startswith("CommandResult")
     assert whole.collect() == _walk(spark, index_store).agg(*agg).collect()
+
+
+def test_a_store_replaced_at_the_same_path_is_read_anew(spark, index_store, tmp_path):
+    """Local consume queues and segments are read through memory maps the JVM keeps per
+    file (PositionedFile.sharedMap): a store deleted and written again at the same path, its
+    files of the same lengths, is read from the new files (each path's file key checked at
+    every open), not from the maps of the old ones."""
+    _jar_or_skip(spark)
+    import quorumlog
+    from pyspark.sql import functions as F
+
+    path = _copy(index_store, tmp_path, "swap")
+    cond = F.col("tags") == "tag4"
+    first = st.canon_rows(_pushed(spark, path).where(cond))
+    assert first == st.canon_rows(_walk(spark, index_store).where(cond))
+    shutil.rmtree(path)
+    with quorumlog.open(path, segment_size_bytes=65536, index_file_entries=1024) as ms:
+        for t in TOPICS:
+            ms.create_topic(t, QUEUES)
+        for b in range(12):
+            ms.put_batch(TOPICS[b % 3], [bytes([b]) * (40 + b) for _ in range(BATCH)],
+                         tags=["tag4"] * BATCH)
+    again = st.canon_rows(_pushed(spark, path).where(cond))
+    assert again == st.canon_rows(_walk(spark, path).where(cond))
+    assert len(again) == 12 * BATCH and again != first
+    agg = _agg_queries(F)["per queue"]
+    assert sorted(map(tuple, agg(_pushed(spark, path)).collect())) == sorted(
+        map(tuple, agg(_walk(spark, path)).collect()))

@@ -179,9 +179,12 @@ final class IndexPlanner {
      */
     private static void walk(Plan plan, Configuration conf, Path root, StoreMeta m,
             long splitBytes, long lo, long hi, boolean useIndexes) throws IOException {
+        long end = m.hasCheckpoint ? m.committedPosition : Long.MAX_VALUE;
+        // an index read (committed only) whose index covered the log to its committed end:
+        // nothing left to walk, no listing
+        if (useIndexes && lo >= Math.min(hi, end)) return;
         RecordFilter filter = RecordFilter.fromConf(conf);
         List<FileStatus> segments = StoreMeta.listSegments(root, conf);
-        long end = m.hasCheckpoint ? m.committedPosition : Long.MAX_VALUE;
         if (useIndexes && m.hasCheckpoint) {
             long[] r = StoreTsPruning.positionRange(root, m.indexFileEntries, segments, filter,
                 conf, end);

@@ -3,16 +3,25 @@
  * and there: consume-queue entries (binary search), the records an index names. Hadoop's
  * local FSDataInputStream answers a positioned read with seek + a buffered read (64 KiB
  * copied per 20-byte probe) under a lock; a local file is read through a FileChannel
- * instead (one pread each), any other file system through its own stream.
+ * instead (one pread each), any other file system through its own stream. A local file
+ * can also be read through a memory map (map(), kept per JVM while the file is the same):
+ * a reader that picks records or entries scattered over a file then copies only those
+ * bytes, with no system call per read.
  */
 package io.quorumlog.spark;
 
 import java.io.Closeable;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.File;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.util.LinkedHashMap;
+import java.util.Map;
 
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
@@ -27,24 +36,91 @@ abstract class PositionedFile implements Closeable {
     /** The file's length in bytes. */
     abstract long length() throws IOException;
 
+    /** The whole file memory-mapped read-only, little-endian (sharedMap), or null (not a
+     *  local file, empty, or longer than a buffer can be). */
+    ByteBuffer map() throws IOException { return null; }
+
+    /** The local file behind p (the file system's own path -> file mapping: a Path's URI is
+     *  not escaped, topics may hold any character), or null when fs is not local. */
+    static File localFile(FileSystem fs, Path p) {
+        if (fs instanceof LocalFileSystem) return ((LocalFileSystem) fs).pathToFile(p);
+        if (fs instanceof RawLocalFileSystem) return ((RawLocalFileSystem) fs).pathToFile(p);
+        return null;
+    }
+
     static PositionedFile open(FileSystem fs, Path p) throws IOException {
-        // the file system's own path -> file mapping (a Path's URI is not escaped: topics
-        // may hold any character)
-        if (fs instanceof LocalFileSystem) {
-            return new Local(FileChannel.open(((LocalFileSystem) fs).pathToFile(p).toPath(),
-                StandardOpenOption.READ));
-        }
-        if (fs instanceof RawLocalFileSystem) {
-            return new Local(FileChannel.open(((RawLocalFileSystem) fs).pathToFile(p).toPath(),
-                StandardOpenOption.READ));
-        }
+        File f = localFile(fs, p);
+        if (f != null) return new Local(FileChannel.open(f.toPath(), StandardOpenOption.READ), f);
         return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
+    }
+
+    /**
+     * Memory maps shared by every reader of this JVM, by file: a query maps each consume-queue
+     * file and segment it reads, and mapping them anew per read (then faulting every page
+     * touched into the new mapping) cost more than the reads. A mapping is reused while the
+     * path still names the same file (its file key: device and inode, which cannot be
+     * reused while the mapping holds the file) of the same length; else the file is mapped
+     * again. Files are read through their mappings only (never written), and the mappings a
+     * replaced or evicted entry held are left to the collector, never unmapped under a
+     * reader.
+     */
+    private static final int MAPS_KEPT = 512;
+    private static final Map<String, Mapped> MAPS = new LinkedHashMap<String, Mapped>(64, 0.75f,
+            true) {
+        @Override protected boolean removeEldestEntry(Map.Entry<String, Mapped> e) {
+            return size() > MAPS_KEPT;
+        }
+    };
+
+    private static final class Mapped {
+        final Object key;
+        final long len;
+        final ByteBuffer buf;
+
+        Mapped(Object key, long len, ByteBuffer buf) {
+            this.key = key;
+            this.len = len;
+            this.buf = buf;
+        }
+    }
+
+    /** f (read through ch) mapped whole, from the shared maps when still valid; null when
+     *  it is empty or longer than a buffer can be. A view of its own per call. */
+    static ByteBuffer sharedMap(File f, FileChannel ch) throws IOException {
+        BasicFileAttributes a = Files.readAttributes(f.toPath(), BasicFileAttributes.class);
+        long n = ch.size();
+        if (n == 0 || n > Integer.MAX_VALUE) return null;
+        Object key = a.fileKey();
+        String name = f.getAbsolutePath();
+        Mapped m;
+        synchronized (MAPS) {
+            m = MAPS.get(name);
+        }
+        if (m == null || key == null || !key.equals(m.key) || m.len != n || a.size() != n) {
+            m = new Mapped(key, n, ch.map(FileChannel.MapMode.READ_ONLY, 0, n));
+            if (key != null && a.size() == n) {
+                synchronized (MAPS) {
+                    MAPS.put(name, m);
+                }
+            }
+        }
+        return m.buf.duplicate().order(ByteOrder.LITTLE_ENDIAN);
     }
 
     private static final class Local extends PositionedFile {
         private final FileChannel ch;
+        private final File file;
+        private ByteBuffer mapped;
 
-        Local(FileChannel ch) { this.ch = ch; }
+        Local(FileChannel ch, File file) {
+            this.ch = ch;
+            this.file = file;
+        }
+
+        @Override ByteBuffer map() throws IOException {
+            if (mapped == null) mapped = sharedMap(file, ch);
+            return mapped;
+        }
 
         @Override void readFully(long pos, byte[] b, int off, int len) throws IOException {
             ByteBuffer bb = ByteBuffer.wrap(b, off, len);
@@ -55,7 +131,10 @@ abstract class PositionedFile implements Closeable {
         }
 
         @Override long length() throws IOException { return ch.size(); }
-        @Override public void close() throws IOException { ch.close(); }
+        @Override public void close() throws IOException {
+            mapped = null;
+            ch.close();
+        }
     }
 
     private static final class Stream extends PositionedFile {

@@ -1,15 +1,18 @@
 /*
  * The records at log positions an index named: the consume-queue entries of some queues
  * (read here, on the executor, and confirmed against each record's topic, queue id and queue
- * offset), or the positions the key index gave at planning. Each record is read with one or
- * two positioned reads and checked as the segment walk checks it (header, position field,
- * CRC32C, inside the committed position) before the RecordFilter sees it, so an index entry
- * can narrow a read but never add a record the log does not hold.
+ * offset), or the positions the key index gave at planning. A local segment is read through
+ * its memory map (PositionedFile.map), record by record; on other file systems nearby
+ * records are read together in runs. Each record is checked as the segment walk checks it
+ * (header, position field, CRC32C, inside the committed position) before the RecordFilter
+ * sees it, so an index entry can narrow a read but never add a record the log does not hold.
  */
 package io.quorumlog.spark;
 
+import java.io.EOFException;
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
@@ -89,6 +92,7 @@ final class PositionsReader implements RecordSource {
 
     private long openBase = -1;
     private PositionedFile in;
+    private ByteBuffer mapped;          // the open segment memory-mapped (local), or null
     private long openLen;
     private String openFile;
     private long winStart, winEnd;      // log positions buf holds: [winStart, winEnd)
@@ -127,31 +131,48 @@ final class PositionsReader implements RecordSource {
             es[r] = StoreIndexes.read(fs, rootPath, part.ranges[r]);
             n += es[r].n;
         }
-        long[] p = new long[n];
-        int[] z = new int[n], rg = new int[n];
-        long[] o = new long[n];
-        int k = 0;
-        for (int r = 0; r < es.length; r++) {
-            System.arraycopy(es[r].positions, 0, p, k, es[r].n);
-            System.arraycopy(es[r].sizes, 0, z, k, es[r].n);
-            System.arraycopy(es[r].offsets, 0, o, k, es[r].n);
-            Arrays.fill(rg, k, k + es[r].n, r);
-            k += es[r].n;
-        }
-        Integer[] order = new Integer[n];
-        for (int i = 0; i < n; i++) order[i] = i;
-        Arrays.sort(order, (a, b) -> Long.compare(p[a], p[b]));
+        merge(es, n);
+    }
+
+    /** The ranges' entries merged into log order: each range's are in log order already
+     *  (a queue's positions grow with its offsets), so a heap over the ranges' next
+     *  entries does it with no object per entry. */
+    private void merge(StoreIndexes.Entries[] es, int n) {
         pos = new long[n];
         size = new int[n];
         offset = new long[n];
         rangeOf = new int[n];
-        for (int i = 0; i < n; i++) {
-            int j = order[i];
-            pos[i] = p[j];
-            size[i] = z[j];
-            offset[i] = o[j];
-            rangeOf[i] = rg[j];
+        int[] heap = new int[es.length], next = new int[es.length];
+        int h = 0;
+        for (int r = 0; r < es.length; r++) if (es[r].n > 0) heap[h++] = r;
+        for (int i = h / 2 - 1; i >= 0; i--) siftDown(heap, h, i, es, next);
+        for (int k = 0; k < n; k++) {
+            int r = heap[0], j = next[r]++;
+            pos[k] = es[r].positions[j];
+            size[k] = es[r].sizes[j];
+            offset[k] = es[r].offsets[j];
+            rangeOf[k] = r;
+            if (next[r] == es[r].n) heap[0] = heap[--h];
+            if (h > 0) siftDown(heap, h, 0, es, next);
         }
+    }
+
+    private static void siftDown(int[] heap, int h, int i, StoreIndexes.Entries[] es,
+            int[] next) {
+        int x = heap[i];
+        long key = es[x].positions[next[x]];
+        while (true) {
+            int c = 2 * i + 1;
+            if (c >= h) break;
+            if (c + 1 < h && es[heap[c + 1]].positions[next[heap[c + 1]]]
+                    < es[heap[c]].positions[next[heap[c]]]) {
+                c++;
+            }
+            if (es[heap[c]].positions[next[heap[c]]] >= key) break;
+            heap[i] = heap[c];
+            i = c;
+        }
+        heap[i] = x;
     }
 
     @Override
@@ -175,10 +196,12 @@ final class PositionsReader implements RecordSource {
     private void openSegment(long p) throws IOException {
         long base = (p / part.segmentSize) * part.segmentSize;
         if (base == openBase) return;
+        mapped = null;
         if (in != null) in.close();
         Path seg = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base));
         in = PositionedFile.open(fs, seg);
         openLen = in.length();
+        mapped = in.map();
         openBase = base;
         openFile = seg.toString();
         winStart = winEnd = -1;
@@ -202,6 +225,19 @@ final class PositionsReader implements RecordSource {
     /** Makes buf hold [p, p + n) (reads the run from p when it does not). */
     private void ensure(long p, int n, int entry) throws IOException {
         if (p >= winStart && p + n <= winEnd) return;
+        if (mapped != null) {
+            // a mapped segment: copy this record only (its entry's size when known), no
+            // run -- the bytes between the records an index names are never touched
+            long want = Math.max(p + n, entry >= 0 && size[entry] > 0 ? p + size[entry] : 0);
+            long end = Math.min(want, openBase + mapped.limit());
+            if (end < p + n) throw new EOFException("end of file at " + (p - openBase));
+            int len = (int) (end - p);
+            if (len > buf.length) buf = Arrays.copyOf(buf, Math.max(len, buf.length * 2));
+            mapped.get((int) (p - openBase), buf, 0, len);
+            winStart = p;
+            winEnd = end;
+            return;
+        }
         long end = Math.max(p + n, entry >= 0 ? runEnd(entry) : p + n);
         int len = (int) (end - p);
         if (len > buf.length) buf = Arrays.copyOf(buf, Math.max(len, buf.length * 2));
@@ -265,6 +301,7 @@ final class PositionsReader implements RecordSource {
 
     @Override
     public void close() throws IOException {
+        mapped = null;
         if (in != null) in.close();
         in = null;
     }

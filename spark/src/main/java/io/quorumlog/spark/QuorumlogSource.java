@@ -226,6 +226,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private boolean aggComplete;
         private String planned = "";
         private StructType required;
+        // the rows QueueAnswerStrategy read on the driver (driverRows), or null
+        private InternalRow[] answered;
         private transient Configuration conf;
 
         StoreScan(CaseInsensitiveStringMap options, Path[] roots, StoreMeta[] metas,
@@ -415,14 +417,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         InternalRow[] driverRows() {
             try {
                 if (aggFromQueues) {
-                    return agg.fromQueues(conf(), roots[0].toString(), metas[0],
+                    answered = agg.fromQueues(conf(), roots[0].toString(), metas[0],
                         IndexPlanner.aggregateRanges(conf(), roots[0], metas[0], filter))
                         .toArray(new InternalRow[0]);
+                    return answered;
                 }
                 int parallelism = SparkSession.active().sparkContext().defaultParallelism();
                 Configuration c = conf();
-                return agg.aggregate(new AggregatePushdown.WalkPart(planReads(parallelism), agg,
-                    parallelism), p -> ReaderFactory.open(p, c)).toArray(new InternalRow[0]);
+                answered = agg.aggregate(new AggregatePushdown.WalkPart(planReads(parallelism),
+                    agg, parallelism), p -> ReaderFactory.open(p, c)).toArray(new InternalRow[0]);
+                return answered;
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }
@@ -511,6 +515,9 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public InputPartition[] planInputPartitions() {
+            // answered on the driver already: the scan under the CommandResult (planned for
+            // explain()) is its rows, not a second planning of the reads
+            if (answered != null) return new InputPartition[] { new AnsweredPart(answered) };
             try {
                 int parallelism = SparkSession.active().sparkContext().defaultParallelism();
                 if (agg != null && aggFromQueues) {
@@ -575,6 +582,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
+            // rows in hand: no configuration to broadcast (nor to hash to find the shared one)
+            if (answered != null) return new ReaderFactory(null, new String[0], required);
             List<String> kv = new ArrayList<>();
             for (Map.Entry<String, String> e : settings()) {
                 kv.add(e.getKey());
@@ -610,6 +619,15 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         }
 
         @Override public String[] preferredLocations() { return hosts; }
+    }
+
+    /** The rows of a scan the driver answered while the query was planned
+     *  (QueueAnswerStrategy): what the scan stands for under the CommandResult. */
+    static final class AnsweredPart implements InputPartition {
+        private static final long serialVersionUID = 1L;
+        final InternalRow[] rows;
+
+        AnsweredPart(InternalRow[] rows) { this.rows = rows; }
     }
 
     /** A read partition of one store of a multi-group directory, and that store's group
@@ -685,7 +703,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override public boolean supportColumnarReads(InputPartition p) {
             return !(p instanceof AggregatePushdown.WalkPart
-                || p instanceof AggregatePushdown.QueuePart);
+                || p instanceof AggregatePushdown.QueuePart || p instanceof AnsweredPart);
         }
 
         /** The records of a scan partition. */
@@ -714,6 +732,9 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition p) {
+            if (p instanceof AnsweredPart) {
+                return AggregatePushdown.rowsReader(Arrays.asList(((AnsweredPart) p).rows));
+            }
             if (p instanceof AggregatePushdown.QueuePart) {
                 AggregatePushdown.QueuePart q = (AggregatePushdown.QueuePart) p;
                 try {

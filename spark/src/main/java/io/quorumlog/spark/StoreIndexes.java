@@ -9,8 +9,11 @@
  */
 package io.quorumlog.spark;
 
+import java.io.File;
 import java.io.FileNotFoundException;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -51,9 +54,16 @@ final class StoreIndexes {
     static List<String> topics(FileSystem fs, Path root) throws IOException {
         List<String> out = new ArrayList<>();
         Path dir = new Path(root, "consumequeue");
-        if (!fs.exists(dir)) return out;
-        for (FileStatus st : fs.listStatus(dir)) {
-            if (st.isDirectory()) out.add(st.getPath().getName());
+        File local = PositionedFile.localFile(fs, dir);
+        if (local != null) {
+            // one directory read and a stat per topic: Hadoop's local listStatus builds a
+            // FileStatus (several stats, a URI parse) per entry
+            File[] subs = local.listFiles(File::isDirectory);
+            if (subs != null) for (File f : subs) out.add(f.getName());
+        } else if (fs.exists(dir)) {
+            for (FileStatus st : fs.listStatus(dir)) {
+                if (st.isDirectory()) out.add(st.getPath().getName());
+            }
         }
         out.sort(null);
         return out;
@@ -63,17 +73,70 @@ final class StoreIndexes {
     static int[] queues(FileSystem fs, Path root, String topic) throws IOException {
         Path dir = new Path(new Path(root, "consumequeue"), topic);
         List<Integer> out = new ArrayList<>();
-        FileStatus[] sts;
-        try {
-            sts = fs.listStatus(dir);
-        } catch (FileNotFoundException e) {
-            return new int[0];
-        }
-        for (FileStatus st : sts) {
-            String n = st.getPath().getName();
-            if (st.isDirectory() && n.matches("[0-9]{1,9}")) out.add(Integer.parseInt(n));
+        File local = PositionedFile.localFile(fs, dir);
+        if (local != null) {
+            File[] subs = local.listFiles(f -> f.getName().matches("[0-9]{1,9}")
+                && f.isDirectory());
+            if (subs != null) for (File f : subs) out.add(Integer.parseInt(f.getName()));
+        } else {
+            FileStatus[] sts;
+            try {
+                sts = fs.listStatus(dir);
+            } catch (FileNotFoundException e) {
+                return new int[0];
+            }
+            for (FileStatus st : sts) {
+                String n = st.getPath().getName();
+                if (st.isDirectory() && n.matches("[0-9]{1,9}")) out.add(Integer.parseInt(n));
+            }
         }
         return out.stream().mapToInt(Integer::intValue).sorted().toArray();
+    }
+
+    /** One consume-queue file: its first offset, path and length. */
+    static final class CqFile {
+        final long first;
+        final Path path;
+        final long len;
+
+        CqFile(long first, Path path, long len) {
+            this.first = first;
+            this.path = path;
+            this.len = len;
+        }
+    }
+
+    /** The numbered files of r's queue directory by first offset (listed once per read:
+     *  the probes and the scan share the listing). Empty when the queue has none. */
+    static List<CqFile> queueFiles(FileSystem fs, Path root, CqRange r) throws IOException {
+        Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
+            Integer.toString(r.queue));
+        List<CqFile> out = new ArrayList<>();
+        File local = PositionedFile.localFile(fs, dir);
+        if (local != null) {
+            String[] names = local.list();
+            for (String n : names == null ? new String[0] : names) {
+                File f = new File(local, n);
+                if (Format.isNumberedName(n) && f.isFile()) {
+                    out.add(new CqFile(Long.parseLong(n), new Path(dir, n), f.length()));
+                }
+            }
+        } else {
+            FileStatus[] sts;
+            try {
+                sts = fs.listStatus(dir);
+            } catch (FileNotFoundException e) {
+                return out;
+            }
+            for (FileStatus st : sts) {
+                String n = st.getPath().getName();
+                if (st.isFile() && Format.isNumberedName(n)) {
+                    out.add(new CqFile(Long.parseLong(n), st.getPath(), st.getLen()));
+                }
+            }
+        }
+        out.sort((a, b) -> Long.compare(a.first, b.first));
+        return out;
     }
 
     /** Consume-queue entries of one queue, in offset order (so in log order). */
@@ -117,35 +180,76 @@ final class StoreIndexes {
     }
 
     /**
-     * The entries r selects. An entry whose size is 0 is a hole (unused, or before a rebuilt
-     * queue's start); positions grow with offsets, so the first entry at or past r.limit ends
-     * the read.
+     * The entries r selects. A queue's entries are contiguous (holes only before its first
+     * entry, unused space after its last) and their positions grow with their offsets, so
+     * the stretch of offsets whose positions lie in [r.minPos, r.limit) is found by binary
+     * search (span) and only the tag hashes are compared inside it, in one pass over the
+     * mapped (or read) entries. Files that leave a gap, or a queue that starts with holes,
+     * are scanned entry by entry instead (scanAll).
      */
     static Entries read(FileSystem fs, Path root, CqRange r) throws IOException {
+        List<CqFile> files = queueFiles(fs, root, r);
+        try (EntryProbe e = EntryProbe.open(fs, files)) {
+            long[] s = e == null ? null : span(e, r);
+            if (s != null) {
+                Entries out = new Entries();
+                if (s[0] <= s[1]) scanSpan(e, r, s[0], s[1], out);
+                return out;
+            }
+        }
+        return scanAll(fs, files, r);
+    }
+
+    /** The entries of offsets [a, b] (all used, their positions inside r's) whose tag hash
+     *  r allows, file by file over the probe's buffers. */
+    private static void scanSpan(EntryProbe e, CqRange r, long a, long b, Entries out)
+            throws IOException {
+        long[] tags = r.tagHashes;
+        boolean one = tags != null && tags.length == 1;
+        long tag = one ? tags[0] : 0;
+        for (int i = 0; i < e.files.size(); i++) {
+            CqFile f = e.files.get(i);
+            long hi = Math.min(b, f.first + f.len / CQ_ENTRY - 1);
+            for (long o = Math.max(a, f.first); o <= hi; ) {
+                ByteBuffer bb = e.entries(i, o, hi);   // holds offsets [e.bufFirst, ...]
+                long base = e.bufFirst;
+                long end = Math.min(hi, base + bb.limit() / CQ_ENTRY - 1);
+                if (end < o) {
+                    throw new java.io.EOFException("consume queue file " + f.path
+                        + " is shorter than listed");
+                }
+                for (; o <= end; o++) {
+                    int at = (int) (o - base) * CQ_ENTRY;
+                    if (tags != null) {
+                        long h = bb.getLong(at + 12);
+                        if (one ? h != tag : Arrays.binarySearch(tags, h) < 0) continue;
+                    }
+                    long pos = bb.getLong(at);
+                    int size = bb.getInt(at + 8);
+                    // (cannot happen inside a span; checked so an entry is never taken blind)
+                    if (size <= 0 || pos < r.minPos || pos >= r.limit) continue;
+                    out.add(pos, size, o);
+                }
+            }
+        }
+    }
+
+    /**
+     * Every entry of the files from r.offLo on, one by one: an entry whose size is 0 is a
+     * hole (unused, or before a rebuilt queue's start); positions grow with offsets, so the
+     * first entry at or past r.limit ends the read.
+     */
+    private static Entries scanAll(FileSystem fs, List<CqFile> files, CqRange r)
+            throws IOException {
         Entries out = new Entries();
-        Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
-            Integer.toString(r.queue));
-        FileStatus[] sts;
-        try {
-            sts = fs.listStatus(dir);
-        } catch (FileNotFoundException e) {
-            return out;
-        }
-        List<FileStatus> files = new ArrayList<>();
-        for (FileStatus st : sts) {
-            if (st.isFile() && Format.isNumberedName(st.getPath().getName())) files.add(st);
-        }
-        files.sort((a, b) -> Long.compare(Long.parseLong(a.getPath().getName()),
-            Long.parseLong(b.getPath().getName())));
         byte[] buf = new byte[CQ_CHUNK * CQ_ENTRY];
         boolean seen = false;
-        long start = Math.max(r.offLo, startOffset(fs, root, r));
-        for (FileStatus st : files) {
-            long first = Long.parseLong(st.getPath().getName());
-            long count = st.getLen() / CQ_ENTRY;
-            long lo = Math.max(first, start), hi = Math.min(first + count - 1, r.offHi);
+        for (CqFile st : files) {
+            long first = st.first;
+            long lo = Math.max(first, r.offLo), hi = Math.min(first + st.len / CQ_ENTRY - 1,
+                r.offHi);
             if (lo > hi) continue;
-            try (PositionedFile in = PositionedFile.open(fs, st.getPath())) {
+            try (PositionedFile in = PositionedFile.open(fs, st.path)) {
                 int reads = 0;
                 for (long o = lo; o <= hi; ) {
                     // small reads first: a queue's used entries usually end early in its
@@ -178,27 +282,6 @@ final class StoreIndexes {
         return out;
     }
 
-    /**
-     * The first offset of r's queue whose entry lies at or after r.minPos, by binary search
-     * (a read of one slice of the log skips the entries before it without reading them); 0
-     * when the queue's first entry already does, or when the files leave a gap or the queue
-     * starts with holes (read() then scans from r.offLo).
-     */
-    private static long startOffset(FileSystem fs, Path root, CqRange r) throws IOException {
-        try (EntryProbe e = EntryProbe.open(fs, root, r)) {
-            if (e == null) return 0;
-            long a = Math.max(e.first, r.offLo), b = e.end;
-            if (a >= b || e.size(a) <= 0 || e.position(a) >= r.minPos) return 0;
-            // used entries (positions growing) then unused ones: "unused or at/after minPos"
-            // is false, then true
-            while (a < b) {
-                long m = a + (b - a) / 2;
-                if (e.size(m) <= 0 || e.position(m) >= r.minPos) b = m; else a = m + 1;
-            }
-            return a;
-        }
-    }
-
     /** A queue's first and last entries (index 0 and 1) and how many lie between. */
     static final class Ends {
         long count;
@@ -214,33 +297,47 @@ final class StoreIndexes {
      * back to read() when the files are not contiguous or the queue starts with holes.
      */
     static Ends ends(FileSystem fs, Path root, CqRange r) throws IOException {
-        try (EntryProbe e = EntryProbe.open(fs, root, r)) {
-            if (e == null) return fromEntries(read(fs, root, r));
-            Ends out = new Ends();
-            long lo = Math.max(e.first, r.offLo);
-            if (!e.used(lo, r.limit)) {   // past the limit already, or holes: read them
-                return e.size(lo) > 0 ? out : fromEntries(read(fs, root, r));
+        List<CqFile> files = queueFiles(fs, root, r);
+        try (EntryProbe e = EntryProbe.open(fs, files)) {
+            long[] s = e == null ? null : span(e, r);
+            if (s != null) {
+                Ends out = new Ends();
+                if (s[0] > s[1]) return out;
+                out.count = s[1] - s[0] + 1;
+                out.offsets[0] = s[0];
+                out.offsets[1] = s[1];
+                out.positions[0] = e.position(s[0]);
+                out.positions[1] = e.position(s[1]);
+                return out;
             }
-            long a = lo, b = Math.min(e.end - 1, r.offHi);    // last used in [a, b]
-            while (a < b) {
-                long m = a + (b - a + 1) / 2;
-                if (e.used(m, r.limit)) a = m; else b = m - 1;
-            }
-            long last = a;
-            a = lo;
-            b = e.position(lo) >= r.minPos ? lo : last + 1;    // first with pos >= minPos
-            while (a < b) {
-                long m = a + (b - a) / 2;
-                if (e.position(m) >= r.minPos) b = m; else a = m + 1;
-            }
-            if (a > last) return out;
-            out.count = last - a + 1;
-            out.offsets[0] = a;
-            out.offsets[1] = last;
-            out.positions[0] = e.position(a);
-            out.positions[1] = e.position(last);
-            return out;
         }
+        return fromEntries(scanAll(fs, files, r));
+    }
+
+    /**
+     * The first and last offsets of r's entries ({1, 0} when it has none) by binary search:
+     * the last used entry below r.limit, then the first at or after r.minPos. Null when
+     * the queue has holes where r starts (scanAll reads those).
+     */
+    private static long[] span(EntryProbe e, CqRange r) throws IOException {
+        long lo = Math.max(e.first, r.offLo);
+        if (lo > r.offHi) return new long[] { 1, 0 };
+        if (!e.used(lo, r.limit)) {   // past the limit already, or holes: read them
+            return e.size(lo) > 0 ? new long[] { 1, 0 } : null;
+        }
+        long a = lo, b = Math.min(e.end - 1, r.offHi);    // last used in [a, b]
+        while (a < b) {
+            long m = a + (b - a + 1) / 2;
+            if (e.used(m, r.limit)) a = m; else b = m - 1;
+        }
+        long last = a;
+        a = lo;
+        b = e.position(lo) >= r.minPos ? lo : last + 1;    // first with pos >= minPos
+        while (a < b) {
+            long m = a + (b - a) / 2;
+            if (e.position(m) >= r.minPos) b = m; else a = m + 1;
+        }
+        return new long[] { a, last };
     }
 
     private static Ends fromEntries(Entries e) {
@@ -255,66 +352,101 @@ final class StoreIndexes {
         return out;
     }
 
-    /** Single entries of a queue whose files are contiguous, by queue offset. */
+    /** Entries of a queue whose files are contiguous, by queue offset: straight from the
+     *  memory-mapped files (local), else through positioned reads. */
     private static final class EntryProbe implements java.io.Closeable {
-        final List<FileStatus> files = new ArrayList<>();
-        final List<PositionedFile> ins = new ArrayList<>();
+        final List<CqFile> files;
         final FileSystem fs;
+        private final PositionedFile[] ins;
+        private final ByteBuffer[] maps;
+        private final boolean[] mapTried;
         long first, end;                 // offsets the files hold: [first, end)
+        long bufFirst;                   // the offset at index 0 of entries()'s last buffer
         private final byte[] b = new byte[CQ_ENTRY];
+        private final ByteBuffer one = ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN);
+        private byte[] chunk;
+        private int idx;                 // where locate()'s entry starts in its buffer
 
-        private EntryProbe(FileSystem fs) { this.fs = fs; }
+        private EntryProbe(FileSystem fs, List<CqFile> files) {
+            this.fs = fs;
+            this.files = files;
+            ins = new PositionedFile[files.size()];
+            maps = new ByteBuffer[files.size()];
+            mapTried = new boolean[files.size()];
+        }
 
         /** null when the queue has no files or they leave a gap. */
-        static EntryProbe open(FileSystem fs, Path root, CqRange r) throws IOException {
-            Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
-                Integer.toString(r.queue));
-            EntryProbe e = new EntryProbe(fs);
-            try {
-                for (FileStatus st : fs.listStatus(dir)) {
-                    if (st.isFile() && Format.isNumberedName(st.getPath().getName())) {
-                        e.files.add(st);
-                    }
-                }
-            } catch (FileNotFoundException x) {
-                return null;
-            }
-            if (e.files.isEmpty()) return null;
-            e.files.sort((x, y) -> Long.compare(Long.parseLong(x.getPath().getName()),
-                Long.parseLong(y.getPath().getName())));
-            e.first = Long.parseLong(e.files.get(0).getPath().getName());
+        static EntryProbe open(FileSystem fs, List<CqFile> files) {
+            if (files.isEmpty()) return null;
+            EntryProbe e = new EntryProbe(fs, files);
+            e.first = files.get(0).first;
             e.end = e.first;
-            for (FileStatus st : e.files) {
-                if (Long.parseLong(st.getPath().getName()) != e.end) return null;
-                e.end += st.getLen() / CQ_ENTRY;
-                e.ins.add(null);
+            for (CqFile f : files) {
+                if (f.first != e.end) return null;
+                e.end += f.len / CQ_ENTRY;
             }
             return e;
         }
 
-        private void read(long o) throws IOException {
+        private PositionedFile in(int i) throws IOException {
+            if (ins[i] == null) ins[i] = PositionedFile.open(fs, files.get(i).path);
+            return ins[i];
+        }
+
+        private ByteBuffer map(int i) throws IOException {
+            if (!mapTried[i]) {
+                mapTried[i] = true;
+                maps[i] = in(i).map();
+            }
+            return maps[i];
+        }
+
+        /** The buffer holding entry o, which starts at idx. */
+        private ByteBuffer locate(long o) throws IOException {
             int i = files.size() - 1;
-            while (Long.parseLong(files.get(i).getPath().getName()) > o) i--;
-            if (ins.get(i) == null) ins.set(i, PositionedFile.open(fs, files.get(i).getPath()));
-            long f = Long.parseLong(files.get(i).getPath().getName());
-            ins.get(i).readFully((o - f) * CQ_ENTRY, b, 0, CQ_ENTRY);
+            while (files.get(i).first > o) i--;
+            long rel = (o - files.get(i).first) * CQ_ENTRY;
+            ByteBuffer m = map(i);
+            if (m != null && rel + CQ_ENTRY <= m.limit()) {
+                idx = (int) rel;
+                return m;
+            }
+            in(i).readFully(rel, b, 0, CQ_ENTRY);
+            idx = 0;
+            return one;
+        }
+
+        /** Entries of file i from offset o on (at most to hi): the mapped file, or a chunk
+         *  read into a buffer; bufFirst is the offset of its index 0. */
+        ByteBuffer entries(int i, long o, long hi) throws IOException {
+            CqFile f = files.get(i);
+            ByteBuffer m = map(i);
+            if (m != null) {
+                bufFirst = f.first;
+                return m;
+            }
+            int k = (int) Math.min(CQ_CHUNK, hi - o + 1);
+            if (chunk == null) chunk = new byte[CQ_CHUNK * CQ_ENTRY];
+            in(i).readFully((o - f.first) * CQ_ENTRY, chunk, 0, k * CQ_ENTRY);
+            bufFirst = o;
+            return ByteBuffer.wrap(chunk, 0, k * CQ_ENTRY).order(ByteOrder.LITTLE_ENDIAN);
         }
 
         boolean used(long o, long limit) throws IOException {
             if (o < first || o >= end) return false;
-            read(o);
-            return Format.i32(b, 8) > 0 && Format.i64(b, 0) < limit;
+            ByteBuffer x = locate(o);
+            return x.getInt(idx + 8) > 0 && x.getLong(idx) < limit;
         }
 
         int size(long o) throws IOException {
             if (o < first || o >= end) return 0;
-            read(o);
-            return Format.i32(b, 8);
+            ByteBuffer x = locate(o);
+            return x.getInt(idx + 8);
         }
 
         long position(long o) throws IOException {
-            read(o);
-            return Format.i64(b, 0);
+            ByteBuffer x = locate(o);
+            return x.getLong(idx);
         }
 
         @Override public void close() throws IOException {
