@@ -345,7 +345,7 @@ class AsyncClient:
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
                  connect_timeout: float = 1.0, coalesce: bool = True,
                  max_in_flight: int = m.MAX_PRODUCER_IN_FLIGHT, groups: int | None = 1,
-                 topic_queues: int | None = None):
+                 topic_queues: int | None = None, trace=None):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -382,12 +382,16 @@ class AsyncClient:
         # many groups: None until learned from a member (GroupAdminRequest)
         self.groups = None if groups is None else check_groups(groups)
         self.topic_queues = topic_queues
+        # trace(event, address, detail), if given, is told each step of a request: "send"
+        # an attempt (detail: a retry?), "error" its failure, "sleep" a backoff -- how the
+        # bench's failover workload splits a failover into phases
+        self._trace = trace
         self._subs: dict[int, AsyncClient] = {}
         self._rr: dict[str, list] = {}    # topic -> [produces so far, start queue]
         self._sub_kw = dict(secret=secret, cluster_id=cluster_id, insecure=insecure,
                             request_timeout=request_timeout, retry_timeout=retry_timeout,
                             max_frame_bytes=max_frame_bytes, connect_timeout=connect_timeout,
-                            coalesce=coalesce, max_in_flight=max_in_flight)
+                            coalesce=coalesce, max_in_flight=max_in_flight, trace=trace)
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
@@ -441,9 +445,11 @@ class AsyncClient:
         finally:
             self._connecting.release()
 
-    async def _request(self, msg, prefer=None, timeout=None, exact=False):
+    async def _request(self, msg, prefer=None, timeout=None, exact=False, retry=False):
         ch = await self._connect(prefer, exact)
         self.stats["requests"] += 1
+        if self._trace is not None:
+            self._trace("send", self._channel_addr, retry)
         if isinstance(msg, _EncodedProduce):
             resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
                                             timeout or self.request_timeout)
@@ -459,13 +465,19 @@ class AsyncClient:
         delay = 0.02
         redirects = 0
         window = getattr(msg, "window", None)
+        trace = self._trace
+        retry = False
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
                 if window is not None:
                     await window.turn(msg.seq, deadline)
-                return await self._request(msg, prefer, timeout)
+                return await self._request(msg, prefer, timeout, retry=retry)
             except _RETRYABLE as e:
+                retry = True
+                if trace is not None:
+                    trace("error", self._channel_addr or prefer,
+                          f"{type(e).__name__} {getattr(e, 'leader_address', '') or ''}")
                 if window is not None and await window.after_error(msg.seq, e, deadline):
                     self.stats["retries"] += 1
                     continue
@@ -498,6 +510,8 @@ class AsyncClient:
                 self.stats["retries"] += 1
                 if loop.time() + delay > deadline:
                     raise
+                if trace is not None:
+                    trace("sleep", None, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
 

@@ -52,16 +52,23 @@ MAX_BUFFER_BYTES = 1 << 30
 
 
 class BenchCluster(LocalCluster):
-    """LocalCluster with replicas that write their counters on SIGUSR1 (bench/replica.py)."""
+    """LocalCluster with replicas that write their counters on SIGUSR1 (bench/replica.py),
+    and with `events` set their election steps as they happen (bench/phases.py)."""
+
+    events = False
 
     def stats_file(self, nid) -> str:
         return os.path.join(self.dir, f"{nid}.stats.json")
 
+    def events_file(self, nid) -> str:
+        return os.path.join(self.dir, f"{nid}.events.jsonl")
+
     def command(self, nid) -> list[str]:
         cmd = super().command(nid)          # [python, -m, quorumlog, serve, ...]
         i = cmd.index("serve")
+        extra = ["--events-file", self.events_file(nid)] if self.events else []
         return cmd[:i - 1] + ["quorumlog.bench.replica", "--stats-file", self.stats_file(nid)] \
-            + cmd[i + 1:]
+            + extra + cmd[i + 1:]
 
     def read_stats(self, nid, timeout: float = STATS_TIMEOUT_S) -> dict | None:
         """Ask a running replica for its counters; None if it is down or does not answer."""
@@ -98,14 +105,15 @@ class BenchCluster(LocalCluster):
 
 
 def start_local(directory: str, replicas: int, flush: str, *, raft: dict | None = None,
-                log_level: str = "INFO", groups: int = 1) -> BenchCluster:
+                log_level: str = "INFO", groups: int = 1, events: bool = False) -> BenchCluster:
     """Start `replicas` replicas on loopback (ports from the OS) and wait for a leader (of
     every group). On any failure every process started is killed by pid before the error
-    propagates."""
+    propagates. events: the replicas write their election steps (BenchCluster.events)."""
     # (many groups: one segment each per replica, preallocated: keep the disk use flat)
     c = BenchCluster(directory, replicas, flush=flush,
                      segment_size_bytes=max(SEGMENT_BYTES // groups, 16 << 20),
                      raft=raft, log_level=log_level, groups=groups)
+    c.events = events
     try:
         c.start()
         c.wait_started(timeout=START_TIMEOUT_S)
