@@ -118,6 +118,14 @@ def _addr(a) -> tuple[str, int]:
     return host, p
 
 
+def _after(addresses: list, a) -> list:
+    """The addresses other than `a`, starting with the one after it."""
+    if a not in addresses:
+        return list(addresses)
+    i = addresses.index(a)
+    return addresses[i + 1:] + addresses[:i]
+
+
 class _EncodedProduce:
     """A ProduceRequest whose frame payload was built by the Cython framer (sent with
     ClientChannel.request_encoded). `parts` is made per attempt: the fixed fields carry the
@@ -246,6 +254,32 @@ class _ProducerWindow:
 
 
 _MAX_IMMEDIATE_REDIRECTS = 3    # per request, before the retry backoff applies
+# retry backoff: from _FIRST_BACKOFF_S, doubling, up to _ELECTION_BACKOFF_S while no leader is
+# known or a member's connection broke (an election: poll the members, as etcd's client
+# retries every 25 ms), up to _MAX_BACKOFF_S for an overloaded or slow leader (BACKPRESSURE,
+# timeouts). Each pause is drawn from [0.8, 1.2] x the step, so clients that lost one leader
+# together do not ask the members in lockstep.
+_FIRST_BACKOFF_S = 0.01
+_ELECTION_BACKOFF_S = 0.05
+_MAX_BACKOFF_S = 0.5
+# a connection that broke (the member's process died, or it closed us): not a slow member
+_BROKEN = (TransportClosedError, ConnectionError)
+
+
+class _Retry:
+    """One request's retries so far."""
+    __slots__ = ("tries", "redirects", "moved", "step")
+
+    def __init__(self):
+        self.tries = 0
+        self.redirects = 0
+        self.moved = False        # retried at once on another member after a broken connection
+        self.step = _FIRST_BACKOFF_S
+
+    def backoff(self, cap: float) -> float:
+        d = min(self.step, cap)
+        self.step = min(self.step * 2, _MAX_BACKOFF_S)
+        return d * (0.8 + 0.4 * random.random())
 _PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
 _SEQUENCE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("sequence")
 _BASE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("base_sequence")
@@ -423,8 +457,9 @@ class AsyncClient:
                         ch.close_when_idle(self.request_timeout))
                     self._retiring.add(t)
                     t.add_done_callback(self._retiring.discard)
-            order = ([prefer] if prefer else []) + \
-                ([] if exact else [a for a in self.addresses if a != prefer])
+            # then the others from the one after `prefer` on: a client that keeps losing
+            # its member moves round the members, not back to the first of the list
+            order = ([prefer] if prefer else []) + ([] if exact else _after(self.addresses, prefer))
             last = None
             for host, port in order:
                 try:
@@ -435,6 +470,8 @@ class AsyncClient:
                     raise        # every member shares the credentials: no retry can succeed
                 except (OSError, TimeoutError, NetError) as e:
                     last = e
+                    if self._trace is not None:
+                        self._trace("connect_error", (host, port), type(e).__name__)
                     continue
                 self._channel, self._channel_addr = ch, (host, port)
                 self.stats["reconnects"] += 1
@@ -462,58 +499,72 @@ class AsyncClient:
     async def _with_retries(self, msg, *, to_leader: bool, timeout=None):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_timeout
-        delay = 0.02
-        redirects = 0
+        st = _Retry()
         window = getattr(msg, "window", None)
         trace = self._trace
-        retry = False
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
                 if window is not None:
                     await window.turn(msg.seq, deadline)
-                return await self._request(msg, prefer, timeout, retry=retry)
+                return await self._request(msg, prefer, timeout, retry=st.tries > 0)
             except _RETRYABLE as e:
-                retry = True
+                st.tries += 1
                 if trace is not None:
                     trace("error", self._channel_addr or prefer,
                           f"{type(e).__name__} {getattr(e, 'leader_address', '') or ''}")
                 if window is not None and await window.after_error(msg.seq, e, deadline):
                     self.stats["retries"] += 1
                     continue
-                if isinstance(e, OutOfOrderSequenceError):
-                    pass     # (the leader answered: stay with it)
-                elif isinstance(e, NotLeaderError):
-                    addr = getattr(e, "leader_address", None)
-                    if addr and redirects < _MAX_IMMEDIATE_REDIRECTS:
-                        # a redirect: go to the named leader at once (also when another
-                        # request moved there already: the pipelined requests behind it must
-                        # follow it in order, not try the next member after a pause). A few in
-                        # a row at most: members that disagree on the leader get the backoff.
-                        redirects += 1
-                        self._leader_addr = _addr(addr)
-                        self.stats["redirects"] += 1
-                        self.stats["retries"] += 1
-                        if loop.time() > deadline:
-                            raise
-                        continue
-                    # (after a few at once: the named leader, or the next member if none is
-                    # named, after the backoff -- never a rotation away from a named leader)
-                    self._leader_addr = _addr(addr) if addr else self._next_address()
-                else:
-                    # the member may be gone: drop the connection, try the others
-                    if self._channel is not None:
-                        await self._channel.close()
-                        self._channel = None
-                    if to_leader:
-                        self._leader_addr = self._next_address()
+                delay = await self._after_failure(e, to_leader, st)
                 self.stats["retries"] += 1
+                if delay == 0:
+                    if loop.time() > deadline:
+                        raise
+                    continue
                 if loop.time() + delay > deadline:
                     raise
                 if trace is not None:
                     trace("sleep", None, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+
+    async def _after_failure(self, e: BaseException, to_leader: bool, st: "_Retry") -> float:
+        """Where the next attempt of a failed request goes, and after how long (seconds; 0:
+        at once). A redirect goes to the named leader at once; a connection that broke is
+        retried at once on the next member (a process that died says nothing of the
+        others); while no leader is known (an election runs) the members are asked again
+        every few tens of ms (the short backoff: an election takes that long when the
+        leader's process exited, raft/election.py on_peer_down); an overloaded or slow
+        leader gets the long one."""
+        if isinstance(e, OutOfOrderSequenceError):
+            return st.backoff(_MAX_BACKOFF_S)     # (the leader answered: stay with it)
+        if isinstance(e, NotLeaderError):
+            addr = getattr(e, "leader_address", None)
+            if addr and st.redirects < _MAX_IMMEDIATE_REDIRECTS:
+                # a redirect: go to the named leader at once (also when another request
+                # moved there already: the pipelined requests behind it must follow it in
+                # order, not try the next member after a pause). A few in a row at most:
+                # members that disagree on the leader get the backoff.
+                st.redirects += 1
+                self._leader_addr = _addr(addr)
+                self.stats["redirects"] += 1
+                return 0
+            # (after a few at once: the named leader, or the next member if none is named,
+            # after the backoff -- never a rotation away from a named leader)
+            self._leader_addr = _addr(addr) if addr else self._next_address()
+            return st.backoff(_ELECTION_BACKOFF_S)
+        if isinstance(e, (BackpressureError, LeaderTransferringError)):
+            return st.backoff(_MAX_BACKOFF_S)
+        # the member may be gone: drop the connection, try the others
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+        if to_leader:
+            self._leader_addr = self._next_address()
+        if isinstance(e, _BROKEN) and not st.moved:
+            st.moved = True          # (once per request: a dead member is skipped at once)
+            return 0
+        return st.backoff(_ELECTION_BACKOFF_S if isinstance(e, _BROKEN) else _MAX_BACKOFF_S)
 
     def _next_address(self):
         cur = self._channel_addr or self._leader_addr

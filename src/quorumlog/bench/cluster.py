@@ -291,6 +291,32 @@ async def leader_address(addresses, secret, timeout: float = LEADER_TIMEOUT_S) -
         await asyncio.sleep(0.05)
 
 
+async def wait_following(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> str:
+    """Until every member answers and follows one leader (or is it), in one term -> the
+    leader's id: a group whose restarted member has rejoined (a failover measured on a
+    group still missing one is a second fault, not a failover)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = []
+        for a in addresses:
+            c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
+            try:
+                st = await c.status(a)
+                seen.append((st.role in (int(Role.LEADER), int(Role.FOLLOWER)), st.term,
+                             st.leader_id))
+            except Exception:  # noqa: BLE001 -- a member down (or starting): not yet
+                seen.append((False, None, None))
+            finally:
+                await c.close()
+        if all(ok for ok, _, _ in seen) and len({(t, lid) for _, t, lid in seen}) == 1 \
+                and seen[0][2] is not None:
+            return seen[0][2]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the members did not all follow one leader within {timeout} s: "
+                               f"{seen}")
+        await asyncio.sleep(0.05)
+
+
 async def wait_converged(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> int:
     """Until every member reports the same commit index (the followers learned the leader's
     commit) -> that index."""

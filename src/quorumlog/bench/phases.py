@@ -18,9 +18,11 @@ Phases of one kill (milliseconds; None where the step did not happen):
   elect      that -> the new leader's RoleChanged(LEADER)
   commit     that -> the new leader's first commit of its term (its NOOP)
   client_err kill -> the first failed request (the producers noticed)
-  find       new leader's first commit -> the first request sent to it after that
-             (negative: a request reached it earlier and waited for the commit)
-  serve      that request -> the acknowledgement that ended the gap
+  find       new leader's first commit -> the first request sent to it once it led
+             (negative: a request reached it before its first commit)
+  serve      that request -> the acknowledgement that ended the gap (the new leader's
+             producer table, rebuilt from its log before it takes a producer's batch, and
+             the retried batches, resent oldest first, ahead of the put that ends the gap)
 plus counts: pre-vote and vote rounds, the terms they spanned, client errors, backoff sleeps
 (and their total) and redirects between the kill and the end of the gap.
 """
@@ -89,11 +91,10 @@ def kill_phases(kill: dict, events: list, client: list, clients: dict) -> dict:
     sleeps = [c[3] for c in mine if c[1] == "sleep"]
     new_addr = clients.get(lead["node"]) if lead else None
     t_send = None
-    if t_commit is not None and new_addr is not None:
-        # the last attempt to the new leader sent before the acknowledgement that ended the
-        # gap (the one that got it, or the one whose answer it waited behind)
-        sends = [c[0] for c in mine if c[1] == "send" and _addr(c[2]) == new_addr]
-        t_send = sends[-1] if sends else None
+    if t_lead is not None and new_addr is not None:
+        # the first request that reached the new leader once it led (the producers found it)
+        t_send = next((c[0] for c in mine if c[1] == "send" and c[0] >= t_lead
+                       and _addr(c[2]) == new_addr), None)
     return {"node": dead, "new_leader": lead["node"] if lead else None,
             "lost": _ms(t0, lost["t_ns"] if lost else None),
             "detect": _ms(t0, cand["t_ns"] if cand else None),

@@ -7,7 +7,9 @@ measures. With --events-file it appends one JSON line per election step to E as 
 (the failover workload's phases, bench/phases.py): {"t_ns": time.monotonic_ns() -- one
 clock for every process of the machine --, "node", "ev", ...} for a role change ("role":
 CANDIDATE/FOLLOWER/LEADER, "term"), the first (pre-)vote request of each round it sends
-("vote", "pre", "term"), a peer connection lost or a redial refused ("peer_lost" /
+("vote", "pre", "term"), each (pre-)vote request and answer it receives ("vote_req",
+"vote_resp": "src", "pre", "term", "result"), the replication messages it receives in the
+300 ms after a role change ("repl": "src", "type", "term", "what"), a peer connection lost or a redial refused ("peer_lost" /
 "peer_refused", "peer"), the first commit of a new leader's term ("commit") and
 ReadyToServe ("ready"). Elections are rare: a line each costs nothing measurable.
 
@@ -28,7 +30,8 @@ import time
 from .. import server
 from ..cli.node import serve_main
 from ..raft.core import ReadyToServe, RoleChanged
-from ..raft.messages import Role, VoteRequest
+from ..raft.messages import (Append, AppendResponse, Heartbeat, HeartbeatResponse, Role,
+                              VoteRequest, VoteResponse, VoteResult)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,11 @@ def write_stats(node, path: str, siblings=()) -> None:
     os.replace(tmp, path)
 
 
+_VOTES = (VoteRequest, VoteResponse)
+_REPLICATION = (Append, AppendResponse, Heartbeat, HeartbeatResponse)
+REPLICATION_TRACE_NS = 300_000_000     # after a role change
+
+
 class EventLog:
     """Election steps of one replica as JSON lines, appended (and flushed) as they happen."""
 
@@ -63,6 +71,7 @@ class EventLog:
         self.node_id = node_id
         self.rounds: set = set()         # (pre, term) of the vote rounds written
         self.awaiting_commit = None      # a new leader's term until its first commit
+        self.replication_until_ns = 0    # replication messages written until then
 
     def write(self, ev: str, **kw) -> None:
         kw.update(t_ns=time.monotonic_ns(), node=self.node_id, ev=ev)
@@ -73,6 +82,7 @@ class EventLog:
         if isinstance(ev, RoleChanged):
             self.write("role", role=ev.role.name, term=ev.term, leader=ev.leader_id)
             self.awaiting_commit = ev.term if ev.role == Role.LEADER else None
+            self.replication_until_ns = time.monotonic_ns() + REPLICATION_TRACE_NS
         elif isinstance(ev, ReadyToServe):
             self.write("ready", term=ev.term)
 
@@ -81,6 +91,22 @@ class EventLog:
         if key not in self.rounds:
             self.rounds.add(key)
             self.write("vote", pre=m.pre, term=m.term)
+
+    def on_replication(self, m) -> None:
+        """An APPEND / APPEND_RESP / HEARTBEAT(_RESP) received shortly after a role change
+        (how a new leader's first entry reaches its followers)."""
+        if time.monotonic_ns() > self.replication_until_ns:
+            self.replication_until_ns = 0
+            return
+        self.write("repl", src=m.src, type=m.type_name, term=m.term, what=m.fields())
+
+    def on_vote_message(self, m) -> None:
+        """A (pre-)vote request or answer received: who, which round, what verdict."""
+        if type(m) is VoteRequest:
+            self.write("vote_req", src=m.src, pre=m.pre, term=m.term)
+        else:
+            self.write("vote_resp", src=m.src, pre=m.pre, term=m.req_term,
+                       result=VoteResult(m.result).name)
 
     def on_commit(self, core, commit_index: int) -> None:
         t = self.awaiting_commit
@@ -123,6 +149,15 @@ def _stats_node_class(path: str, events_path: str | None = None):
             if self.events is not None and self.events.awaiting_commit is not None:
                 self.events.on_commit(self.core, commit_index)
             super()._commit(commit_index)
+
+        def _on_message(self, peer: str, msg) -> None:
+            ev = self.events
+            if ev is not None:
+                if type(msg) in _VOTES:
+                    ev.on_vote_message(msg)
+                elif ev.replication_until_ns and type(msg) in _REPLICATION:
+                    ev.on_replication(msg)
+            super()._on_message(peer, msg)
 
         def on_peer_lost(self, peer: str, refused: bool) -> None:
             if self.events is not None:

@@ -37,7 +37,7 @@ from ...node.config import NodeConfig, read_secret
 from ...node.groups import group_of
 from ..cluster import (SEGMENT_BYTES, START_TIMEOUT_S, TOPIC, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
                        client_loop_runner, compare_logs, leader_address, read_back, start_local,
-                       wait_converged)
+                       wait_converged, wait_following)
 from ..goals import cluster_goal, failover_goal
 from ..latency import LatencyRecorder
 from ..phases import PHASES, describe, kill_phases, leader_changes, medians, read_events, same_clock
@@ -345,13 +345,18 @@ class FailoverWorkload(_Replicated):
         finally:
             run.close()
         phases = [kill_phases(k, events, trace, c.clients) for k in kills]
+        import os, json as _j  # DEBUG
+        if os.environ.get("FO_DUMP"):
+            with open(os.environ["FO_DUMP"], "w") as fh:
+                _j.dump({"kills": kills, "events": events, "trace": [(a, b, str(c), str(d)) for a, b, c, d in trace], "clients": c.clients}, fh)
         gaps = [None if k["gap_ns"] is None else k["gap_ns"] / 1e9 for k in kills]
         summary = _gap_summary(gaps)
         res = _result(self, r, load, latency, seconds, bench_cpu, replicas, integrity,
                       run.notes(load))
         elections = leader_changes(events, t0_ns, t1_ns)
         res.failover = {"kills": [{"node": k["node"], "at_s": k["at_s"],
-                                   "gap_s": g, "restart_s": k["restart_s"], "phases_ms": p}
+                                   "gap_s": g, "restart_s": k["restart_s"],
+                                   "settle_s": k["settle_s"], "phases_ms": p}
                                   for k, g, p in zip(kills, gaps, phases)], **summary,
                         "phase_medians_ms": medians(phases), "elections": elections}
         res.goal = failover_goal(r, summary["gap_p99_s"])
@@ -381,13 +386,21 @@ async def _kill_loop(run: _Run, c: BenchCluster, cpu: CpuMeter, r: Resolved, kil
     next acknowledgement and restarting the killed replica; then TAIL_S more of load."""
     clock = time.perf_counter_ns
     t0 = time.monotonic()
+    next_kill = t0
     for i in range(r.kills):
-        await _sleep_until(t0 + (i + 1) * r.kill_every_s, load_task)
+        # kill_every_s after the last kill, and only once the group is whole again (the
+        # replica killed last restarted and follows the leader: on a loaded machine its
+        # start can take seconds, and a kill before it rejoined is a second fault)
+        t_settle = time.monotonic()
+        await wait_following(run.addresses, run.secret)
+        settle_s = time.monotonic() - t_settle
+        next_kill = max(next_kill + r.kill_every_s, time.monotonic())
+        await _sleep_until(next_kill, load_task)
         leader = await leader_address(run.addresses, run.secret)
         nid = run.node_of(leader)
         cpu.pause(nid)
         k = {"node": nid, "t_ns": clock(), "at_s": time.monotonic() - t0, "gap_ns": None,
-             "restart_s": None}
+             "restart_s": None, "settle_s": settle_s}
         kills.append(k)
         c.signal(nid, signal.SIGKILL)         # now; reaped off the loop below
         await asyncio.to_thread(c.kill, nid)
