@@ -173,12 +173,6 @@ class ElectionRules:
             result = self._handle_vote(m, False)
         t = self.log.last_term() if result == VoteResult.REJECT_TERM_SMALL_THAN_LEDGER else self.term
         self._msgs.append(VoteResponse(t, self.id, m.src, m.term, result, m.pre))
-        if result == VoteResult.REJECT_TERM_NOT_READY and self.need_increase_term_immediately:
-            # DLedger adopts the bigger term at its next candidate tick, and the asker (told
-            # TERM_NOT_READY) votes again at once (REVOTE_IMMEDIATELY): adopt it now, the tick
-            # that would, so that vote finds the term ready -- otherwise a race with our
-            # tick that costs fail-over a round or two
-            self._tick_candidate()
 
     def _defer_to(self, peer: str) -> None:
         """We just told `peer` (log at least as good as ours, larger id) that we would vote
@@ -381,8 +375,6 @@ class ElectionRules:
         self.last_parse_result = res
         if res == ParseResult.PASSED and self.term == v.term and self.role == Role.CANDIDATE:
             self._become_leader()
-        elif res == ParseResult.REVOTE_IMMEDIATELY and self.role == Role.CANDIDATE:
-            self._tick_candidate()      # immediately: now, not at the next tick
 
     def _tick_follower(self) -> None:
         c = self.cfg
