@@ -17,9 +17,12 @@
   OUT_OF_ORDER_SEQUENCE. After a retriable error no batch is sent while an older one waits
   to be sent again, so the batches reach the leader oldest first and pipelining resumes
   behind them (as Kafka's producer does); the oldest handles the error. Retries go on
-  (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE,
-  timeouts and lost connections, until `retry_timeout` runs out; a batch that fails is given
-  up (its outcome is unknown unless the error refused it) and the next one goes on.
+  for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE, timeouts and
+  lost connections, until `retry_timeout` runs out; a batch that fails is given up (its
+  outcome is unknown unless the error refused it) and the next one goes on. A redirect is
+  followed at once, a broken connection retried at once on the next member, and while no
+  member names a leader (an election) they are asked again every <= 50 ms; BACKPRESSURE and
+  timeouts back off up to 500 ms (_after_failure; docs/node.md "Resend in order").
 * produce_many(topic, batches, window=8) keeps up to `window` (<= max_in_flight) batches in
   flight.
 * Many concurrent single-message produce() calls on one client (while others are in flight)

@@ -317,6 +317,21 @@ async def wait_following(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S)
         await asyncio.sleep(0.05)
 
 
+async def max_term(addresses, secret) -> int:
+    """The highest Raft term any reachable member reports (elections between two readings:
+    the difference; a pre-vote raises no term)."""
+    terms = [0]
+    for a in addresses:
+        c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
+        try:
+            terms.append((await c.status(a)).term)
+        except Exception:  # noqa: BLE001 -- a member down: the others say
+            pass
+        finally:
+            await c.close()
+    return max(terms)
+
+
 async def wait_converged(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> int:
     """Until every member reports the same commit index (the followers learned the leader's
     commit) -> that index."""

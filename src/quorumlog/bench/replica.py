@@ -9,9 +9,10 @@ clock for every process of the machine --, "node", "ev", ...} for a role change 
 CANDIDATE/FOLLOWER/LEADER, "term"), the first (pre-)vote request of each round it sends
 ("vote", "pre", "term"), each (pre-)vote request and answer it receives ("vote_req",
 "vote_resp": "src", "pre", "term", "result"), the replication messages it receives in the
-300 ms after a role change ("repl": "src", "type", "term", "what"), a peer connection lost or a redial refused ("peer_lost" /
-"peer_refused", "peer"), the first commit of a new leader's term ("commit") and
-ReadyToServe ("ready"). Elections are rare: a line each costs nothing measurable.
+300 ms after a role change ("repl": "src", "type", "term", "what"), a peer connection lost
+or a redial refused ("peer_lost" / "peer_refused", "peer"), the first commit of a new
+leader's term ("commit") and ReadyToServe ("ready"). Elections are rare: a line each costs
+nothing measurable.
 
 Counters written: the commit log's stats() (appends, records, bytes, flushes, ...), the
 producer table's duplicate count (retried batches answered from the table), the Raft role and
