@@ -291,45 +291,57 @@ async def leader_address(addresses, secret, timeout: float = LEADER_TIMEOUT_S) -
         await asyncio.sleep(0.05)
 
 
+async def _statuses(addresses, secret) -> list:
+    """Each member's AdminResponse, or None for one that does not answer."""
+    out = []
+    for a in addresses:
+        c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
+        try:
+            out.append(await c.status(a))
+        except Exception:  # noqa: BLE001 -- a member down (or starting): None
+            out.append(None)
+        finally:
+            await c.close()
+    return out
+
+
+def _one_leader(sts) -> tuple | None:
+    """(term, leader id) when every member answered and follows (or is) one leader."""
+    roles = (int(Role.LEADER), int(Role.FOLLOWER))
+    if any(s is None or s.role not in roles for s in sts):
+        return None
+    seen = {(s.term, s.leader_id) for s in sts}
+    return seen.pop() if len(seen) == 1 and sts[0].leader_id is not None else None
+
+
 async def wait_following(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> str:
-    """Until every member answers and follows one leader (or is it), in one term -> the
-    leader's id: a group whose restarted member has rejoined (a failover measured on a
-    group still missing one is a second fault, not a failover)."""
+    """Until every member follows one leader (or is it), in one term, and holds what that
+    leader had committed a moment before -> the leader's id: a group whose restarted member
+    has rejoined and caught up. A kill before that is a second fault, not a failover: the
+    survivors' next commit waits for the lagging one to catch up from the new leader."""
     deadline = time.monotonic() + timeout
+    last = None
     while True:
-        seen = []
-        for a in addresses:
-            c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
-            try:
-                st = await c.status(a)
-                seen.append((st.role in (int(Role.LEADER), int(Role.FOLLOWER)), st.term,
-                             st.leader_id))
-            except Exception:  # noqa: BLE001 -- a member down (or starting): not yet
-                seen.append((False, None, None))
-            finally:
-                await c.close()
-        if all(ok for ok, _, _ in seen) and len({(t, lid) for _, t, lid in seen}) == 1 \
-                and seen[0][2] is not None:
-            return seen[0][2]
+        sts = await _statuses(addresses, secret)
+        one = _one_leader(sts)
+        if one is not None:
+            lead = next(s for s in sts if s.node_id == one[1])
+            again = await _statuses(addresses, secret)      # (read after the leader's)
+            if _one_leader(again) == one and all(
+                    s.last_index >= lead.commit_index for s in again):
+                return one[1]
+        last = [(s.node_id, s.role, s.term, s.leader_id, s.commit_index, s.last_index)
+                if s is not None else None for s in sts]
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the members did not all follow one leader within {timeout} s: "
-                               f"{seen}")
+            raise TimeoutError(f"the members did not all follow one leader and hold its "
+                               f"commits within {timeout} s: {last}")
         await asyncio.sleep(0.05)
 
 
 async def max_term(addresses, secret) -> int:
     """The highest Raft term any reachable member reports (elections between two readings:
     the difference; a pre-vote raises no term)."""
-    terms = [0]
-    for a in addresses:
-        c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
-        try:
-            terms.append((await c.status(a)).term)
-        except Exception:  # noqa: BLE001 -- a member down: the others say
-            pass
-        finally:
-            await c.close()
-    return max(terms)
+    return max([0] + [s.term for s in await _statuses(addresses, secret) if s is not None])
 
 
 async def wait_converged(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> int:

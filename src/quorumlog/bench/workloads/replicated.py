@@ -384,8 +384,9 @@ async def _kill_loop(run: _Run, c: BenchCluster, cpu: CpuMeter, r: Resolved, kil
     next_kill = t0
     for i in range(r.kills):
         # kill_every_s after the last kill, and only once the group is whole again (the
-        # replica killed last restarted and follows the leader: on a loaded machine its
-        # start can take seconds, and a kill before it rejoined is a second fault)
+        # replica killed last restarted, follows the leader and caught up: on a loaded
+        # machine that can take seconds, and a kill before is a second fault -- the new
+        # leader's first commit would wait for it to catch up)
         t_settle = time.monotonic()
         await wait_following(run.addresses, run.secret)
         settle_s = time.monotonic() - t_settle
