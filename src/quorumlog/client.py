@@ -283,6 +283,8 @@ class _Retry:
         d = min(self.step, cap)
         self.step = min(self.step * 2, _MAX_BACKOFF_S)
         return d * (0.8 + 0.4 * random.random())
+
+
 _PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
 _SEQUENCE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("sequence")
 _BASE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("base_sequence")
