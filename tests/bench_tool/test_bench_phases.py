@@ -1,7 +1,8 @@
 """bench/phases.py: a kill's gap split into phases from the replicas' events and the
 producers' trace (synthetic streams here; tests/bench_tool/test_bench_cluster.py checks a
 real run's)."""
-from quorumlog.bench.phases import describe, kill_phases, leader_changes, medians
+from quorumlog.bench.phases import (describe, kill_phases, leader_changes, medians,
+                                    stray_elections)
 
 MS = 1_000_000
 
@@ -42,3 +43,9 @@ def test_an_unanswered_kill_has_no_phases_and_elections_are_counted_in_a_window(
         {"node": "n1"}
     assert leader_changes(_events(), 0, 100 * MS) == 1
     assert leader_changes(_events(), 0, 6000 * MS) == 2
+
+
+def test_elections_outside_the_kills_gaps_are_listed():
+    kills = [{"node": "n1", "t_ns": 0, "gap_ns": 80 * MS}]
+    assert stray_elections(_events(), kills, 0, 6000 * MS) == [(5000, "n2", 9)]
+    assert stray_elections(_events(), kills, 0, 100 * MS) == []

@@ -124,6 +124,22 @@ def leader_changes(events: list, t0_ns: int, t1_ns: int) -> int:
                and e["role"] == "LEADER")
 
 
+def stray_elections(events: list, kills: list, t0_ns: int, t1_ns: int) -> list:
+    """Elections won in [t0, t1] outside every kill's gap -> [(ms after the kill before it
+    (None: before the first), node, term)]: spurious ones, or a second one after a kill."""
+    out = []
+    for e in events:
+        if not (t0_ns <= e["t_ns"] <= t1_ns and e["ev"] == "role" and e["role"] == "LEADER"):
+            continue
+        before = [k for k in kills if k["t_ns"] <= e["t_ns"]]
+        k = before[-1] if before else None
+        if k is not None and k.get("gap_ns") is not None and e["t_ns"] <= k["t_ns"] + k["gap_ns"]:
+            continue
+        out.append((None if k is None else round((e["t_ns"] - k["t_ns"]) / 1e6),
+                    e["node"], e["term"]))
+    return out
+
+
 def medians(per_kill: list) -> dict:
     """The median of each phase over the kills where it happened."""
     out = {}

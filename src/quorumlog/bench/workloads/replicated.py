@@ -41,7 +41,7 @@ from ..cluster import (SEGMENT_BYTES, START_TIMEOUT_S, TOPIC, BenchCluster, CpuM
 from ..goals import cluster_goal, failover_goal
 from ..latency import LatencyRecorder
 from ..phases import (PHASES, describe, kill_phases, leader_changes, medians, read_events,
-                      same_clock)
+                      same_clock, stray_elections)
 from ..measure import Result
 from ..options import BenchOptionError, Resolved
 from ..payload import Payload, Verifier
@@ -365,6 +365,10 @@ class FailoverWorkload(_Replicated):
             f"sleeps {med['sleeps']} ({med['slept_ms']} ms); leader elections during the run "
             f"{elections} for {len(kills)} kills")
         res.notes.append("phases per kill: " + describe(phases))
+        stray = stray_elections(events, kills, t0_ns, t1_ns)
+        if stray:
+            res.notes.append("elections outside the kills' gaps (ms after the kill before, "
+                             "node, term): " + ", ".join(map(str, stray)))
         if not same_clock():
             res.notes.append("phases: the replicas' and the bench's clocks differ here; "
                              "the phases are not comparable")
