@@ -85,3 +85,15 @@ def test_a_follower_still_hearing_its_leader_rejects_the_early_candidate():
     c.ready()
     c.step(VoteRequest(4, "n2", "n1", 2, 3, pre=True))
     assert [m.result for m in c.ready().messages] == [VoteResult.ACCEPT]
+
+
+def test_a_quiesced_follower_wakes_when_its_leaders_process_exits():
+    # quiesce.py Q3: a quiesced core's ticks do nothing; one that campaigned while quiesced
+    # would never time its vote round out (G > 1: the host skips quiesced cores' ticks)
+    c = _follower_of()
+    c.quiesced = True
+    c.on_peer_down("n3")
+    assert c.role == Role.CANDIDATE and not c.quiesced
+    c.ready()
+    c.tick(10 + CFG.vote_response_timeout_ms + 1)     # the round times out (no answers)
+    assert c._vote is None

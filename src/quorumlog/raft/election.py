@@ -28,6 +28,7 @@ class ElectionRules:
         if (not self.cfg.campaign_on_leader_exit or self.role != Role.FOLLOWER
                 or self.leader_id != peer):
             return
+        self.quiesced = False           # (quiesce.py Q3: an input that acts wakes the group)
         self._leader_exit_ms = self.now_ms
         self._become_candidate(self.term)
         self.next_time_to_request_vote = self.now_ms
