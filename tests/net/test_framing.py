@@ -1,7 +1,10 @@
 """Frame header, decoder and encoder: the golden vector of docs/net.md, round trips fed in
 every chunking, each header check, limits checked before allocation, zero-copy payloads."""
 import binascii
+import random
 import struct
+
+import numpy as np
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +13,8 @@ from hypothesis import strategies as st
 from quorumlog.errors import QuorumlogError
 from quorumlog.net import framing
 from quorumlog.net.errors import FrameError, FrameTooLargeError, ProtocolError
-from quorumlog.net.framing import HEADER_SIZE, FrameDecoder, encode_frame, encode_header
+from quorumlog.net.framing import (HEADER_SIZE, BufferPool, FrameDecoder, encode_frame,
+                                   encode_header)
 
 # docs/net.md "Golden vector": type 0x12, request id 0x0102030405060708, payload b"hello"
 GOLDEN = bytes.fromhex("51 4e 01 12 00 00 00 00 08 07 06 05 04 03 02 01 05 00 00 00"
@@ -77,6 +81,72 @@ def test_buffered_protocol_path_receives_large_payload_in_place():
     assert len(big.obj) == len(payload)           # sized by the validated header, exactly
     # the kernel-facing views handed out after the header were slices of that same buffer
     assert any(v.obj is big.obj for v in views)
+
+
+def test_pool_reuses_a_buffer_only_once_nothing_refers_to_it():
+    """Issue 20 (CPU per MB): a large payload's buffer is reused for a later payload only
+    when no view of it, no slice and no array made from one is left."""
+    pool = BufferPool(max_buffers=2, max_buffer_bytes=1 << 20)
+    a = pool.take(300_000)
+    a[:] = b"a" * 300_000
+    keep_slice = a[10:20]
+    del a
+    b = pool.take(300_000)                        # a's buffer is still seen through the slice
+    assert b.obj is not keep_slice.obj and pool.reused == 0
+    arr = np.frombuffer(b, dtype=np.uint8)[5:]    # an array of b keeps it too
+    b_id = id(b.obj)
+    del b
+    c = pool.take(200_000)                        # both kept buffers are in use: its own
+    assert c.obj is not keep_slice.obj and id(c.obj) != b_id and pool.reused == 0
+    assert len(c.obj) == 200_000 and pool.pooled_bytes == 2 * (512 << 10)
+    assert bytes(keep_slice) == b"a" * 10
+    gone = id(keep_slice.obj)
+    del keep_slice
+    d = pool.take(100_000)                        # the first one is free again
+    assert id(d.obj) == gone and pool.reused == 1 and len(d) == 100_000
+    del arr
+    e = pool.take(400_000)
+    assert pool.reused == 2 and len(e) == 400_000
+    assert pool.take(2 << 20).obj not in (d.obj, e.obj)   # over max_buffer_bytes: its own
+    assert pool.pooled_bytes <= 2 * (1 << 20)
+
+
+def test_pool_keeps_at_most_its_limits():
+    pool = BufferPool(max_buffers=3, max_buffer_bytes=1 << 20)
+    held = [pool.take(n) for n in (100_000, 900_000, 600_000, 700_000, 3 << 20)]
+    assert pool.pooled_bytes == (256 << 10) + (1 << 20) + (768 << 10)
+    del held
+    big = pool.take(1_000_000)              # a free one too small is replaced, never added
+    assert len(big.obj) == 1 << 20 and pool.pooled_bytes <= 3 << 20
+    with pytest.raises(ValueError):
+        BufferPool(max_buffer_bytes=0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pooled_decoder_decodes_as_the_plain_one_and_never_changes_a_kept_payload(seed):
+    """The same frames from a decoder with a pool as from one without, in any chunking,
+    while the caller keeps some payloads (views) and drops others: a kept payload still
+    reads as it did when it was delivered, and buffers were reused."""
+    rng = random.Random(seed)
+    frames = [(0x10 + i % 7, i, bytes([i % 251]) * rng.choice([100, 70_000, 300_000, 900_000]))
+              for i in range(40)]
+    stream = b"".join(encode_frame(t, p, request_id=r) for t, r, p in frames)
+    plain = FrameDecoder(large_payload_bytes=65536)
+    pooled = FrameDecoder(large_payload_bytes=65536)
+    pooled.pool = BufferPool(max_buffers=3)
+    kept, got_plain, got_pooled, pos = [], [], [], 0
+    while pos < len(stream):
+        n = rng.choice([24, 1000, 65536, 400_000])
+        chunk = stream[pos:pos + n]
+        pos += n
+        got_plain.extend((f.type, f.request_id, bytes(f.payload)) for f in plain.feed(chunk))
+        for f in pooled.feed(chunk):
+            got_pooled.append((f.type, f.request_id, bytes(f.payload)))
+            if rng.random() < 0.3:
+                kept.append((f.payload, bytes(f.payload)))
+        assert all(bytes(v) == want for v, want in kept)
+    assert got_pooled == got_plain == frames
+    assert pooled.pool.reused > 0
 
 
 def test_after_a_large_frame_the_next_read_is_header_sized():

@@ -305,21 +305,25 @@ def test_handshake_timeout_and_unauthenticated_cap(loop_factory, caplog):
 def test_sends_of_one_loop_turn_go_out_in_one_write(loop_factory):
     """Issue 20 §3: the frames one loop turn sends to a peer (a Ready's APPENDs and
     heartbeats) leave in one write at the end of the turn, in order; a turn that sends
-    nothing writes nothing."""
+    nothing writes nothing. A turn of 64 KiB or more goes to the idle socket as one writev
+    of the callers' buffers: an APPEND's payload (a view of the leader's log) is not copied
+    in user space (only what a full socket refuses is: the test after the next)."""
     async def body():
         a, b = Node("a", "ab"), Node("b", "ab")
         try:
             await start_mesh([a, b])
             await exchange(a, b, 1)
             before = a.t.stats()["peers"]["b"]["writes"]
-            msgs = [append("a", "b", i + 1, 1000) for i in range(5)] + \
-                   [hb("a", "b", 2)] + [append("a", "b", 6, 200_000)]
+            mem = bytearray(bytes(range(250)) * 800)
+            msgs = [append("a", "b", i + 1, 1000) for i in range(5)] + [hb("a", "b", 2)] + \
+                [Append(2, "a", "b", 5, 2, 6, 6, 2, memoryview(mem), len(mem), 0, (), 1)]
             for x in msgs:
                 assert a.t.send("b", x)
             # held (and counted against the budget) until the turn ends
             assert a.t.held_bytes("b") > 200_000
             await wait_until(lambda: len(b.from_peer("a")) == 1 + len(msgs), 10, "7 frames")
             assert a.t.stats()["peers"]["b"]["writes"] - before == 1
+            assert a.t.stats()["peers"]["b"]["copied_bytes"] == 0
             got = b.from_peer("a")[1:]
             assert all(same(g, w) for g, w in zip(got, msgs))      # in order
             await asyncio.sleep(0.05)
@@ -535,6 +539,9 @@ def test_a_payload_is_sent_as_it_was_at_send_even_if_its_memory_changes_later(lo
             await wait_until(lambda: len(b.from_peer("a")) == 1 + 32, 20, "drain")
             got = [bytes(x.payload) for x in b.from_peer("a") if isinstance(x, Append)]
             assert [g == w for g, w in zip(got, want)] == [True] * 32
+            # what the socket refused was copied (the writes past the first were left
+            # to the transport whole)
+            assert a.t.stats()["peers"]["b"]["copied_bytes"] > 0
         finally:
             await close_all([a, b])
     run(loop_factory, body, timeout=60)

@@ -10,7 +10,9 @@ after at most 24 bytes.
 Zero copy: a payload of at least `large_payload_bytes` (an APPEND batch) is received into a
 buffer of its own, sized once the header has been validated, and handed out as a memoryview
 of that buffer: the bytes are written by the kernel once and never copied again by us. Smaller
-frames are parsed out of a fixed receive buffer and copied out (a few hundred bytes).
+frames are parsed out of a fixed receive buffer and copied out (a few hundred bytes). With a
+`BufferPool` those buffers are reused once nothing refers to them any more (a new bytearray
+is zero-filled and, on a fresh heap, faulted in page by page: per MB replicated).
 
 Layout (little-endian; docs/net.md has the table and a golden vector):
 
@@ -26,13 +28,14 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
 import zlib
 from typing import NamedTuple
 
 from .errors import FrameError, FrameTooLargeError
 
 __all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "DEFAULT_MAX_FRAME_BYTES", "KNOWN_FLAGS",
-           "Frame", "FrameDecoder", "encode_header", "encode_frame", "frame_parts",
+           "Frame", "FrameDecoder", "BufferPool", "encode_header", "encode_frame", "frame_parts",
            "parse_header", "parse_group_header", "MAX_GROUP_ID"]
 
 MAGIC = 0x4E51                 # bytes 51 4E on the wire: "QN" (records on disk use "QL")
@@ -49,6 +52,12 @@ DEFAULT_RECV_BUFFER_BYTES = 256 << 10
 # lazy_big_buffers: payloads from this size are received into an anonymous mmap (smaller
 # ones are not worth an mmap/munmap pair)
 LAZY_BUFFER_FROM_BYTES = 1 << 20
+
+# BufferPool defaults: buffers kept, the largest kept (an APPEND of max_batch_bytes, 1 MiB by
+# default, and its framing fit), the size granule
+POOL_BUFFERS = 8
+POOL_MAX_BUFFER_BYTES = 2 << 20
+POOL_GRANULE_BYTES = 256 << 10
 
 _PREFIX = struct.Struct("<HBBHHQI")      # the 20 bytes the checksum covers
 _CRC = struct.Struct("<I")
@@ -149,6 +158,59 @@ def parse_group_header(buf, offset: int = 0, *,
     return ftype, flags, request_id, length, group
 
 
+class BufferPool:
+    """Receive buffers for large payloads, shared by the connections of one transport and
+    reused once nothing refers to them: a payload is handed out as a memoryview of its
+    buffer, every view (and every slice, numpy array or other export made from one) holds a
+    reference to that buffer, so a buffer whose only references are the pool's own has no
+    reader left and its old bytes can be overwritten. At most `max_buffers` buffers of at most
+    `max_buffer_bytes` each are kept (a larger payload, or one arriving while every kept
+    buffer is in use, gets a buffer of its own as before). `taken` / `reused` count."""
+
+    __slots__ = ("max_buffers", "max_buffer_bytes", "_bufs", "taken", "reused")
+
+    def __init__(self, max_buffers: int = POOL_BUFFERS,
+                 max_buffer_bytes: int = POOL_MAX_BUFFER_BYTES):
+        if max_buffers < 0 or max_buffer_bytes < 1:
+            raise ValueError("BufferPool: max_buffers >= 0 and max_buffer_bytes >= 1")
+        self.max_buffers = max_buffers
+        self.max_buffer_bytes = max_buffer_bytes
+        self._bufs: list[bytearray] = []
+        self.taken = 0
+        self.reused = 0
+
+    @property
+    def pooled_bytes(self) -> int:
+        return sum(len(b) for b in self._bufs)
+
+    def take(self, length: int) -> memoryview:
+        """A writable view of exactly `length` bytes (contents undefined: the caller fills
+        all of it before anyone reads it)."""
+        self.taken += 1
+        bufs = self._bufs
+        if length > self.max_buffer_bytes:
+            return memoryview(bytearray(length))
+        small = -1
+        for i in range(len(bufs)):
+            # 2 references: the list's and getrefcount's argument -- no view, no reader
+            if sys.getrefcount(bufs[i]) == 2:
+                if len(bufs[i]) >= length:
+                    self.reused += 1
+                    return memoryview(bufs[i])[:length]
+                if small < 0 or len(bufs[i]) < len(bufs[small]):
+                    small = i
+        if len(bufs) < self.max_buffers or small >= 0:
+            size = min(-(-length // POOL_GRANULE_BYTES) * POOL_GRANULE_BYTES,
+                       self.max_buffer_bytes)
+            buf = bytearray(size)
+            if small >= 0:
+                bufs[small] = buf          # a free one too small: the bigger one takes its place
+            else:
+                bufs.append(buf)
+            return memoryview(buf)[:length]
+        return memoryview(bytearray(length))      # every kept buffer in use
+
+
 class FrameDecoder:
     """Incremental frame decoder with no I/O (tigerbeetle's MessageBuffer idea).
 
@@ -170,7 +232,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
-                 "allow_groups",
+                 "allow_groups", "pool",
                  "one_at_a_time", "reserve", "waiting", "lazy_big_buffers", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
@@ -203,6 +265,9 @@ class FrameDecoder:
         # page resident at once -- and malloc keeps freed 16 MiB chunks); for connections
         # that may announce big frames and stall
         self.lazy_big_buffers = False
+        # a BufferPool for the large payloads' buffers (not those of lazy_big_buffers' mmaps);
+        # None: a new bytearray each
+        self.pool: BufferPool | None = None
         # Fixed size on purpose: asyncio keeps the view returned by get_buffer alive while it
         # calls buffer_updated, and a bytearray with live exports cannot be resized. We only
         # move bytes inside it (same-size slice assignment is allowed with exports).
@@ -210,7 +275,7 @@ class FrameDecoder:
         self._mv = memoryview(self._buf)
         self._start = 0
         self._end = 0
-        self._big = None           # bytearray being filled with one large payload
+        self._big = None           # the view being filled with one large payload
         self._big_view = None
         self._big_filled = 0
         self._big_head = None      # (type, flags, request_id) of that frame
@@ -344,10 +409,14 @@ class FrameDecoder:
                 if large:
                     # Allocate only now that the length is known to be within the limit.
                     have = min(end - body, length)
-                    big = mmap.mmap(-1, length) if self.lazy_big_buffers and \
-                        length >= LAZY_BUFFER_FROM_BYTES else bytearray(length)
+                    if self.lazy_big_buffers and length >= LAZY_BUFFER_FROM_BYTES:
+                        big = memoryview(mmap.mmap(-1, length))
+                    elif self.pool is not None:
+                        big = self.pool.take(length)
+                    else:
+                        big = memoryview(bytearray(length))
                     big[:have] = mv[body:body + have]
-                    self._big, self._big_view = big, memoryview(big)
+                    self._big, self._big_view = big, big
                     self._big_filled, self._big_head = have, (ftype, flags, rid, group)
                     start = body + have
                     if have < length:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import random
 import socket
 import ssl as _ssl
@@ -55,7 +56,7 @@ from .errors import (AuthError, CodecError, FrameTimeoutError, FrameTooLargeErro
                      HandshakeTimeoutError, NetError, ProtocolError, TooManyConnectionsError,
                      TransportClosedError)
 from .framing import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_RECV_BUFFER_BYTES, HEADER_SIZE,
-                      FrameDecoder, encode_header)
+                      BufferPool, FrameDecoder, encode_header)
 from .messages import PEER_ROLES, RejectReason, Role, check_node_id
 from .ratelog import RateLimitedLog
 
@@ -65,6 +66,12 @@ __all__ = ["TransportConfig", "PeerTransport", "ClientChannel", "connect_client"
 
 # frames up to this size are joined into one write (one syscall, one segment)
 _JOIN_BELOW_BYTES = 64 << 10
+# the most buffers one writev takes (Linux's IOV_MAX); a turn with more goes the
+# transport's way
+try:
+    _MAX_IOV = min(os.sysconf("SC_IOV_MAX"), 1024)
+except (AttributeError, ValueError, OSError):
+    _MAX_IOV = 16
 
 
 @dataclass
@@ -169,6 +176,22 @@ def _nbytes(parts) -> int:
 _ASYNCIO_KEEPS_VIEWS = sys.version_info >= (3, 12)
 
 
+def _unsent(parts: list, sent: int) -> list:
+    """The buffers of `parts` after its first `sent` bytes (a partial one as a view)."""
+    out = []
+    for p in parts:
+        mv = p if type(p) is memoryview else memoryview(p)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        k = mv.nbytes
+        if sent >= k:
+            sent -= k
+            continue
+        out.append(mv[sent:] if sent else p)
+        sent = 0
+    return out
+
+
 def _owned(parts: list) -> list:
     """`parts` with each memoryview copied, for bytes held past this call. An APPEND's payload
     is a view of the leader's mapped log, which a truncation zeroes and the next leader's
@@ -218,6 +241,10 @@ class _Conn(asyncio.BufferedProtocol):
         self.last_sent = 0.0           # loop time of the last frames sent (client sessions)
         self._uv = False
         self._keeps_views = True       # (set from the transport in connection_made)
+        # the socket's descriptor for _write_direct; -1: none (TLS, no socket, or a test's
+        # stand-in transport)
+        self._fd = -1
+        self.copied_bytes = 0          # bytes of views copied because the socket was full
         self.hello_deadline = loop.time() + self.cfg.hello_timeout_ms / 1000
         self.reserved = 0              # bytes of the listener's frame budget this one holds
         self._frame_timer = None
@@ -242,6 +269,11 @@ class _Conn(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             except OSError:
                 pass
+            if transport.get_extra_info("ssl_object") is None:
+                try:
+                    self._fd = sock.fileno()
+                except (AttributeError, OSError, ValueError):
+                    self._fd = -1
         transport.set_write_buffer_limits(self.cfg.write_high_water_bytes,
                                           self.cfg.write_low_water_bytes)
         if not self.owner._conn_opened(self):
@@ -377,6 +409,7 @@ class _Conn(asyncio.BufferedProtocol):
         else:
             self.decoder.resize(DEFAULT_RECV_BUFFER_BYTES, self.cfg.large_payload_bytes)
         self.send_budget = self._budget(self.role)
+        self.decoder.pool = self.owner.rx_pool
         self.decoder.known_types = types
         self.decoder.max_frame_bytes = limit
         self.decoder.limit_name = limit_name
@@ -552,7 +585,12 @@ class _Conn(asyncio.BufferedProtocol):
             n = _nbytes(parts)
         if n < _JOIN_BELOW_BYTES:
             t.write(b"".join(parts))
-        elif self._uv:
+            return
+        if self._fd >= 0:
+            parts = self._write_direct(parts, n)
+            if not parts:
+                return
+        if self._uv:
             t.writelines(_owned(parts))   # uvloop: vectored send, no join (it keeps views)
         else:
             # asyncio (3.11) joins writelines' buffers: write each large part as it is, so a
@@ -570,6 +608,28 @@ class _Conn(asyncio.BufferedProtocol):
                     run.append(p)
             if run:
                 t.write(b"".join(run))
+
+    def _write_direct(self, parts: list, n: int) -> list:
+        """Write a large turn's buffers to the socket now, with one writev, when the
+        transport holds nothing for it (so the order of the stream is kept), and return
+        what the socket did not take (then copied: the transport would keep views of it).
+        An APPEND's payload is a view of the log's pages: the kernel copies it into the
+        socket once and nothing of it is copied in user space or kept past this call (the
+        transport's own write would copy each view first, see _owned). A socket error
+        leaves everything to the transport, which meets the same error and reports it."""
+        t = self.transport
+        if t.is_closing() or t.get_write_buffer_size() or len(parts) > _MAX_IOV:
+            sent = 0
+        else:
+            try:
+                sent = os.writev(self._fd, parts)
+            except OSError:          # (EAGAIN included: nothing was written)
+                sent = 0
+        if sent >= n:
+            return []
+        rest = _unsent(parts, sent)
+        self.copied_bytes += sum(p.nbytes for p in rest if type(p) is memoryview)
+        return rest
 
     def close(self) -> None:
         if not self.closed:
@@ -663,6 +723,8 @@ class PeerTransport:
                               f"{node_id!r}")
         self.auth = auth
         self.config = (config or TransportConfig()).validate()
+        # the large payloads' receive buffers, reused once no view of them is left
+        self.rx_pool = BufferPool()
         self.on_message = on_message
         # on_group_message(peer_id, group, message), when set, takes every peer message
         # instead of on_message (a process hosting many groups: node/host.py demultiplexes)
@@ -861,6 +923,7 @@ class PeerTransport:
         s["held_bytes"] = c.held_bytes() if c is not None else 0
         s["queued_bytes"] = c.queued_bytes if c is not None else 0
         s["writes"] = c.writes if c is not None else 0
+        s["copied_bytes"] = c.copied_bytes if c is not None else 0
         if c is not None:
             s["max_held_bytes"] = max(s["max_held_bytes"], c.max_held_bytes)
         return s
@@ -1249,6 +1312,7 @@ class _ClientOwner:
         self.node_id = auth.node_id
         self.channel: ClientChannel | None = None
         self.rejects: collections.Counter = collections.Counter()
+        self.rx_pool = BufferPool(max_buffers=2)
 
     def _conn_opened(self, c) -> bool:
         return True
