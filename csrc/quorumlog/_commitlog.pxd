@@ -8,6 +8,8 @@ cdef extern from "crc32c.h" nogil:
     uint32_t ql_crc32c(const void *buf, size_t length)
     uint32_t ql_crc32c_sw(const void *buf, size_t length)
     int ql_crc32c_hw()
+    int ql_crc32c_paths()
+    uint32_t ql_crc32c_update_path(int path, uint32_t state, const void *buf, size_t length)
 
 
 cdef class Mapping:

@@ -532,8 +532,14 @@ cdef void _free_batch(Batch *b) noexcept:
 # Pass 3 writes through an Out: the file range [off, off + len) is pending in iov[0..n),
 # staged bytes in stage[0 .. sp) and big bodies straight from the caller's buffers. With
 # a writer thread (w), a flushed piece is posted to it and the Out goes on in the other
-# staging buffer and iovec array (stage2, iov2) while it is written.
+# staging buffer and iovec array (stage2, iov2) while it is written. The last staged
+# record's CRC is pending (crc_at != NULL: see encode_staged) until the next record is
+# staged or the piece is flushed.
 cdef struct Out:
+    char *crc_at
+    size_t crc_staged
+    const char *crc_body
+    uint32_t crc_body_len
     int fd
     int64_t off, len
     iovec *iov
@@ -562,10 +568,18 @@ cdef inline void _out_add(Out *o, const char *p, size_t len) noexcept nogil:
     o.len += len
 
 
+cdef inline void _out_settle(Out *o) noexcept nogil:
+    # the pending CRC, if any, is written into its record
+    if o.crc_at != NULL:
+        crc_staged(o.crc_at, o.crc_staged, o.crc_body, o.crc_body_len)
+        o.crc_at = NULL
+
+
 cdef inline int _out_flush(Out *o) noexcept nogil:
     cdef int err = 0
     cdef iovec *iov
     cdef char *stage
+    _out_settle(o)
     if o.n and o.w != NULL:
         err = ql_writer_wait(o.w)        # the previous piece is written: its buffers are free
         if err == 0:
@@ -628,6 +642,7 @@ cdef int _encode_write(const Batch *b, const BatchTarget *t) noexcept nogil:
     o.w = t.w
     o.iov2 = t.iov2
     o.stage2 = t.stage2
+    o.crc_at = NULL
     if t.ipop_to - t.ipop_from >= 4096:
         ql_populate_write(ibase, t.ipop_from & ~(<int64_t>4095),
                           t.ipop_to - (t.ipop_from & ~(<int64_t>4095)))
@@ -657,6 +672,11 @@ cdef int _encode_write(const Batch *b, const BatchTarget *t) noexcept nogil:
                           borns[j] if borns != NULL else born0, store,
                           <uint32_t>(qids[j] if qids != NULL else qid0), sizes[j], flags,
                           apart)
+        _out_settle(&o)                 # the previous record's CRC, now that j is stored
+        o.crc_at = o.sp
+        o.crc_staged = <size_t>(q - o.sp)
+        o.crc_body = src[j].body
+        o.crc_body_len = src[j].body_len if apart else 0
         _out_add(&o, o.sp, <size_t>(q - o.sp))
         o.sp = q
         if apart:

@@ -1,5 +1,7 @@
-/* CRC32C implementation: SSE4.2 with three interleaved streams (blocks of 1 KiB, 256 B
- * and 64 B), a single stream only for the last < 192 bytes, slicing-by-8 table fallback. See crc32c.h. */
+/* CRC32C implementation: for 256 bytes or more, folding with VPCLMULQDQ on 512-bit
+ * registers where the CPU has it (AVX-512); otherwise SSE4.2 with three interleaved streams
+ * (blocks of 1 KiB, 256 B and 64 B), a single stream only for the last < 192 bytes;
+ * slicing-by-8 table fallback. See crc32c.h. */
 #include "crc32c.h"
 #include <string.h>
 
@@ -8,6 +10,7 @@
 static uint32_t table[8][256];
 static int initialised = 0;
 static int use_hw = 0;
+static int use_fold = 0;
 
 static void init_tables(void) {
     for (uint32_t n = 0; n < 256; n++) {
@@ -44,7 +47,7 @@ static uint32_t sw_update(uint32_t crc, const unsigned char *p, size_t len) {
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
-#include <nmmintrin.h>
+#include <immintrin.h>   /* SSE4.2 crc32; PCLMUL, AVX-512 for the folding path */
 #define QL_HAVE_X86 1
 
 /* Three interleaved streams hide the 3-cycle latency of the crc32 instruction (one result
@@ -138,6 +141,105 @@ static uint32_t hw_update(uint32_t crc, const unsigned char *p, size_t len) {
     while (len--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
     return (uint32_t)c0;
 }
+
+/* Folding (the carry-less multiply method of Intel's "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ", reflected form). Why: on AMD Zen the crc32 instruction
+ * issues at most one per ~2 cycles whatever the interleaving (~10 GB/s at best, ~7 in the
+ * record loop), while VPCLMULQDQ folds 256 bytes per round in four 512-bit registers
+ * (~40 GB/s here) -- the CRC was the largest cost of append_batch after the copy itself.
+ *
+ * A 16-byte lane A of the message, loaded little-endian, is the polynomial
+ * Q0(x) x^64 + Q1(x) with Q0 its first 8 bytes (reflected: bit i of a qword is the
+ * coefficient of x^(63-i)). Moving A forward by D bytes means multiplying by x^(8D); mod P
+ * that is Q0 * (x^(8D+64) mod P) + Q1 * (x^(8D) mod P), each product under 128 bits, i.e.
+ * a new lane that is xored onto the data D bytes on. A carry-less product of two reflected
+ * values comes out one bit short, and the constants are kept as 32-bit reflected values
+ * (bit j: x^(31-j)), 33 bits short in all: hence the exponents 8D + 31 and 8D - 33.
+ * At the end one lane is left; the crc32 instruction over its 16 bytes from register 0
+ * gives the register exactly (the incoming register was xored into the first 4 bytes),
+ * so no Barrett reduction is needed. The constants are computed at start-up from P. */
+static uint32_t fold_k[6];    /* (Q0, Q1) constants for D = 256, 64 and 16 bytes */
+
+static uint32_t xpow_mod(unsigned n) {
+    /* x^n mod P in the normal (most significant bit first) form, P = 0x1EDC6F41 */
+    uint64_t r = 1;
+    while (n--) {
+        r <<= 1;
+        if (r & 0x100000000ULL) r ^= 0x11EDC6F41ULL;
+    }
+    return (uint32_t)r;
+}
+
+static uint32_t reflect32(uint32_t v) {
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i++)
+        if (v & (1u << i)) r |= 1u << (31 - i);
+    return r;
+}
+
+static void init_fold(void) {
+    static const unsigned dist[3] = {256, 64, 16};
+    for (int t = 0; t < 3; t++) {
+        fold_k[2 * t] = reflect32(xpow_mod(8 * dist[t] + 31));
+        fold_k[2 * t + 1] = reflect32(xpow_mod(8 * dist[t] - 33));
+    }
+}
+
+#define QL_FOLD_TARGET "avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"
+
+__attribute__((target(QL_FOLD_TARGET)))
+static inline __m128i fold16(__m128i a, __m128i k) {
+    return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+}
+
+__attribute__((target(QL_FOLD_TARGET)))
+static inline __m512i fold4(__m512i a, __m512i k, __m512i data) {
+    /* four lanes at once, xored with `data` (0x96: a ^ b ^ c) */
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00),
+                                     _mm512_clmulepi64_epi128(a, k, 0x11), data, 0x96);
+}
+
+/* len >= 256 */
+__attribute__((target(QL_FOLD_TARGET)))
+static uint32_t fold_update(uint32_t crc, const unsigned char *p, size_t len) {
+    __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x(fold_k[1], fold_k[0]));
+    __m128i a, k16 = _mm_set_epi64x(fold_k[5], fold_k[4]);
+    uint64_t c;
+    x0 = _mm512_xor_si512(x0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    p += 256;
+    len -= 256;
+    while (len >= 256) {
+        x0 = fold4(x0, k, _mm512_loadu_si512(p));
+        x1 = fold4(x1, k, _mm512_loadu_si512(p + 64));
+        x2 = fold4(x2, k, _mm512_loadu_si512(p + 128));
+        x3 = fold4(x3, k, _mm512_loadu_si512(p + 192));
+        p += 256;
+        len -= 256;
+    }
+    k = _mm512_broadcast_i32x4(_mm_set_epi64x(fold_k[3], fold_k[2]));
+    x1 = fold4(x0, k, x1);
+    x2 = fold4(x1, k, x2);
+    x3 = fold4(x2, k, x3);
+    while (len >= 64) {
+        x3 = fold4(x3, k, _mm512_loadu_si512(p));
+        p += 64;
+        len -= 64;
+    }
+    a = _mm512_extracti32x4_epi32(x3, 0);
+    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 1));
+    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 2));
+    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 3));
+    while (len >= 16) {
+        a = _mm_xor_si128(fold16(a, k16), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        len -= 16;
+    }
+    c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
+    return hw_update((uint32_t)c, p, len);
+}
 #endif
 
 static void ql_init(void) {
@@ -148,6 +250,11 @@ static void ql_init(void) {
     if (__builtin_cpu_supports("sse4.2")) {
         init_shift();
         use_hw = 1;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul")) {
+            init_fold();
+            use_fold = 1;
+        }
     }
 #endif
     initialised = 1;
@@ -161,9 +268,25 @@ int ql_crc32c_hw(void) {
 uint32_t ql_crc32c_update(uint32_t state, const void *buf, size_t len) {
     if (!initialised) ql_init();
 #ifdef QL_HAVE_X86
+    if (use_fold && len >= 256) return fold_update(state, (const unsigned char *)buf, len);
     if (use_hw) return hw_update(state, (const unsigned char *)buf, len);
 #endif
     return sw_update(state, (const unsigned char *)buf, len);
+}
+
+int ql_crc32c_paths(void) {
+    ql_init();
+    return 1 | (use_hw ? 2 : 0) | (use_fold ? 4 : 0);
+}
+
+uint32_t ql_crc32c_update_path(int path, uint32_t state, const void *buf, size_t len) {
+    const unsigned char *p = (const unsigned char *)buf;
+    ql_init();
+#ifdef QL_HAVE_X86
+    if (path == 4 && use_fold) return len >= 256 ? fold_update(state, p, len) : hw_update(state, p, len);
+    if (path == 2 && use_hw) return hw_update(state, p, len);
+#endif
+    return sw_update(state, p, len);
 }
 
 uint32_t ql_crc32c(const void *buf, size_t len) {

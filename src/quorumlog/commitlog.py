@@ -18,6 +18,8 @@ from quorumlog._commitlog import (  # noqa: F401
     ProducerProperties,
     crc32c,
     crc32c_hardware,
+    crc32c_path,
+    crc32c_paths,
     crc32c_software,
     fnv1a64,
 )
@@ -31,4 +33,4 @@ from quorumlog.errors import (  # noqa: F401  (re-exported: wrong-type errors of
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
            "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "ProducerProperties", "crc32c",
            "ArgumentTypeError", "InvalidTypeError", "TopicTypeError", "QueueTypeError",
-           "crc32c_hardware", "crc32c_software", "fnv1a64"]
+           "crc32c_hardware", "crc32c_path", "crc32c_paths", "crc32c_software", "fnv1a64"]
