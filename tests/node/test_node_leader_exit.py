@@ -10,6 +10,7 @@ import pytest
 from nodesim_support import wait_leader
 
 from quorumlog.raft.messages import Role
+from quorumlog.raft.state import NEVER
 from quorumlog.testing import nodesim
 from quorumlog.testing.nodesim import NodeSim
 
@@ -80,3 +81,23 @@ def test_a_stopped_follower_changes_nothing_for_the_others(exit_hint):
             await asyncio.sleep(0.05)
         return lead.node.core.term
     _run(scenario, exit_hint=exit_hint)
+
+
+
+def test_the_exit_is_noted_when_it_is_reported_not_at_the_last_sparse_tick():
+    # a follower's ticks are sparse (node/driver.py _tick_delay_ms): the driver sets the
+    # core's clock before on_peer_down, so the exit is stamped when the refusal came, not
+    # at the follower's last heartbeat or tick (before: the stamp predated the kill)
+    async def scenario(sim):
+        lead = await wait_leader(sim)
+        await lead.node.put("t", b"before")
+        survivors = [sim.members[i].node for i in sim.members if i != lead.id]
+        kill_ms = [n.clock.now_ms() for n in survivors]      # (each node's own clock)
+        await sim.take_down(sim.members[lead.id], power=False)
+        await wait_leader(sim, exclude=(lead.id,))
+        return [(n.core._leader_exit_ms, k) for n, k in zip(survivors, kill_ms)]
+
+    stamps = _run(scenario)
+    noted = [(s, k) for s, k in stamps if s != NEVER]
+    assert noted, f"no survivor noted the exit: {stamps}"
+    assert all(s >= k for s, k in noted), f"exit stamped before the kill: {noted}"

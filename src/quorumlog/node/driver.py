@@ -422,6 +422,7 @@ class Node:
         """The transport lost `peer`; refused: its process is gone (the core may give up
         its leader now: raft/election.py on_peer_down)."""
         if refused and not self._stopped and self._failed is None:
+            self.core.set_clock(self.clock.now_ms())     # (ticks are sparse: _tick_delay_ms)
             self.core.on_peer_down(peer)
             self._schedule_drain()
 
