@@ -45,8 +45,9 @@ async def exchange(a: Node, b: Node, seq: int, timeout=10):
 
 async def deliver(a: Node, b: Node, seq: int, timeout=10):
     """a -> b one heartbeat, sent again every 0.2 s until b has it. Right after a restart
-    both sides dial: the connection a sent on may be the one the tie-break drops, and a
-    message on a dropped connection is lost (Raft resends; the transport does not)."""
+    both sides dial and a may briefly have no connection (the peer's FIN on the duplicate
+    it retired arrives before a's own dial authenticates): that send is dropped, and Raft
+    would resend."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not any(x.seq == seq for x in b.from_peer(a.id)):
         assert asyncio.get_running_loop().time() < deadline, (
