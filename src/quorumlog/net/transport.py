@@ -10,7 +10,8 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
     await t.close();  t.stats()
 
 * One connection per peer pair: both sides dial; when both connections authenticate, the
-  one initiated by the lower node id wins on both sides (the other is closed). With
+  one initiated by the lower node id wins on both sides (the other is retired: half-closed,
+  and read until the peer closes it too, so nothing the peer sent on it is lost). With
   `control_lane`, a second one per pair (role PEER_CONTROL, same handshake, same rule)
   carries the CONTROL-lane Raft messages (votes, heartbeats, their answers, timeout-now), so
   a backlogged data connection never holds up the heartbeats that keep a leader in office.
@@ -648,6 +649,13 @@ class _Conn(asyncio.BufferedProtocol):
             self.close()
             return
         self._flush_turn()
+        # queued behind a full socket: accepted by send, so written too (bounded by the
+        # send budget); no write may follow write_eof
+        for q in (self._ctrl, self._bulk):
+            while q:
+                parts, n = q.popleft()
+                self.queued_bytes -= n
+                self._write(parts, n)
         self.retired = True
         try:
             t.write_eof()
