@@ -17,9 +17,12 @@
   OUT_OF_ORDER_SEQUENCE. After a retriable error no batch is sent while an older one waits
   to be sent again, so the batches reach the leader oldest first and pipelining resumes
   behind them (as Kafka's producer does); the oldest handles the error. Retries go on
-  (with backoff) for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE,
-  timeouts and lost connections, until `retry_timeout` runs out; a batch that fails is given
-  up (its outcome is unknown unless the error refused it) and the next one goes on.
+  for NOT_LEADER, LEADER_TRANSFERRING, BACKPRESSURE, OUT_OF_ORDER_SEQUENCE, timeouts and
+  lost connections, until `retry_timeout` runs out; a batch that fails is given up (its
+  outcome is unknown unless the error refused it) and the next one goes on. A redirect is
+  followed at once, a broken connection retried at once on the next member, and while no
+  member names a leader (an election) they are asked again every <= 50 ms; BACKPRESSURE and
+  timeouts back off up to 500 ms (_after_failure; docs/node.md "Resend in order").
 * produce_many(topic, batches, window=8) keeps up to `window` (<= max_in_flight) batches in
   flight.
 * Many concurrent single-message produce() calls on one client (while others are in flight)
@@ -116,6 +119,14 @@ def _addr(a) -> tuple[str, int]:
         raise InvalidArgumentError(f"server address {a!r}: need a host and a port in "
                                    "1..65535 ('host:port')")
     return host, p
+
+
+def _after(addresses: list, a) -> list:
+    """The addresses other than `a`, starting with the one after it."""
+    if a not in addresses:
+        return list(addresses)
+    i = addresses.index(a)
+    return addresses[i + 1:] + addresses[:i]
 
 
 class _EncodedProduce:
@@ -246,6 +257,34 @@ class _ProducerWindow:
 
 
 _MAX_IMMEDIATE_REDIRECTS = 3    # per request, before the retry backoff applies
+# retry backoff: from _FIRST_BACKOFF_S, doubling, up to _ELECTION_BACKOFF_S while no leader is
+# known or a member's connection broke (an election: poll the members, as etcd's client
+# retries every 25 ms), up to _MAX_BACKOFF_S for an overloaded or slow leader (BACKPRESSURE,
+# timeouts). Each pause is drawn from [0.8, 1.2] x the step, so clients that lost one leader
+# together do not ask the members in lockstep.
+_FIRST_BACKOFF_S = 0.01
+_ELECTION_BACKOFF_S = 0.05
+_MAX_BACKOFF_S = 0.5
+# a connection that broke (the member's process died, or it closed us): not a slow member
+_BROKEN = (TransportClosedError, ConnectionError)
+
+
+class _Retry:
+    """One request's retries so far."""
+    __slots__ = ("tries", "redirects", "moved", "step")
+
+    def __init__(self):
+        self.tries = 0
+        self.redirects = 0
+        self.moved = False        # retried at once on another member after a broken connection
+        self.step = _FIRST_BACKOFF_S
+
+    def backoff(self, cap: float) -> float:
+        d = min(self.step, cap)
+        self.step = min(self.step * 2, _MAX_BACKOFF_S)
+        return d * (0.8 + 0.4 * random.random())
+
+
 _PRODUCE_SPEC = codec.spec_for(m.ProduceRequest("t", []))
 _SEQUENCE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("sequence")
 _BASE_FIELD = [name for name, _ in _PRODUCE_SPEC.fixed].index("base_sequence")
@@ -345,7 +384,7 @@ class AsyncClient:
                  producer_id: int | None = None, max_frame_bytes: int = (16 << 20) + 24,
                  connect_timeout: float = 1.0, coalesce: bool = True,
                  max_in_flight: int = m.MAX_PRODUCER_IN_FLIGHT, groups: int | None = 1,
-                 topic_queues: int | None = None):
+                 topic_queues: int | None = None, trace=None):
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = [_addr(a) for a in addresses]
@@ -382,12 +421,16 @@ class AsyncClient:
         # many groups: None until learned from a member (GroupAdminRequest)
         self.groups = None if groups is None else check_groups(groups)
         self.topic_queues = topic_queues
+        # trace(event, address, detail), if given, is told each step of a request: "send"
+        # an attempt (detail: a retry?), "error" its failure, "sleep" a backoff -- how the
+        # bench's failover workload splits a failover into phases
+        self._trace = trace
         self._subs: dict[int, AsyncClient] = {}
         self._rr: dict[str, list] = {}    # topic -> [produces so far, start queue]
         self._sub_kw = dict(secret=secret, cluster_id=cluster_id, insecure=insecure,
                             request_timeout=request_timeout, retry_timeout=retry_timeout,
                             max_frame_bytes=max_frame_bytes, connect_timeout=connect_timeout,
-                            coalesce=coalesce, max_in_flight=max_in_flight)
+                            coalesce=coalesce, max_in_flight=max_in_flight, trace=trace)
 
     # -- connection --------------------------------------------------------------------------
     async def _connect(self, prefer=None, exact=False):
@@ -419,8 +462,9 @@ class AsyncClient:
                         ch.close_when_idle(self.request_timeout))
                     self._retiring.add(t)
                     t.add_done_callback(self._retiring.discard)
-            order = ([prefer] if prefer else []) + \
-                ([] if exact else [a for a in self.addresses if a != prefer])
+            # then the others from the one after `prefer` on: a client that keeps losing
+            # its member moves round the members, not back to the first of the list
+            order = ([prefer] if prefer else []) + ([] if exact else _after(self.addresses, prefer))
             last = None
             for host, port in order:
                 try:
@@ -431,6 +475,8 @@ class AsyncClient:
                     raise        # every member shares the credentials: no retry can succeed
                 except (OSError, TimeoutError, NetError) as e:
                     last = e
+                    if self._trace is not None:
+                        self._trace("connect_error", (host, port), type(e).__name__)
                     continue
                 self._channel, self._channel_addr = ch, (host, port)
                 self.stats["reconnects"] += 1
@@ -441,9 +487,11 @@ class AsyncClient:
         finally:
             self._connecting.release()
 
-    async def _request(self, msg, prefer=None, timeout=None, exact=False):
+    async def _request(self, msg, prefer=None, timeout=None, exact=False, retry=False):
         ch = await self._connect(prefer, exact)
         self.stats["requests"] += 1
+        if self._trace is not None:
+            self._trace("send", self._channel_addr, retry)
         if isinstance(msg, _EncodedProduce):
             resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
                                             timeout or self.request_timeout)
@@ -456,50 +504,72 @@ class AsyncClient:
     async def _with_retries(self, msg, *, to_leader: bool, timeout=None):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_timeout
-        delay = 0.02
-        redirects = 0
+        st = _Retry()
         window = getattr(msg, "window", None)
+        trace = self._trace
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
                 if window is not None:
                     await window.turn(msg.seq, deadline)
-                return await self._request(msg, prefer, timeout)
+                return await self._request(msg, prefer, timeout, retry=st.tries > 0)
             except _RETRYABLE as e:
+                st.tries += 1
+                if trace is not None:
+                    trace("error", self._channel_addr or prefer,
+                          f"{type(e).__name__} {getattr(e, 'leader_address', '') or ''}")
                 if window is not None and await window.after_error(msg.seq, e, deadline):
                     self.stats["retries"] += 1
                     continue
-                if isinstance(e, OutOfOrderSequenceError):
-                    pass     # (the leader answered: stay with it)
-                elif isinstance(e, NotLeaderError):
-                    addr = getattr(e, "leader_address", None)
-                    if addr and redirects < _MAX_IMMEDIATE_REDIRECTS:
-                        # a redirect: go to the named leader at once (also when another
-                        # request moved there already: the pipelined requests behind it must
-                        # follow it in order, not try the next member after a pause). A few in
-                        # a row at most: members that disagree on the leader get the backoff.
-                        redirects += 1
-                        self._leader_addr = _addr(addr)
-                        self.stats["redirects"] += 1
-                        self.stats["retries"] += 1
-                        if loop.time() > deadline:
-                            raise
-                        continue
-                    # (after a few at once: the named leader, or the next member if none is
-                    # named, after the backoff -- never a rotation away from a named leader)
-                    self._leader_addr = _addr(addr) if addr else self._next_address()
-                else:
-                    # the member may be gone: drop the connection, try the others
-                    if self._channel is not None:
-                        await self._channel.close()
-                        self._channel = None
-                    if to_leader:
-                        self._leader_addr = self._next_address()
+                delay = await self._after_failure(e, to_leader, st)
                 self.stats["retries"] += 1
+                if delay == 0:
+                    if loop.time() > deadline:
+                        raise
+                    continue
                 if loop.time() + delay > deadline:
                     raise
+                if trace is not None:
+                    trace("sleep", None, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+
+    async def _after_failure(self, e: BaseException, to_leader: bool, st: "_Retry") -> float:
+        """Where the next attempt of a failed request goes, and after how long (seconds; 0:
+        at once). A redirect goes to the named leader at once; a connection that broke is
+        retried at once on the next member (a process that died says nothing of the
+        others); while no leader is known (an election runs) the members are asked again
+        every few tens of ms (the short backoff: an election takes that long when the
+        leader's process exited, raft/election.py on_peer_down); an overloaded or slow
+        leader gets the long one."""
+        if isinstance(e, OutOfOrderSequenceError):
+            return st.backoff(_MAX_BACKOFF_S)     # (the leader answered: stay with it)
+        if isinstance(e, NotLeaderError):
+            addr = getattr(e, "leader_address", None)
+            if addr and st.redirects < _MAX_IMMEDIATE_REDIRECTS:
+                # a redirect: go to the named leader at once (also when another request
+                # moved there already: the pipelined requests behind it must follow it in
+                # order, not try the next member after a pause). A few in a row at most:
+                # members that disagree on the leader get the backoff.
+                st.redirects += 1
+                self._leader_addr = _addr(addr)
+                self.stats["redirects"] += 1
+                return 0
+            # (after a few at once: the named leader, or the next member if none is named,
+            # after the backoff -- never a rotation away from a named leader)
+            self._leader_addr = _addr(addr) if addr else self._next_address()
+            return st.backoff(_ELECTION_BACKOFF_S)
+        if isinstance(e, (BackpressureError, LeaderTransferringError)):
+            return st.backoff(_MAX_BACKOFF_S)
+        # the member may be gone: drop the connection, try the others
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+        if to_leader:
+            self._leader_addr = self._next_address()
+        if isinstance(e, _BROKEN) and not st.moved:
+            st.moved = True          # (once per request: a dead member is skipped at once)
+            return 0
+        return st.backoff(_ELECTION_BACKOFF_S if isinstance(e, _BROKEN) else _MAX_BACKOFF_S)
 
     def _next_address(self):
         cur = self._channel_addr or self._leader_addr

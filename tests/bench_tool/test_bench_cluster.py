@@ -197,6 +197,13 @@ def test_failover_tiny_run(bench, schema):
     assert row["goal"]["unit"] == "s" and row["goal"]["measured"] == kill["gap_s"]
     assert row["integrity"]["replica_logs"]["identical"]
     assert "kill -> next ack" in run.output
+    # where the gap went, from the events the replicas and the producers wrote
+    ph = kill["phases_ms"]
+    assert ph["new_leader"] in ("n1", "n2", "n3") and ph["new_leader"] != kill["node"]
+    assert 0 < ph["detect"] < kill["gap_s"] * 1e3 and ph["elect"] >= 0
+    assert ph["vote_rounds"] >= 1 and ph["client_errors"] >= 1
+    assert fo["elections"] == 1 and kill["settle_s"] is not None
+    assert "phase medians" in run.output
 
 
 # ------------------------------------------------------------------- integrity failures

@@ -82,7 +82,44 @@ def test_both_transports_drop_when_the_peer_is_gone(make_nodes):
     run(None, body)
 
 
+def test_both_transports_report_a_closed_peer_lost_then_refused(make_nodes):
+    # a peer whose process exits: its connection closes (refused False), then a redial is
+    # refused (True) -- what the node takes for "its process is gone" (on_peer_down); what
+    # it sent before arrives first
+    async def body():
+        a, b = make_nodes("ab")
+        seen = []
+        a.t.on_peer_lost = lambda peer, refused: seen.append((peer, refused, len(a.inbox)))
+        try:
+            await start_mesh([a, b])
+            b.t.send("a", hb("b", "a", 1))
+            await b.t.close()
+            await wait_until(lambda: any(r for _, r, _ in seen), 5, "a redial refused")
+            assert seen[0][:2] == ("b", False) and all(p == "b" for p, _, _ in seen)
+            first_refused = next(k for k, x in enumerate(seen) if x[1])
+            assert all(not r for _, r, _ in seen[:first_refused])
+            assert [x.seq for x in a.from_peer("b")] == [1] and seen[0][2] == 1
+        finally:
+            await close_all([a, b])
+    run(None, body)
+
+
 # --- simulated faults -----------------------------------------------------------------------
+
+def test_a_partition_or_a_crash_behind_it_reports_nothing():
+    # a partition is silent (no reset crosses it): only the leak's timeout notices it
+    async def body():
+        net = SimNetwork(seed=6, delay_ms=(1, 3))
+        a, b, c = (SimNode(i, net) for i in "abc")
+        seen = []
+        a.t.on_peer_lost = lambda peer, refused: seen.append((peer, refused))
+        await start_mesh([a, b, c])
+        net.partition({"a", "b"}, {"c"})
+        await c.t.close()                       # c exits where a cannot hear it
+        await b.t.close()                       # b exits on a's side: reported
+        await wait_until(lambda: ("b", True) in seen, 5, "b's exit reported")
+        assert all(p == "b" for p, _ in seen)
+    run(None, body)
 
 def test_drop_rate_loses_about_that_share_silently():
     async def body():

@@ -52,16 +52,23 @@ MAX_BUFFER_BYTES = 1 << 30
 
 
 class BenchCluster(LocalCluster):
-    """LocalCluster with replicas that write their counters on SIGUSR1 (bench/replica.py)."""
+    """LocalCluster with replicas that write their counters on SIGUSR1 (bench/replica.py),
+    and with `events` set their election steps as they happen (bench/phases.py)."""
+
+    events = False
 
     def stats_file(self, nid) -> str:
         return os.path.join(self.dir, f"{nid}.stats.json")
 
+    def events_file(self, nid) -> str:
+        return os.path.join(self.dir, f"{nid}.events.jsonl")
+
     def command(self, nid) -> list[str]:
         cmd = super().command(nid)          # [python, -m, quorumlog, serve, ...]
         i = cmd.index("serve")
+        extra = ["--events-file", self.events_file(nid)] if self.events else []
         return cmd[:i - 1] + ["quorumlog.bench.replica", "--stats-file", self.stats_file(nid)] \
-            + cmd[i + 1:]
+            + extra + cmd[i + 1:]
 
     def read_stats(self, nid, timeout: float = STATS_TIMEOUT_S) -> dict | None:
         """Ask a running replica for its counters; None if it is down or does not answer."""
@@ -98,14 +105,15 @@ class BenchCluster(LocalCluster):
 
 
 def start_local(directory: str, replicas: int, flush: str, *, raft: dict | None = None,
-                log_level: str = "INFO", groups: int = 1) -> BenchCluster:
+                log_level: str = "INFO", groups: int = 1, events: bool = False) -> BenchCluster:
     """Start `replicas` replicas on loopback (ports from the OS) and wait for a leader (of
     every group). On any failure every process started is killed by pid before the error
-    propagates."""
+    propagates. events: the replicas write their election steps (BenchCluster.events)."""
     # (many groups: one segment each per replica, preallocated: keep the disk use flat)
     c = BenchCluster(directory, replicas, flush=flush,
                      segment_size_bytes=max(SEGMENT_BYTES // groups, 16 << 20),
                      raft=raft, log_level=log_level, groups=groups)
+    c.events = events
     try:
         c.start()
         c.wait_started(timeout=START_TIMEOUT_S)
@@ -281,6 +289,59 @@ async def leader_address(addresses, secret, timeout: float = LEADER_TIMEOUT_S) -
         if time.monotonic() > deadline:
             raise TimeoutError(f"no leader among {addresses} within {timeout} s (last: {last})")
         await asyncio.sleep(0.05)
+
+
+async def _statuses(addresses, secret) -> list:
+    """Each member's AdminResponse, or None for one that does not answer."""
+    out = []
+    for a in addresses:
+        c = AsyncClient([a], secret=secret, request_timeout=2.0, retry_timeout=2.0)
+        try:
+            out.append(await c.status(a))
+        except Exception:  # noqa: BLE001 -- a member down (or starting): None
+            out.append(None)
+        finally:
+            await c.close()
+    return out
+
+
+def _one_leader(sts) -> tuple | None:
+    """(term, leader id) when every member answered and follows (or is) one leader."""
+    roles = (int(Role.LEADER), int(Role.FOLLOWER))
+    if any(s is None or s.role not in roles for s in sts):
+        return None
+    seen = {(s.term, s.leader_id) for s in sts}
+    return seen.pop() if len(seen) == 1 and sts[0].leader_id is not None else None
+
+
+async def wait_following(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> str:
+    """Until every member follows one leader (or is it), in one term, and holds what that
+    leader had committed a moment before -> the leader's id: a group whose restarted member
+    has rejoined and caught up. A kill before that is a second fault, not a failover: the
+    survivors' next commit waits for the lagging one to catch up from the new leader."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        sts = await _statuses(addresses, secret)
+        one = _one_leader(sts)
+        if one is not None:
+            lead = next(s for s in sts if s.node_id == one[1])
+            again = await _statuses(addresses, secret)      # (read after the leader's)
+            if _one_leader(again) == one and all(
+                    s.last_index >= lead.commit_index for s in again):
+                return one[1]
+        last = [(s.node_id, s.role, s.term, s.leader_id, s.commit_index, s.last_index)
+                if s is not None else None for s in sts]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the members did not all follow one leader and hold its "
+                               f"commits within {timeout} s: {last}")
+        await asyncio.sleep(0.05)
+
+
+async def max_term(addresses, secret) -> int:
+    """The highest Raft term any reachable member reports (elections between two readings:
+    the difference; a pre-vote raises no term)."""
+    return max([0] + [s.term for s in await _statuses(addresses, secret) if s is not None])
 
 
 async def wait_converged(addresses, secret, timeout: float = CONVERGE_TIMEOUT_S) -> int:

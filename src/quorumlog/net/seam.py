@@ -16,9 +16,13 @@ __all__ = ["Transport"]
 class Transport(Protocol):
     """Messages between the replicas of one group. `send` never blocks: False (or a message
     lost later) is a lost message, which Raft tolerates. Incoming messages go to
-    `on_message(peer_id, message)`, an attribute the driver sets before `start()`."""
+    `on_message(peer_id, message)`, an attribute the driver sets before `start()`; so is
+    `on_peer_lost(peer_id, refused)`: a connection to the peer closed (refused False), or a
+    new one was refused (True: nothing listens at its address, its process is gone -- a
+    partition, a stalled process or a dead host never says so)."""
 
     on_message: Callable
+    on_peer_lost: Callable | None
     address: object
 
     async def start(self) -> None: ...

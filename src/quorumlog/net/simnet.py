@@ -12,6 +12,11 @@ like a TCP connection unless `reorder=True`. With `wire=True` every message goes
 real codec (encode, join, decode), so a test over the simulated network also proves that
 what the node sends can be put on the wire.
 
+A transport that closes (its node crashed or stopped) is, to every peer that can still
+reach it, a connection reset after whatever it sent before (FIFO), then a redial refused:
+`on_peer_lost(id, False)`, then `(id, True)` unless it is running again by then -- as the
+TCP transport reports a killed process. A partition says nothing (the leak's timeout).
+
 Unlike the real transport, a link has no byte budget; `max_inflight` bounds the number of
 undelivered messages per link (past it `send` drops and counts, like backpressure).
 """
@@ -191,6 +196,31 @@ class SimNetwork:
                 loop.call_at(due, self._pump, ln, loop)
         return True
 
+    def _reset_after(self, gone: "SimTransport", peer: "SimTransport") -> None:
+        """`gone` closed: `peer` sees the connection reset once what `gone` sent it arrived,
+        and its redial refused a delay later (module docstring)."""
+        if peer._loop is None or not peer._running or gone.node_id not in peer._peers \
+                or not self.can_talk(gone.node_id, peer.node_id):
+            return
+        ln = self.link(gone.node_id, peer.node_id)
+        lo, hi = ln.delay_ms
+        now = peer._loop.time()
+        due = max(now + (lo + self.rng.random() * (hi - lo)) / 1000 if hi else now,
+                  ln.last_due)
+        peer._loop.call_at(due, self._refuse, gone.node_id, peer, ln.delay_ms)
+
+    def _refuse(self, gone_id: str, peer: "SimTransport", delay_ms) -> None:
+        if not peer._running or self.nodes.get(gone_id) is not None:
+            return                       # (closed itself, or the peer is back: no refusal)
+        peer._lost(gone_id, False)
+        lo, hi = delay_ms
+        later = (lo + self.rng.random() * (hi - lo)) / 1000 if hi else 0.0
+
+        def refused():
+            if peer._running and self.nodes.get(gone_id) is None:
+                peer._lost(gone_id, True)
+        peer._loop.call_later(later, refused)
+
     def _pump(self, ln: _Link, loop) -> None:
         fifo = ln.fifo
         if not fifo:
@@ -248,6 +278,7 @@ class SimTransport:
         self.on_message = on_message
         # a process hosting many Raft groups (node/host.py) sets this: (peer, group, msg)
         self.on_group_message = None
+        self.on_peer_lost = None      # (peer, refused): net/seam.py
         self.address = ("sim", node_id)
         self._peers: set = set()
         self._init_peers = dict(peers or {})
@@ -273,6 +304,7 @@ class SimTransport:
         self.network.nodes.pop(self.node_id, None)
         for t in self.network.nodes.values():
             t._notify()
+            self.network._reset_after(self, t)
 
     @property
     def closed(self) -> bool:
@@ -328,6 +360,13 @@ class SimTransport:
                 self.on_message(src_id, msg)
         except Exception:
             log.exception("on_message failed for a message from %r", src_id)
+
+    def _lost(self, peer_id: str, refused: bool) -> None:
+        if self.on_peer_lost is not None:
+            try:
+                self.on_peer_lost(peer_id, refused)
+            except Exception:
+                log.exception("on_peer_lost failed for peer %r", peer_id)
 
     def _notify(self) -> None:
         self._changed.set()

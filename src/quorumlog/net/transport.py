@@ -16,6 +16,10 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
   carries the CONTROL-lane Raft messages (votes, heartbeats, their answers, timeout-now), so
   a backlogged data connection never holds up the heartbeats that keep a leader in office.
 * Reconnect with exponential backoff and jitter while the peer is a member.
+  `on_peer_lost(peer_id, refused)`, when set, hears of a peer lost: a connection of its
+  closed (refused False), or a dial refused (True: ECONNREFUSED, nothing listens at its
+  address -- its process is gone; a partition or a dead host times out instead). The node
+  gives up a leader whose process is gone at once (raft/election.py on_peer_down).
 * asyncio.BufferedProtocol: the kernel writes straight into the decoder's buffer; a large
   APPEND payload lands in a buffer of its own and reaches on_message as a memoryview of it.
 * Every connection authenticates first (HMAC handshake, handshake_timeout_ms), with small
@@ -762,6 +766,8 @@ class PeerTransport:
         # on_group_message(peer_id, group, message), when set, takes every peer message
         # instead of on_message (a process hosting many groups: node/host.py demultiplexes)
         self.on_group_message: Callable | None = None
+        # on_peer_lost(peer_id, refused), when set: see the module docstring
+        self.on_peer_lost: Callable | None = None
         self.on_client_request = on_client_request
         if on_client_request is None:
             auth.accept_clients = False
@@ -1162,7 +1168,15 @@ class PeerTransport:
             if not self._closed:
                 log.info("%r lost its %s to peer %r", self.node_id,
                          "control connection" if lane is p.ctrl else "connection", c.peer_id)
+                self._peer_lost(p.id, False)
             self._changed(p, lane)
+
+    def _peer_lost(self, peer_id: str, refused: bool) -> None:
+        if self.on_peer_lost is not None:
+            try:
+                self.on_peer_lost(peer_id, refused)
+            except Exception:
+                log.exception("on_peer_lost failed for peer %r", peer_id)
 
     @staticmethod
     def _changed(p: _Peer, lane: _Lane) -> None:
@@ -1222,6 +1236,8 @@ class PeerTransport:
             except (OSError, TimeoutError, _ssl.SSLError) as e:
                 log.debug("%r: dialling %r at %s:%s (%s) failed: %s", self.node_id, p.id, host,
                           port, lane.role.name, e)
+                if isinstance(e, ConnectionRefusedError) and not self._closed:
+                    self._peer_lost(p.id, True)
             if ok:
                 continue
             lane.stats["dial_failures"] += 1

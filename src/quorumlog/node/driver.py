@@ -39,7 +39,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
 Inputs, each followed by draining the core (at most once per loop iteration: the inputs of
 one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
 request and one cumulative acknowledgement):
-  * transport on_message(peer, msg) -> core.step(msg)
+  * transport on_message(peer, msg) -> core.step(msg); on_peer_lost(peer, refused=True)
+    (nothing listens at the peer's address) -> core.on_peer_down(peer)
   * a tick every tick_ms of the node's clock (node/clock.py; time.monotonic in production)
     -> core.tick(now_ms) -- only when the core's next deadline is due (core.next_tick_ms():
     a follower's leak timeout; a leader's next heartbeat, check-quorum, lease end or append
@@ -248,6 +249,7 @@ class Node:
                 cfg, transport_config=self.transport_config, rng=self.rng,
                 segment_size_bytes=cl.segment_size_bytes)
             self.transport.on_message = self._on_message
+            self.transport.on_peer_lost = self.on_peer_lost
             await self.transport.start()
             if cfg.metrics_addr is not None:
                 from ..metrics import serve
@@ -415,6 +417,14 @@ class Node:
                 self._fail(e)
             return
         self._schedule_drain()
+
+    def on_peer_lost(self, peer: str, refused: bool) -> None:
+        """The transport lost `peer`; refused: its process is gone (the core may give up
+        its leader now: raft/election.py on_peer_down)."""
+        if refused and not self._stopped and self._failed is None:
+            self.core.set_clock(self.clock.now_ms())     # (ticks are sparse: _tick_delay_ms)
+            self.core.on_peer_down(peer)
+            self._schedule_drain()
 
     def _schedule_drain(self) -> None:
         if not self._drain_pending:

@@ -82,6 +82,7 @@ class GroupLink:
         self.host = host
         self.group = group
         self.on_message = None
+        self.on_peer_lost = None     # (the host tells every group's Node: on_peer_lost)
 
     @property
     def address(self):
@@ -213,6 +214,7 @@ class NodeHost:
                 self._by_group[g] = node
             self.transport = self._given_transport or self._shared_transport()
             self.transport.on_group_message = self._on_group_message
+            self.transport.on_peer_lost = self.on_peer_lost
             await self.transport.start()
         except BaseException:
             await self._stop_nodes()
@@ -391,6 +393,10 @@ class NodeHost:
             one = Heartbeat(term, peer, me, x, seq, boot, y) if hb else \
                 HeartbeatResponse(term, peer, me, x, seq, boot, y)
             self._on_group_message(peer, group, one)
+
+    def on_peer_lost(self, peer: str, refused: bool) -> None:
+        for node in self.nodes:          # (every group hears of it: one process, one port)
+            node.on_peer_lost(peer, refused)
 
     def _on_group_message(self, peer: str, group: int, msg) -> None:
         if type(msg) in _UNBATCH:

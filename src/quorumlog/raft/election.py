@@ -5,10 +5,35 @@ Mixed into RaftCore (core.py), whose attributes these methods share; pure, like 
 from __future__ import annotations
 
 from .messages import ParseResult, Role, VoteRequest, VoteResponse, VoteResult
-from .state import VoteRound
+from .state import NEVER, VoteRound
 
 
 class ElectionRules:
+    # now_ms when this node last gave up a leader whose process exited (on_peer_down)
+    _leader_exit_ms = NEVER
+
+    def on_peer_down(self, peer: str) -> None:
+        """The driver's transport was refused a connection to `peer` (net/seam.py
+        on_peer_lost with refused=True): nothing listens at its address, its process is gone
+        (killed, crashed, stopped). A follower of `peer` gives it up now and campaigns (pre-
+        vote first) instead of waiting out the leak: fail-over in milliseconds rather than
+        the leak's 700 ms. The leak stays the only way out of a leader that went silent (a
+        partition, a stalled process, a dead host): no socket says anything then.
+
+        The lease (docs/raft.md "The lease and reads") rests on followers refusing votes
+        for the leak after a heartbeat; one that gave its leader up this way breaks that
+        promise only to a process that no longer exists, which serves nothing. (A firewall
+        that answers a live leader's port with resets while the leader runs would break
+        it: RaftConfig.campaign_on_leader_exit=False turns this off.)"""
+        if (not self.cfg.campaign_on_leader_exit or self.role != Role.FOLLOWER
+                or self.leader_id != peer):
+            return
+        self.quiesced = False           # (quiesce.py Q3: an input that acts wakes the group)
+        self._leader_exit_ms = self.now_ms
+        self._become_candidate(self.term)
+        self.next_time_to_request_vote = self.now_ms
+        self._tick_candidate()          # (now, not at the next tick)
+
     def _vote_interval(self) -> int:
         c = self.cfg
         if self.term_to_take_leadership == self.term and self.term_to_take_leadership >= 0:
@@ -307,8 +332,14 @@ class ElectionRules:
             self._start_vote_round()
             return
         wait = self._vote_interval()
+        leak = self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
         if v.already_has_leader:
-            wait += self.cfg.heartbeat_interval_ms * self.cfg.max_heartbeat_leak
+            if now - self._leader_exit_ms < leak:
+                # our leader's process exited; the voter that still hears it has not seen
+                # its connection close yet (a few ms behind us): ask again soon
+                wait = self.rng.randrange(self.cfg.min_vote_interval_ms // 2 + 1)
+            else:
+                wait += leak
         self.next_time_to_request_vote = now + wait
 
     def _parse_vote(self) -> None:

@@ -48,6 +48,9 @@ class RaftConfig:
     # a node raises its term only after a quorum answered a pre-vote that it would vote for it
     # (a node cut off from a live leader no longer deposes it when it comes back)
     pre_vote: bool = True
+    # a follower whose leader's process exited (its peer port refuses connections: the
+    # driver calls on_peer_down) campaigns at once instead of after the leak (election.py)
+    campaign_on_leader_exit: bool = True
     # Leader lease: a leader serves (ready to serve, lease reads) only while no other node can
     # have been elected. Followers refuse votes and do not run for the leak after they last
     # heard it; the leader counts its lease from the *send* time of the last heartbeat a quorum
@@ -70,7 +73,8 @@ class RaftConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("preferred_leader_id", "reject_votes_while_leader_live", "pre_vote",
-                          "align_heartbeats", "strict_reconfig_check"):
+                          "align_heartbeats", "strict_reconfig_check",
+                          "campaign_on_leader_exit"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"RaftConfig.{f.name} must be a non-negative int, got {v!r}")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from ..commitlog import ProducerProperties
 from ..errors import IndexOutOfRangeError, InstallError, InvalidArgumentError
@@ -97,8 +98,26 @@ def _prefixes(cl, view, base: int):
     for k in range(4):
         plen |= buf[rel + 84 + k].astype(np.int64) << (8 * k)
     start = rel + msg["body_offset"].astype(np.int64) - plen   # the properties end at the body
-    at = np.minimum(start[:, None] + np.arange(_PREFIX), len(buf) - 1)
-    return msg["index"].astype(np.int64), msg["position"], plen, buf[at]
+    return msg["index"].astype(np.int64), msg["position"], plen, _rows(buf, start)
+
+
+def _rows(buf, start):
+    """buf[start[i]:start[i] + _PREFIX] for each i, one row each; bytes past buf's end are
+    its last byte. Whole rows are copied from a strided view of buf (a new leader reads its
+    producer table this way: an element-wise gather of every byte was most of the time of a
+    65,536-entry rebuild -- 0.1-0.3 s on a loaded machine, against 0.03 for the rows)."""
+    out = np.empty((len(start), _PREFIX), np.uint8)
+    limit = len(buf) - _PREFIX
+    whole = (start >= 0) & (start <= limit)
+    if limit >= 0 and whole.any():
+        step = buf.strides[0]
+        win = as_strided(buf, shape=(limit + 1, _PREFIX), strides=(step, step),
+                         writeable=False)
+        out[whole] = win[start[whole]]
+    rest = ~whole
+    if rest.any():          # (near the end of buf, or a record whose lengths disagree)
+        out[rest] = buf[np.minimum(start[rest][:, None] + np.arange(_PREFIX), len(buf) - 1)]
+    return out
 
 
 def _tags(cl, index, positions, plen, pre):

@@ -37,9 +37,11 @@ from ...node.config import NodeConfig, read_secret
 from ...node.groups import group_of
 from ..cluster import (SEGMENT_BYTES, START_TIMEOUT_S, TOPIC, BenchCluster, CpuMeter, Load, MAX_BUFFER_BYTES,
                        client_loop_runner, compare_logs, leader_address, read_back, start_local,
-                       wait_converged)
+                       max_term, wait_converged, wait_following)
 from ..goals import cluster_goal, failover_goal
 from ..latency import LatencyRecorder
+from ..phases import (PHASES, describe, kill_phases, leader_changes, medians, read_events,
+                      same_clock, stray_elections)
 from ..measure import Result
 from ..options import BenchOptionError, Resolved
 from ..payload import Payload, Verifier
@@ -130,9 +132,17 @@ class _Run:
         r = self.r
         self.path = self.ctx.new_dir(f"{self.w.name}-{r.flush}-p{r.producers}-b{r.batch}"
                                      f"-w{r.window}")
-        self.cluster = start_local(self.path, r.replicas, r.flush, groups=r.groups)
+        # failover: the replicas write their election steps (bench/phases.py); the cluster
+        # rows' replicas run the measured path untouched
+        self.cluster = start_local(self.path, r.replicas, r.flush, groups=r.groups,
+                                   events=self.w.name == "failover")
         self.addresses = self.cluster.client_addresses()
         self.secret = self.cluster.secret()
+
+    def events(self) -> list:
+        """Every replica's election steps so far (bench/phases.py)."""
+        c = self.cluster
+        return read_events(c.events_file(n) for n in c.ids) if c is not None else []
 
     def node_of(self, address: str) -> str | None:
         if self.cluster is None:
@@ -237,7 +247,9 @@ class ClusterWorkload(_Replicated):
                             ph.use_slots(r.producers), client_kw={"groups": r.groups})
                 if cpu:
                     cpu.start()
+                term0 = run.runner(max_term(run.addresses, run.secret))
                 _, seconds, bench_cpu = run.runner(load.run())
+                elections = run.runner(max_term(run.addresses, run.secret)) - term0
                 replica_cpu = cpu.stop() if cpu else {}
             after = c.all_stats() if c else {}
             verifier = Verifier(payload, load.acked_ranges())
@@ -247,6 +259,8 @@ class ClusterWorkload(_Replicated):
             run.close()
         res = _result(self, r, load, latency, seconds, bench_cpu, replicas, integrity,
                       run.notes(load))
+        res.notes.append(f"terms begun during the run (elections, spurious ones: no kills "
+                         f"here): {elections}")
         if replicas and leader_id in replicas:
             res.flushes = replicas[leader_id]["flushes"]
             res.notes.append("flushes: the leader's; per replica: " + ", ".join(
@@ -289,10 +303,15 @@ class FailoverWorkload(_Replicated):
         payload = Payload(r.size, r.batch, r.seed)
         latency = LatencyRecorder("message")
         kills: list[dict] = []
+        trace: list = []            # the producers' request steps (bench/phases.py)
         try:
             run.start()
             c = run.cluster
             cpu = CpuMeter(c)
+            clock = time.perf_counter_ns
+
+            def on_trace(event, address, detail):
+                trace.append((clock(), event, address, detail))
 
             def on_ack(sent_ns, acked_ns):
                 k = kills[-1] if kills else None
@@ -302,8 +321,8 @@ class FailoverWorkload(_Replicated):
             with ctx.progress.phase(self.describe(r), None,
                                     r.kill_every_s * (r.kills + 1)) as ph:
                 load = Load(run.addresses, run.secret, r, payload, latency,
-                            ph.use_slots(r.producers), client_kw=FAILOVER_CLIENT,
-                            on_ack=on_ack)
+                            ph.use_slots(r.producers),
+                            client_kw=dict(FAILOVER_CLIENT, trace=on_trace), on_ack=on_ack)
 
                 async def main():
                     task = asyncio.get_running_loop().create_task(load.run())
@@ -314,24 +333,45 @@ class FailoverWorkload(_Replicated):
                     return await task
 
                 cpu.start()
+                t0_ns = clock()
                 _, seconds, bench_cpu = run.runner(main())
+                t1_ns = clock()
                 replica_cpu = cpu.stop()
             verifier = Verifier(payload, load.acked_ranges())
             integrity, leader_id = run.check(load, verifier)
             replicas = _replica_rows(c, {}, {}, replica_cpu, leader_id)
+            events = run.events()
         finally:
             run.close()
+        phases = [kill_phases(k, events, trace, c.clients) for k in kills]
         gaps = [None if k["gap_ns"] is None else k["gap_ns"] / 1e9 for k in kills]
         summary = _gap_summary(gaps)
         res = _result(self, r, load, latency, seconds, bench_cpu, replicas, integrity,
                       run.notes(load))
+        elections = leader_changes(events, t0_ns, t1_ns)
         res.failover = {"kills": [{"node": k["node"], "at_s": k["at_s"],
-                                   "gap_s": g, "restart_s": k["restart_s"]}
-                                  for k, g in zip(kills, gaps)], **summary}
+                                   "gap_s": g, "restart_s": k["restart_s"],
+                                   "settle_s": k["settle_s"], "phases_ms": p}
+                                  for k, g, p in zip(kills, gaps, phases)], **summary,
+                        "phase_medians_ms": medians(phases), "elections": elections}
         res.goal = failover_goal(r, summary["gap_p99_s"])
         res.notes.append("kill -> next ack: " + ", ".join(
             f"{k['node']} {_ms(g)}" for k, g in zip(kills, gaps)) + "; " + ", ".join(
             f"{p} {_ms(summary['gap_' + p + '_s'])}" for p in ("p50", "p99", "max")))
+        med = res.failover["phase_medians_ms"]
+        res.notes.append("phase medians (ms; bench/phases.py): " + ", ".join(
+            f"{p} {med[p]}" for p in PHASES) + f"; pre-vote rounds {med['pre_vote_rounds']}, "
+            f"vote rounds {med['vote_rounds']}, client errors {med['client_errors']}, backoff "
+            f"sleeps {med['sleeps']} ({med['slept_ms']} ms); leader elections during the run "
+            f"{elections} for {len(kills)} kills")
+        res.notes.append("phases per kill: " + describe(phases))
+        stray = stray_elections(events, kills, t0_ns, t1_ns)
+        if stray:
+            res.notes.append("elections outside the kills' gaps (ms after the kill before, "
+                             "node, term): " + ", ".join(map(str, stray)))
+        if not same_clock():
+            res.notes.append("phases: the replicas' and the bench's clocks differ here; "
+                             "the phases are not comparable")
         return [res]
 
 
@@ -345,13 +385,22 @@ async def _kill_loop(run: _Run, c: BenchCluster, cpu: CpuMeter, r: Resolved, kil
     next acknowledgement and restarting the killed replica; then TAIL_S more of load."""
     clock = time.perf_counter_ns
     t0 = time.monotonic()
+    next_kill = t0
     for i in range(r.kills):
-        await _sleep_until(t0 + (i + 1) * r.kill_every_s, load_task)
+        # kill_every_s after the last kill, and only once the group is whole again (the
+        # replica killed last restarted, follows the leader and caught up: on a loaded
+        # machine that can take seconds, and a kill before is a second fault -- the new
+        # leader's first commit would wait for it to catch up)
+        t_settle = time.monotonic()
+        await wait_following(run.addresses, run.secret)
+        settle_s = time.monotonic() - t_settle
+        next_kill = max(next_kill + r.kill_every_s, time.monotonic())
+        await _sleep_until(next_kill, load_task)
         leader = await leader_address(run.addresses, run.secret)
         nid = run.node_of(leader)
         cpu.pause(nid)
         k = {"node": nid, "t_ns": clock(), "at_s": time.monotonic() - t0, "gap_ns": None,
-             "restart_s": None}
+             "restart_s": None, "settle_s": settle_s}
         kills.append(k)
         c.signal(nid, signal.SIGKILL)         # now; reaped off the loop below
         await asyncio.to_thread(c.kill, nid)
