@@ -45,8 +45,9 @@ async def exchange(a: Node, b: Node, seq: int, timeout=10):
 
 async def deliver(a: Node, b: Node, seq: int, timeout=10):
     """a -> b one heartbeat, sent again every 0.2 s until b has it. Right after a restart
-    both sides dial: the connection a sent on may be the one the tie-break drops, and a
-    message on a dropped connection is lost (Raft resends; the transport does not)."""
+    both sides dial and a may briefly have no connection (the peer's FIN on the duplicate
+    it retired arrives before a's own dial authenticates): that send is dropped, and Raft
+    would resend."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not any(x.seq == seq for x in b.from_peer(a.id)):
         assert asyncio.get_running_loop().time() < deadline, (
@@ -100,6 +101,47 @@ def test_one_connection_per_pair_when_both_dial(loop_factory):
             assert not b.t.stats()["peers"]["a"]["dialled"]
         finally:
             await close_all([a, b])
+    run(loop_factory, body)
+
+
+def test_frames_on_the_losing_duplicate_are_delivered(loop_factory):
+    """The race behind test_both_lanes_reconnect_after_a_restart's 1-in-8 failure, driven
+    directly: b already gave up connection Y for a newer one (Z) when a, which has not
+    resolved the pair yet, sends on Y. Before the fix b closed Y at once and the frame was
+    lost (Y read nothing more); now b half-closes Y, delivers what still arrives on it, and
+    closes it once a does -- or after duplicate_drain_ms if a never does."""
+    async def body():
+        b = Node("b", "ab", config=fast_config(duplicate_drain_ms=300))
+        raws = []
+        try:
+            await b.t.start()
+            b.t.add_peer("a", None)                      # known, not dialled
+            loop = asyncio.get_running_loop()
+
+            def race():
+                y = RawPeer(b.t.address)
+                raws.append(y)
+                y.handshake(auth("a", "ab"), "b")
+                z = RawPeer(b.t.address)
+                raws.append(z)
+                z.handshake(auth("a", "ab"), "b")        # b keeps Z (the newer), drops Y
+                y.send_msg(hb("a", "b", 1))              # a has not noticed yet
+                z.send_msg(hb("a", "b", 2))
+                return y.closed_by_peer(5)               # b's FIN on Y
+            assert await loop.run_in_executor(None, race)
+            await wait_until(lambda: sorted(x.seq for x in b.from_peer("a")) == [1, 2], 5,
+                             "both heartbeats, the one on the dropped duplicate too")
+            st = b.t.stats()["peers"]["a"]
+            assert st["duplicates_closed"] == 1 and st["connected"] and st["received"] == 2
+            # a never closes Y: b does, after duplicate_drain_ms
+            await wait_until(lambda: b.t.stats()["connections"] == 1, 5, "Y closed by b")
+            assert b.t.send("a", hb("b", "a", 3))       # on Z, which b kept
+            got = await loop.run_in_executor(None, raws[1].recv_msg)
+            assert got.seq == 3
+        finally:
+            for r in raws:
+                r.close()
+            await b.t.close()
     run(loop_factory, body)
 
 

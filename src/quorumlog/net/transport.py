@@ -10,7 +10,8 @@ handshake auth.Handshake's; this module moves bytes between them and the sockets
     await t.close();  t.stats()
 
 * One connection per peer pair: both sides dial; when both connections authenticate, the
-  one initiated by the lower node id wins on both sides (the other is closed). With
+  one initiated by the lower node id wins on both sides (the other is retired: half-closed,
+  and read until the peer closes it too, so nothing the peer sent on it is lost). With
   `control_lane`, a second one per pair (role PEER_CONTROL, same handshake, same rule)
   carries the CONTROL-lane Raft messages (votes, heartbeats, their answers, timeout-now), so
   a backlogged data connection never holds up the heartbeats that keep a leader in office.
@@ -92,6 +93,10 @@ class TransportConfig:
     # for this long: the peer dials only when it has no connection, so ours is half-open
     # (the peer restarted or its host died without a FIN). Below it, the lower-id rule.
     replace_silent_after_ms: int = 1000
+    # The losing one of two duplicate connections is half-closed, not closed: the peer may
+    # not have resolved the pair yet and still send on it. We read (and deliver) until the
+    # peer closes it too, for at most this long (docs/net.md "Connections").
+    duplicate_drain_ms: int = 2000
     # Dial a second connection per peer for CONTROL-lane Raft messages (raft.messages.lane).
     # Off: everything shares one connection (a peer's control connection is still accepted).
     control_lane: bool = False
@@ -120,7 +125,7 @@ class TransportConfig:
         for name in ("max_frame_bytes", "handshake_max_frame_bytes", "handshake_timeout_ms",
                      "max_unauthenticated", "max_send_queue_bytes", "write_high_water_bytes",
                      "connect_timeout_ms", "reconnect_initial_ms", "reconnect_max_ms",
-                     "large_payload_bytes", "replace_silent_after_ms",
+                     "large_payload_bytes", "replace_silent_after_ms", "duplicate_drain_ms",
                      "control_max_frame_bytes", "control_max_send_queue_bytes",
                      "max_clients", "client_idle_evict_ms", "hello_timeout_ms",
                      "max_handshakes_per_peer",
@@ -226,6 +231,8 @@ class _Conn(asyncio.BufferedProtocol):
         self.channels = _CH_AUTH
         self.authenticated = False
         self.closed = False
+        # the losing duplicate: nothing more is sent on it, what still arrives is delivered
+        self.retired = False
         self.peer_id: str | None = None
         self.role = role
         self.finished: asyncio.Future = loop.create_future()   # True: authenticated
@@ -528,7 +535,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def send_parts(self, parts: list, control: bool, n: int = -1) -> bool:
         """Queue a frame's buffers (n: their size, when the caller knows it)."""
-        if self.closed:
+        if self.closed or self.retired:
             return False
         if n < 0:
             n = _nbytes(parts)
@@ -630,6 +637,36 @@ class _Conn(asyncio.BufferedProtocol):
         rest = _unsent(parts, sent)
         self.copied_bytes += sum(p.nbytes for p in rest if type(p) is memoryview)
         return rest
+
+    def retire(self) -> None:
+        """Give this connection up as the losing duplicate without losing what is on its way.
+        The peer may not have seen the other connection yet and go on sending here until it
+        does (it then closes this one too): closed at once, those frames were lost -- a vote
+        or heartbeat, or an APPEND, right after every restart. So: flush what we sent, send
+        our FIN (write_eof), keep reading and delivering until the peer's FIN (eof_received
+        then closes), and abort after duplicate_drain_ms should the peer never close it.
+        TLS has no half-close: closed at once, as before."""
+        if self.closed or self.retired:
+            return
+        t = self.transport
+        if t is None or not t.can_write_eof():
+            self.close()
+            return
+        self._flush_turn()
+        # queued behind a full socket: accepted by send, so written too (bounded by the
+        # send budget); no write may follow write_eof
+        for q in (self._ctrl, self._bulk):
+            while q:
+                parts, n = q.popleft()
+                self.queued_bytes -= n
+                self._write(parts, n)
+        self.retired = True
+        try:
+            t.write_eof()
+        except OSError:
+            self.abort()
+            return
+        self._timer = self.owner.loop.call_later(self.cfg.duplicate_drain_ms / 1000, self.abort)
 
     def close(self) -> None:
         if not self.closed:
@@ -1103,7 +1140,7 @@ class PeerTransport:
                      " (the old one was silent)" if silent and keep is c else "")
             lane.stats["duplicates_closed"] += 1
             lane.conn = keep
-            drop.close()
+            drop.retire()
         else:
             lane.conn = c
             lane.stats["connects"] += 1
@@ -1158,8 +1195,8 @@ class PeerTransport:
         if p is None:
             return
         lane = p.lane_of(c)
-        if lane.conn is not c:
-            return   # a duplicate being closed, or a removed peer: not the peer's channel
+        if lane.conn is not c and not c.retired:
+            return   # (not the peer's connection now, nor its retired duplicate)
         st = lane.stats
         st["received"] += 1
         st["received_bytes"] += nbytes
