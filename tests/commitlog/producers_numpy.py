@@ -1,11 +1,11 @@
 """The producer table's previous reading of a window (numpy over a scan of the records, the
 first 96 property bytes of each gathered into rows): the reference the differential test
-holds quorumlog.commitlog.producer_tags and NativeLog.producers to."""
+holds quorumlog.commitlog.producer_tags and NativeRaftLog.producers to."""
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from quorumlog.commitlog import MESSAGE
-from quorumlog.store.nativelog import _runs, producer_tag
+from quorumlog.store.nativelog import _window_runs, producer_tag
 
 _FAST_KEYS = tuple(np.frombuffer(k, np.uint8) for k in (
     b"\x06\x00QL_PID", b"\x06\x00QL_SEQ", b"\x04\x00QL_N", b"\x04\x00QL_I"))
@@ -89,19 +89,10 @@ def _tags(cl, index, positions, plen, pre):
     return (index[keep], *(v[keep] for v in vals), legacy[keep])
 
 
+def _numpy_tags(cl, view, base: int, count: int):
+    return _tags(cl, *_prefixes(cl, view, base))
 
 
 def producers_numpy(log, lo: int, hi: int) -> list:
-    """NativeLog.producers as it read the window before producer_tags."""
-    cl = log.cl
-    lo = max(lo, log.first_index())
-    hi = min(hi, cl.last_index)
-    parts = []
-    idx = lo
-    while idx <= hi:
-        view, count = cl.read(idx, hi + 1, 64 << 20)
-        parts.append(_prefixes(cl, view, cl.position_of(idx)))
-        idx += count
-    if not parts:
-        return []
-    return _runs(*_tags(cl, *(np.concatenate(c) for c in zip(*parts))))
+    """NativeRaftLog.producers as it read the window before producer_tags."""
+    return _window_runs(log, lo, hi, _numpy_tags)

@@ -98,6 +98,23 @@ def _tags(cl, view, base: int, count: int):
     return index[keep], *(vals[keep, j] for j in range(4)), legacy[keep]
 
 
+def _window_runs(log, lo: int, hi: int, tags) -> list:
+    """_runs of the entries [lo, hi] of `log` (a NativeRaftLog): tags(cl, view, position,
+    count) of each read's whole records (one segment, CRC checked), concatenated."""
+    cl = log.cl
+    lo = max(lo, log.first_index())
+    hi = min(hi, cl.last_index)
+    parts = []
+    idx = lo
+    while idx <= hi:
+        view, count = cl.read(idx, hi + 1, 64 << 20)
+        parts.append(tags(cl, view, cl.position_of(idx), count))
+        idx += count
+    if not parts:
+        return []
+    return _runs(*(np.concatenate(c) for c in zip(*parts)))
+
+
 def _runs(index, pid, seq, n, o, legacy) -> list:
     """[(first, last, pid, seq, count, first_ordinal)] of the producer records' arrays
     (_tags): one tuple per run of consecutive messages of one batch."""
@@ -246,18 +263,7 @@ class NativeRaftLog:
         in [lo, hi] holding consecutive messages of one producer batch, in log order (count
         and first_ordinal None for records that carry only QL_PID/QL_SEQ). One C loop
         over each read's records (producer_tags), then one tuple per run."""
-        cl = self.cl
-        lo = max(lo, self.first_index())
-        hi = min(hi, cl.last_index)
-        parts = []
-        idx = lo
-        while idx <= hi:
-            view, count = cl.read(idx, hi + 1, 64 << 20)   # whole records, CRC checked
-            parts.append(_tags(cl, view, cl.position_of(idx), count))
-            idx += count
-        if not parts:
-            return []
-        return _runs(*(np.concatenate(c) for c in zip(*parts)))
+        return _window_runs(self, lo, hi, _tags)
 
     def producer_snapshot(self) -> list:
         """The native log keeps nothing about the batches of a dropped head: a table rebuilt
