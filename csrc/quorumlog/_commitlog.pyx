@@ -23,7 +23,7 @@ from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock,
                                PyThread_free_lock, PyThread_acquire_lock,
                                PyThread_release_lock, NOWAIT_LOCK, WAIT_LOCK)
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 from libc.stdlib cimport malloc, free, calloc
 from libc.errno cimport ENOSPC, EDQUOT
 cimport numpy as cnp

@@ -165,3 +165,97 @@ def encode_producer_properties(ProducerProperties pp):
         return out
     finally:
         free(lens)
+
+
+# -- reading the reserved properties back (a new leader's producer table) -----------------
+# nativelog.producers() reads QL_PID/QL_SEQ/QL_N/QL_I of every record of a window of up to
+# 65,536 entries. One C loop over the whole records of a CommitLog.read view (CRC already
+# checked by read) parses each MESSAGE record's first PRODUCER_PREFIX property bytes in
+# place: no second scan and CRC pass, no numpy temporaries per byte column.
+
+cdef enum:
+    PRODUCER_PREFIX = 96      # property bytes that hold the four reserved ones
+    TAG_SKIP = 0              # not a MESSAGE record, or no properties
+    TAG_FAST = 1              # the four reserved properties first, in order
+    TAG_OTHER = 2             # properties of another layout: the caller parses them
+
+
+cdef inline bint _tag_value(const uint8_t *b, Py_ssize_t *o_io, Py_ssize_t end,
+                            const char *key, Py_ssize_t klen, uint64_t *out) noexcept nogil:
+    # key (u16 length prefix) at b[o], then a value of 1..19 decimal digits, all before end
+    # (the key and the value's length prefix are checked to fit before either is read)
+    cdef Py_ssize_t o = o_io[0], vlen, j
+    cdef uint64_t v = 0
+    if o + klen + 4 > end or b[o] != klen or b[o + 1] != 0 \
+            or memcmp(b + o + 2, key, <size_t>klen) != 0:
+        return False
+    o += klen + 2
+    vlen = b[o] | (<Py_ssize_t>b[o + 1] << 8)
+    if vlen < 1 or vlen > 19 or o + 2 + vlen > end:
+        return False
+    for j in range(vlen):
+        if b[o + 2 + j] < 48 or b[o + 2 + j] > 57:
+            return False
+        v = v * 10 + (b[o + 2 + j] - 48)
+    out[0] = v
+    o_io[0] = o + 2 + vlen
+    return True
+
+
+cdef Py_ssize_t _tag_loop(const uint8_t *buf, Py_ssize_t size, int64_t *index,
+                          int64_t *position, uint64_t *vals, uint8_t *status,
+                          int64_t base, Py_ssize_t cap) noexcept nogil:
+    # One row per MESSAGE record of buf -> the number of rows; vals: 4 per row
+    cdef Py_ssize_t at = 0, n = 0, o, end
+    cdef const RecHeader *h
+    cdef const uint8_t *p
+    cdef uint32_t plen
+    cdef uint64_t *v
+    while at + HDR <= size and n < cap:
+        h = <const RecHeader *>(buf + at)
+        if h.total_size < HDR or at + h.total_size > size:
+            break
+        if h.type == T_MESSAGE:
+            index[n] = <int64_t>h.raft_index
+            position[n] = base + at
+            v = vals + 4 * n
+            v[0] = v[1] = v[2] = v[3] = 0
+            plen = h.props_len
+            p = buf + at + HDR + h.topic_len + h.tags_len + h.keys_len
+            end = min(<Py_ssize_t>plen, <Py_ssize_t>PRODUCER_PREFIX)
+            o = 0
+            if plen >= 8 and p + end <= buf + at + h.total_size \
+                    and _tag_value(p, &o, end, b"QL_PID", 6, v) \
+                    and _tag_value(p, &o, end, b"QL_SEQ", 6, v + 1) \
+                    and _tag_value(p, &o, end, b"QL_N", 4, v + 2) \
+                    and _tag_value(p, &o, end, b"QL_I", 4, v + 3):
+                status[n] = TAG_FAST
+            else:
+                v[0] = v[1] = v[2] = v[3] = 0
+                status[n] = TAG_OTHER if plen > 0 else TAG_SKIP
+            n += 1
+        at += h.total_size
+    return n
+
+
+def producer_tags(view, int64_t base, Py_ssize_t max_rows):
+    """The producer tags of the whole records `view` (a CommitLog.read view: CRC checked;
+    log position `base` on; at most max_rows MESSAGE records: the read's count) ->
+    (index, position, vals, status): one row per MESSAGE record;
+    vals (n x 4 uint64) QL_PID, QL_SEQ, QL_N, QL_I where status is 1 (the four reserved
+    properties first, in order, within the first 96 property bytes), else 0; status 2: the
+    record has properties of another layout (nativelog.producer_tag parses those), 0: none."""
+    cdef const uint8_t[::1] b = view
+    cdef Py_ssize_t size = b.shape[0], cap = min(size // HDR, max(max_rows, 0)), n
+    index = np.empty(cap, np.int64)
+    position = np.empty(cap, np.int64)
+    vals = np.empty((cap, 4), np.uint64)
+    status = np.empty(cap, np.uint8)
+    cdef int64_t[::1] ix = index, px = position
+    cdef uint64_t[:, ::1] vx = vals
+    cdef uint8_t[::1] sx = status
+    if cap == 0:
+        return index, position, vals, status
+    with nogil:
+        n = _tag_loop(&b[0], size, &ix[0], &px[0], &vx[0, 0], &sx[0], base, cap)
+    return index[:n], position[:n], vals[:n], status[:n]

@@ -16,6 +16,7 @@ from quorumlog._commitlog import (  # noqa: F401
     CommitLog,
     Mapping,
     ProducerProperties,
+    producer_tags,
     crc32c,
     crc32c_hardware,
     crc32c_path,
@@ -31,6 +32,6 @@ from quorumlog.errors import (  # noqa: F401  (re-exported: wrong-type errors of
 )
 
 __all__ = ["CommitLog", "RECORD_INFO", "HEADER_SIZE", "MESSAGE", "NOOP", "CONFIG", "META",
-           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "ProducerProperties", "crc32c",
+           "BLANK", "CHECKPOINT_SIZE", "MAX_BATCH_RECORDS", "FLUSH_LATENCY_BUCKETS_NS", "Mapping", "ProducerProperties", "producer_tags", "crc32c",
            "ArgumentTypeError", "InvalidTypeError", "TopicTypeError", "QueueTypeError",
            "crc32c_hardware", "crc32c_path", "crc32c_paths", "crc32c_software", "fnv1a64"]

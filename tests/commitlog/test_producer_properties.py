@@ -132,21 +132,3 @@ def test_vector_decoder_agrees_with_producer_tag(tmp_path_factory, props):
         assert seen == tags
     finally:
         cl.close()
-
-
-@given(st.binary(min_size=0, max_size=300), st.lists(st.integers(-120, 320), max_size=40))
-@settings(max_examples=200, deadline=None)
-def test_prefix_rows_equal_the_bytewise_gather(data, starts):
-    # nativelog._rows copies whole rows from a strided view (the producer table's rebuild);
-    # the reference gathers byte by byte, past the end clamped to the last byte (and a
-    # negative start, a record whose lengths disagree, indexed as numpy does)
-    import numpy as np
-    from quorumlog.store.nativelog import _PREFIX, _rows
-    if not data:
-        return
-    buf = np.frombuffer(data, np.uint8)
-    start = np.array([s for s in starts if s >= -len(buf)], np.int64)
-    want = buf[np.minimum(start[:, None] + np.arange(_PREFIX), len(buf) - 1)] if len(start) \
-        else np.empty((0, _PREFIX), np.uint8)
-    got = _rows(buf, start)
-    assert got.shape == want.shape and (got == want).all()
