@@ -396,7 +396,10 @@ class NodeHost:
 
     def on_peer_lost(self, peer: str, refused: bool) -> None:
         for node in self.nodes:          # (every group hears of it: one process, one port)
+            quiet = node.core is not None and node.core.quiesced
             node.on_peer_lost(peer, refused)
+            if quiet and not node.core.quiesced:
+                self.stats["woken"] += 1    # (its leader's process exited: on_peer_down)
 
     def _on_group_message(self, peer: str, group: int, msg) -> None:
         if type(msg) in _UNBATCH:
