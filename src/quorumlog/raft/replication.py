@@ -17,8 +17,6 @@ log = logging.getLogger(__name__)
 
 
 class ReplicationRules:
-    append_fast_path = True    # _append_steady first (the differential test turns it off)
-
     def _check_sender(self, m: Message) -> Code:
         """The shared front of heartbeat and append handling (DLedger handleHeartBeat)."""
         if m.src not in self.known_members:
@@ -81,48 +79,7 @@ class ReplicationRules:
             self._msgs.append(AppendResponse(self.term, self.id, self.leader_id, Code.SUCCESS, r,
                                              r, r, 0, 0, self._leader_epoch))
 
-    def _append_steady(self, m: Append) -> bool:
-        """A follower's steady-state APPEND in one pass: from the leader it follows, in its
-        term, continuing this log right after its last entry (prev = last index, prev_term
-        its term), at least one entry, no CONFIG entry. The same decisions as the general
-        path of _on_append for that case (same calls, same order, same state on an
-        exception); anything else -> False, having set only what the general path sets
-        first (to the same values), and the general path decides. tests/raft/test_append_steady.py runs random sequences through both."""
-        src = m.src
-        if (src != self.leader_id or m.term != self.term or m.configs or src == self.id
-                or src not in self.known_members):
-            return False
-        # _check_sender's SUCCESS for the leader we follow (set again, to the same values,
-        # when the general path decides after all)
-        self.last_leader_heartbeat_ms = self.now_ms
-        self._leader_epoch = m.epoch
-        lg = self.log
-        prev = m.prev_index
-        if (prev != lg.last_index() or m.first_index != prev + 1 or m.last_index <= prev
-                or prev < lg.first_index() - 1):
-            return False
-        try:
-            if lg.term_at(prev) != m.prev_term:
-                return False
-        except IndexOutOfRangeError:
-            return False
-        if prev > self.leader_match:
-            self.leader_match = prev
-        lastb, e = m.last_index, m.entry_term
-        new_last = lg.append_replicated(m.payload)
-        if new_last != lastb:
-            raise RaftInvariantError(f"{self.id}: append_replicated ended at {new_last}, batch at {lastb}")
-        if lg.term_at(prev + 1) != e or lg.last_term() != e:
-            self._refuse_batch(m, prev)
-        self.leader_match = lastb
-        self._flush_to = lastb
-        self._follower_commit(m.commit_index)
-        self._maybe_report(False)
-        return True
-
     def _on_append(self, m: Append) -> None:
-        if self.append_fast_path and self._append_steady(m):
-            return
         code = self._check_sender(m)
         if code != Code.SUCCESS:
             self._reply_append(m, code)
