@@ -2,12 +2,6 @@
 # index, what a leader ships to followers) and the single-record reads by position. Every
 # record handed out is CRC-checked first.
 
-cdef extern from "sys/mman.h" nogil:
-    int madvise(void *addr, size_t length, int advice)
-    int MADV_NORMAL
-    int MADV_RANDOM
-
-
 cdef _raise_bad(Mapping m, int64_t position, int rc):
     raise CorruptLogError(
         f"{m.path} offset {position - m.start}: {_VERIFY_REASONS.get(rc, rc)}",
@@ -49,8 +43,6 @@ cdef tuple read_records(CommitLog self, int64_t lo_index, int64_t hi_index, int6
     if m is None:       # deleted by delete_segments_before between checks
         raise IndexOutOfRangeError(
             f"raft index {lo_index} below first_index {self._first_index}")
-    if k != self._random_seg and m is self._cur:
-        _no_readahead(self, k, m)
     # The view is taken before _verify_span releases the GIL: a concurrent
     # delete_segments_before / truncate_after shifts _views and _first_seg.
     view = <object>self._views[k - self._first_seg]
@@ -90,20 +82,3 @@ cdef str record_topic(CommitLog self, int64_t position):
     h = <const RecHeader *>(m.addr + (position - m.start))
     return (m.addr + (position - m.start) + HDR)[:h.topic_len].decode("utf-8")
 
-
-cdef int _no_readahead(CommitLog self, int64_t k, Mapping m) except -1:
-    """Reads through the mapping of the segment being written (a leader's reads for its
-    APPENDs, just behind its appends) take no readahead; the segment read that way before
-    gets it back. The pages behind the log's end are fallocated but unwritten: a page fault's
-    readahead there zero-fills them (ext4_mpage_readpages) and marks one for the next
-    asynchronous readahead, so every read of fresh records zero-filled the window ahead,
-    which the next pwritev then overwrote -- 6.8 % of all CPU of a replicated run, on the
-    leader (docs/benchmarks.md, branch batch21). Only advice: a failure changes nothing."""
-    cdef Mapping old
-    if self._random_seg >= 0:
-        old = _seg(self, self._random_seg)
-        if old is not None:
-            madvise(old.addr, <size_t>old.size, MADV_NORMAL)
-    madvise(m.addr, <size_t>m.size, MADV_RANDOM)
-    self._random_seg = k
-    return 0
