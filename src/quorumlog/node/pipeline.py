@@ -164,6 +164,24 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
+class _SplitFuture(asyncio.Future):
+    """The future of a coalesced proposal: as it completes, each of its puts gets its slice
+    at once (_split_result), in the loop turn that applied it -- as a done-callback it cost
+    every put a loop turn more before its reply."""
+
+    def __init__(self, items, *, loop):
+        super().__init__(loop=loop)
+        self._items = items
+
+    def set_result(self, result) -> None:
+        super().set_result(result)
+        _split_result(self, self._items)
+
+    def set_exception(self, exception) -> None:
+        super().set_exception(exception)
+        _split_result(self, self._items)
+
+
 class Pipeline:
     """The proposal pipeline of one node (see the module docstring). `node`: the driver
     (its core, seam, store, configs, loop, stats and wait_applied are read from it); `wake()`
@@ -329,12 +347,16 @@ class Pipeline:
             base_sequence=base_sequence, **kw))
 
     def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
-                         base_sequence: int = 0, **kw) -> asyncio.Future:
+                         base_sequence: int = 0, future: asyncio.Future | None = None,
+                         **kw) -> asyncio.Future:
         """put_batch without a coroutine: checks and proposes (or queues) now and returns the
         future of the result (shared: never cancel it). The client service's produce path:
         no task and no coroutine frames per request (a retried batch, and a put while a new
         leader still reads its log into the producer table, take a task). Bad input and a
-        non-leader raise here."""
+        non-leader raise here. `future`: a future of the caller's (a subclass that acts in
+        its set_result: the client service's reply) to complete instead of a new one, where
+        the put takes the direct path (proposed or queued now); the caller tells by the
+        future returned."""
         self.check_writable()
         self._check_topic(topic)
         props = kw.get("properties")
@@ -359,15 +381,15 @@ class Pipeline:
             if table.pending or self._backlog_task is not None:
                 # a new leader still reading its log's window into the table: wait in line
                 return self._put_after_table_read((topic, bodies, kw, seq, coalesce))
-            return self._put_producer_batch(table, topic, bodies, kw, seq, coalesce)
+            return self._put_producer_batch(table, topic, bodies, kw, seq, coalesce, future)
         if coalesce:
-            return self._queue_put(topic, bodies, kw, None, 0, 0)
-        return self._propose_put(topic, bodies, kw)[1]
+            return self._queue_put(topic, bodies, kw, None, 0, 0, future)
+        return self._propose_put(topic, bodies, kw, future)[1]
 
-    def _propose_put(self, topic, bodies, kw):
+    def _propose_put(self, topic, bodies, kw, future=None):
         self._ensure_topic(topic)
         req = self._node.seam.prepare_put(topic, bodies, **kw)
-        fut = self._propose(req)
+        fut = self._propose(req, fut=future)
         self.stats["messages_put"] += req.count
         return req, fut
 
@@ -399,7 +421,7 @@ class Pipeline:
                     fut.set_exception(e)
 
     def _put_producer_batch(self, table, topic, bodies, kw, seq,
-                            coalesce) -> asyncio.Future:
+                            coalesce, future=None) -> asyncio.Future:
         producer_id, sequence, base = seq
         try:
             # OutOfOrderSequenceError (retriable), ProducerSequenceError: refused
@@ -411,8 +433,8 @@ class Pipeline:
         kw["properties"] = producer_properties(producer_id, sequence, len(bodies), 0,
                                                kw.get("properties"))
         if coalesce:
-            return self._queue_put(topic, bodies, kw, table, producer_id, sequence)
-        req, fut = self._propose_put(topic, bodies, kw)
+            return self._queue_put(topic, bodies, kw, table, producer_id, sequence, future)
+        req, fut = self._propose_put(topic, bodies, kw, future)
         b = table.record(producer_id, sequence, req.first_index, req.last_index,
                          self._node.core.term)
         b.waiter = fut
@@ -447,13 +469,15 @@ class Pipeline:
         return t
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
-    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence) -> asyncio.Future:
+    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence,
+                   fut=None) -> asyncio.Future:
         """Many small concurrent puts (64 producers of single messages) would each be a
         proposal, an Append per follower, an acknowledgement and a store append. Puts that
         arrive in the same loop iteration with the same topic, queue and tags are proposed
         as one batch at the end of the iteration; each gets its slice of the result. A
         producer's batch is reserved in the table at once (a retry meanwhile waits for it)."""
-        fut = self._node.loop.create_future()
+        if fut is None:
+            fut = self._node.loop.create_future()
         item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
                        fut)
         if table is not None:
@@ -485,6 +509,10 @@ class Pipeline:
                 self._wake()
 
     def _propose_groups(self, queued: list) -> None:
+        if len(queued) == 1:           # (one producer, one message at a time)
+            it = queued[0]
+            self._propose_group(it.topic, it.queue_id, it.tags, queued)
+            return
         groups: dict = {}
         for it in queued:
             groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)
@@ -526,7 +554,8 @@ class Pipeline:
             req = self._node.seam.prepare_put(topic, bodies, **kw)
             # one put alone (one producer, one message at a time): the tracker completes its
             # own future, no second future and callback to hand it the result
-            done = self._propose(req, fut=items[0].fut if len(items) == 1 else None)
+            self._propose(req, fut=items[0].fut if len(items) == 1 else
+                          _SplitFuture(items, loop=self._node.loop))
         except Exception as e:
             if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
                                                      BackpressureError)):
@@ -549,8 +578,6 @@ class Pipeline:
             if it.batch is not None:
                 it.table.place(it.batch, first + a, first + b - 1, self._node.core.term)
             a = b
-        if len(items) > 1:
-            done.add_done_callback(lambda f, items=items: _split_result(f, items))
 
     async def put(self, topic, body, **kw):
         """One message -> its PutResult, once committed and dispatched."""

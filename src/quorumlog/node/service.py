@@ -32,6 +32,31 @@ log = logging.getLogger(__name__)
 __all__ = ["ClientService", "records_next"]
 
 
+class _Reply(asyncio.Future):
+    """A produce's future that answers the client as it completes: the acknowledgement is
+    handed to the transport in the loop turn that applied the put (the pipeline's tracker
+    completes it there), not from a done-callback a turn later. Whoever completes it --
+    the tracker, a coalesced proposal's split, a failure -- the reply goes once."""
+
+    def __init__(self, service: "ClientService", conn, request_id: int, req, *, loop):
+        super().__init__(loop=loop)
+        self._svc, self._conn, self._rid, self._req = service, conn, request_id, req
+
+    def set_result(self, result) -> None:
+        super().set_result(result)
+        self._svc._answer(self._conn, self._rid, self._req, self)
+
+    def set_exception(self, exception) -> None:
+        super().set_exception(exception)
+        self._svc._answer(self._conn, self._rid, self._req, self)
+
+    def cancel(self, msg=None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._svc._answer(self._conn, self._rid, self._req, self)
+        return True
+
+
 class ClientService:
     """Serves client connections for one Node on its own listener (client_addr)."""
 
@@ -104,25 +129,33 @@ class ClientService:
 
     # -- produce: no task per request, acknowledgements written once per loop turn ----------
     def _produce_now(self, conn, request_id: int, req: m.ProduceRequest) -> None:
-        """Start a produce at once (Node.put_batch_future) and answer from the future's
-        callback: per request no task, no coroutine frames."""
+        """Start a produce at once (Node.put_batch_future) and answer as its future completes
+        (a _Reply: in the loop turn that applied it): per request no task, no coroutine
+        frames, no done-callback."""
+        reply = _Reply(self, conn, request_id, req, loop=self._loop)
         try:
             kw = self._produce_args(req)
             fut = self.node_for(req.topic, kw["queue_id"]).put_batch_future(
-                req.topic, req.bodies, **kw)
+                req.topic, req.bodies, future=reply, **kw)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, req, e))
             return
-        fut.add_done_callback(lambda f: self._produce_done(conn, request_id, req, f))
+        if fut is not reply:    # (a retry, or a new leader's table read: a future of its own)
+            fut.add_done_callback(lambda f: self._answer(conn, request_id, req, f))
 
-    def _produce_done(self, conn, request_id: int, req, fut) -> None:
-        if fut.cancelled():
-            resp = self._error_response(conn, req, asyncio.CancelledError())
-        elif fut.exception() is not None:
-            resp = self._error_response(conn, req, fut.exception())
-        else:
-            resp = self._produce_response(fut.result())
-        self._reply_later(conn, request_id, resp)
+    def _answer(self, conn, request_id: int, req, fut) -> None:
+        """Reply to a completed produce. Called from inside the node's apply (_Reply): it
+        must not raise into it, whatever the result."""
+        try:
+            if fut.cancelled():
+                resp = self._error_response(conn, req, asyncio.CancelledError())
+            elif fut.exception() is not None:
+                resp = self._error_response(conn, req, fut.exception())
+            else:
+                resp = self._produce_response(fut.result())
+            self._reply_later(conn, request_id, resp)
+        except Exception:
+            log.exception("client %r: cannot answer a produce", conn.client_id)
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
         """The ErrorResponse for a failed request (what _serve answers)."""
