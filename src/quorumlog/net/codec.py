@@ -744,6 +744,51 @@ register(0x41, m.ProduceResponse, [("first_index", INDEX), ("queue_id", QUEUE_ID
                                    ("first_queue_offset", INDEX), ("store_timestamp_ms", I64),
                                    ("positions", List(INDEX, m.MAX_BATCH_MESSAGES))],
          channel=CLIENT)
+
+
+class _OneAckFrame:
+    """The frame of a ProduceResponse acknowledging one message (every single-message
+    produce's answer; a coalesced round's answers too) in one struct call each way instead
+    of the spec's generic walk: the same bytes. Anything else -- more positions, a value out
+    of its field's bounds, a malformed payload -- is declined (None) and the reference
+    (encode_payload / the decode loop) decides, with its precise errors."""
+
+    _BODY = struct.Struct("<qiqqIq")        # the 4 fixed fields, positions' u32 count 1, one
+    _MAX_Q = m.MAX_QUEUE_ID
+
+    def __init__(self, type_code: int):
+        if _BY_CODE[type_code].fixed_struct.format + "Iq" != self._BODY.format:
+            raise ValueError("ProduceResponse: its fields do not match the fast layout")
+        self.type_code = type_code
+
+    def encode(self, msg, request_id, group, max_frame_bytes, _zero_copy_min_bytes):
+        pos = msg.positions
+        if type(pos) is not tuple or len(pos) != 1:
+            return None
+        fi, q, fo, ts, p = msg.first_index, msg.queue_id, msg.first_queue_offset, \
+            msg.store_timestamp_ms, pos[0]
+        if type(fi) is not int or type(q) is not int or type(fo) is not int or \
+                type(ts) is not int or type(p) is not int or \
+                not (0 <= fi <= MAX_I64 and 0 <= q <= self._MAX_Q and 0 <= fo <= MAX_I64
+                     and -MAX_I64 - 1 <= ts <= MAX_I64 and 0 <= p <= MAX_I64):
+            return None
+        body = self._BODY.pack(fi, q, fo, ts, 1, p)
+        if len(body) + HEADER_SIZE > max_frame_bytes:
+            return None
+        return [encode_header(self.type_code, len(body), request_id, 0, group) + body]
+
+    def decode(self, payload, _src, _dst):
+        b = self._BODY
+        if len(payload) != b.size:
+            return None
+        fi, q, fo, ts, n, p = b.unpack_from(payload)
+        if n != 1 or fi < 0 or fo < 0 or p < 0 or not 0 <= q <= self._MAX_Q:
+            return None
+        return m.ProduceResponse(fi, q, fo, ts, (p,))
+
+
+_BY_CODE[0x41].frame = _OneAckFrame(0x41)
+
 register(0x42, m.FetchRequest, [("queue_id", QUEUE_ID), ("offset", INDEX),
                                 ("max_messages", Fixed("I", 1, m.MAX_BATCH_MESSAGES)),
                                 ("max_bytes", Fixed("I", 1, 0xFFFFFFFF)),
