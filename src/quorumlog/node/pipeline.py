@@ -202,6 +202,9 @@ class Pipeline:
         self._backlog_task: asyncio.Task | None = None
         self._queued: list = []
         self._queued_pending = False
+        # called after on_applied completed proposals (the client service writes their
+        # acknowledgements then, in this loop turn)
+        self.on_completed = None
 
     # -- what the driver calls -------------------------------------------------------------
     @property
@@ -216,6 +219,8 @@ class Pipeline:
         """The driver applied the log up to `upto`: complete the proposals it commits."""
         if len(self.tracker):
             self.tracker.on_applied(upto, self._node.seam.raft_log().term_at)
+            if self.on_completed is not None:
+                self.on_completed()
 
     def on_lost(self, exc: BaseException) -> None:
         """Leadership lost (or the node failed): every proposal in flight fails with exc."""

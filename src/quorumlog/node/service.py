@@ -71,10 +71,14 @@ class ClientService:
         # the loop it serves on (start): asyncio.get_running_loop() makes a getpid() system
         # call on every call (Python 3.11), once per reply on the produce path
         self._loop: asyncio.AbstractEventLoop | None = None
+        # connections answered since the last _write_answers (at most one entry each)
+        self._answered: set = set()
         self.stats = {"requests": 0, "errors": 0}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        for node in (self.host.nodes if self.host is not None else [self._node]):
+            node.pipeline.on_completed = self._write_answers
         cfg = self.cfg
         secret = read_secret(cfg)
         auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
@@ -154,8 +158,17 @@ class ClientService:
             else:
                 resp = self._produce_response(fut.result())
             self._reply_later(conn, request_id, resp)
+            self._answered.add(conn)
         except Exception:
             log.exception("client %r: cannot answer a produce", conn.client_id)
+
+    def _write_answers(self) -> None:
+        """The pipeline completed proposals (Pipeline.on_completed, in the loop turn of the
+        commit): write the acknowledgements queued since, one write per connection, now --
+        not at the end of the turn, after the rest of the commit's work."""
+        answered, self._answered = self._answered, set()
+        for conn in answered:
+            conn.write_turn()
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
         """The ErrorResponse for a failed request (what _serve answers)."""
