@@ -168,7 +168,10 @@ class ClientService:
         not at the end of the turn, after the rest of the commit's work."""
         answered, self._answered = self._answered, set()
         for conn in answered:
-            conn.write_turn()
+            try:        # (inside the node's apply: a client's socket must not fail the node)
+                conn.write_turn()
+            except Exception:
+                log.exception("client %r: cannot write acknowledgements", conn.client_id)
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
         """The ErrorResponse for a failed request (what _serve answers)."""
