@@ -43,7 +43,7 @@ from .producers import (BatchMismatchError, KnownBatchError, ProducerTable,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pipeline", "Tracker"]
+__all__ = ["Pipeline", "SyncFuture", "Tracker"]
 
 _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
@@ -164,22 +164,29 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
-class _SplitFuture(asyncio.Future):
-    """The future of a coalesced proposal: as it completes, each of its puts gets its slice
-    at once (_split_result), in the loop turn that applied it -- as a done-callback it cost
-    every put a loop turn more before its reply."""
+class SyncFuture(asyncio.Future):
+    """A future that calls `fn(self, *args)` as it completes (result, exception or
+    cancellation), in the completing call -- not from a done-callback a loop turn later.
+    A coalesced proposal's future splits its result among its puts so (_split_result), and
+    the client service answers a produce so: in the loop turn that applied it."""
 
-    def __init__(self, items, *, loop):
+    def __init__(self, fn, *args, loop):
         super().__init__(loop=loop)
-        self._items = items
+        self._fn, self._args = fn, args
 
     def set_result(self, result) -> None:
         super().set_result(result)
-        _split_result(self, self._items)
+        self._fn(self, *self._args)
 
     def set_exception(self, exception) -> None:
         super().set_exception(exception)
-        _split_result(self, self._items)
+        self._fn(self, *self._args)
+
+    def cancel(self, msg=None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._fn(self, *self._args)
+        return True
 
 
 class Pipeline:
@@ -452,6 +459,9 @@ class Pipeline:
         core = self._node.core
         if core.role != Role.LEADER:
             raise self.not_leader()
+        t = self._producers
+        if t is not None and t.term == core.term:
+            return t                  # (the usual case: table_for_term would return it)
         cfg = self._node.cfg
         self._producers = table_for_term(
             self._producers, self._node.seam.raft_log(), core.term,
@@ -552,15 +562,20 @@ class Pipeline:
             kw["properties"] = props
         try:
             self.check_writable()
-            if any(it.table is not None and it.table is not self._producer_table()
-                   for it in items):   # (reserved under an earlier term's table)
+            if len(items) == 1:
+                stale = items[0].table is not None and \
+                    items[0].table is not self._producer_table()
+            else:
+                stale = any(it.table is not None and it.table is not self._producer_table()
+                            for it in items)
+            if stale:           # (reserved under an earlier term's table)
                 raise self.not_leader()
             self._ensure_topic(topic)
             req = self._node.seam.prepare_put(topic, bodies, **kw)
             # one put alone (one producer, one message at a time): the tracker completes its
             # own future, no second future and callback to hand it the result
             self._propose(req, fut=items[0].fut if len(items) == 1 else
-                          _SplitFuture(items, loop=self._node.loop))
+                          SyncFuture(_split_result, items, loop=self._node.loop))
         except Exception as e:
             if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
                                                      BackpressureError)):

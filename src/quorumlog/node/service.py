@@ -26,35 +26,11 @@ from ..net.transport import PeerTransport, TransportConfig
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
 from .host import NodeHost
+from .pipeline import SyncFuture
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ClientService", "records_next"]
-
-
-class _Reply(asyncio.Future):
-    """A produce's future that answers the client as it completes: the acknowledgement is
-    handed to the transport in the loop turn that applied the put (the pipeline's tracker
-    completes it there), not from a done-callback a turn later. Whoever completes it --
-    the tracker, a coalesced proposal's split, a failure -- the reply goes once."""
-
-    def __init__(self, service: "ClientService", conn, request_id: int, req, *, loop):
-        super().__init__(loop=loop)
-        self._svc, self._conn, self._rid, self._req = service, conn, request_id, req
-
-    def set_result(self, result) -> None:
-        super().set_result(result)
-        self._svc._answer(self._conn, self._rid, self._req, self)
-
-    def set_exception(self, exception) -> None:
-        super().set_exception(exception)
-        self._svc._answer(self._conn, self._rid, self._req, self)
-
-    def cancel(self, msg=None) -> bool:
-        if not super().cancel(msg):
-            return False
-        self._svc._answer(self._conn, self._rid, self._req, self)
-        return True
 
 
 class ClientService:
@@ -134,9 +110,10 @@ class ClientService:
     # -- produce: no task per request, acknowledgements written once per loop turn ----------
     def _produce_now(self, conn, request_id: int, req: m.ProduceRequest) -> None:
         """Start a produce at once (Node.put_batch_future) and answer as its future completes
-        (a _Reply: in the loop turn that applied it): per request no task, no coroutine
+        (a SyncFuture: in the loop turn that applied it): per request no task, no coroutine
         frames, no done-callback."""
-        reply = _Reply(self, conn, request_id, req, loop=self._loop)
+        # answered as the put completes (in the loop turn that applied it), however it does
+        reply = SyncFuture(self._answer, conn, request_id, req, loop=self._loop)
         try:
             kw = self._produce_args(req)
             fut = self.node_for(req.topic, kw["queue_id"]).put_batch_future(
@@ -145,11 +122,11 @@ class ClientService:
             self._reply_later(conn, request_id, self._error_response(conn, req, e))
             return
         if fut is not reply:    # (a retry, or a new leader's table read: a future of its own)
-            fut.add_done_callback(lambda f: self._answer(conn, request_id, req, f))
+            fut.add_done_callback(lambda f: self._answer(f, conn, request_id, req))
 
-    def _answer(self, conn, request_id: int, req, fut) -> None:
-        """Reply to a completed produce. Called from inside the node's apply (_Reply): it
-        must not raise into it, whatever the result."""
+    def _answer(self, fut, conn, request_id: int, req) -> None:
+        """Reply to a completed produce. Called from inside the node's apply (SyncFuture):
+        it must not raise into it, whatever the result."""
         try:
             if fut.cancelled():
                 resp = self._error_response(conn, req, asyncio.CancelledError())
