@@ -262,7 +262,7 @@ def test_a_numpy_integer_is_left_to_the_reference():
 # -- whole frames (FrameCodec) -----------------------------------------------------------------
 
 FRAMED = [s for s in SPECS if s.frame is not None and s.channel == codec.RAFT]
-# (the client's one-message acknowledgement has one too: tests/net/test_one_ack_frame.py)
+# (a one-message produce and its acknowledgement have one too: tests/net/test_produce_frames.py)
 
 
 def test_the_hot_raft_messages_have_a_frame_fast_path():
