@@ -91,16 +91,22 @@ def payloads(draw):
     for i in draw(st.lists(st.integers(0, 5), max_size=2)):
         fields[i] = draw(st.sampled_from({1: [-(1 << 31), -1, m.MAX_QUEUE_ID + 1, (1 << 31) - 1],
                                           4: [0, 2, 1 << 16, (1 << 32) - 1]}.get(i, q64)))
-    base = bytearray(struct.pack("<qiqqIq", *fields))
-    if draw(st.booleans()):
-        base[draw(st.integers(0, len(base) - 1))] = draw(st.integers(0, 255))
+    return _damaged(draw, bytearray(struct.pack("<qiqqIq", *fields)), 1)
+
+
+def _damaged(draw, base: bytearray, edits: int):
+    """base with up to `edits` bytes replaced, then kept, cut or extended, or any bytes
+    instead; as bytes or a memoryview."""
+    for _ in range(draw(st.integers(0, edits))):
+        at = draw(st.integers(0, len(base) - 1))
+        base[at] = draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xC3, 0xFF, draw(st.integers(0, 255))]))
     how = draw(st.sampled_from(["same", "same", "same", "cut", "longer", "noise"]))
     if how == "cut":
         base = base[:draw(st.integers(0, len(base) - 1))]
     elif how == "longer":
         base += draw(st.binary(min_size=1, max_size=16))
     elif how == "noise":
-        base = bytearray(draw(st.binary(max_size=48)))
+        base = bytearray(draw(st.binary(max_size=64)))
     return bytes(base) if draw(st.booleans()) else memoryview(bytes(base))
 
 
@@ -144,17 +150,7 @@ def requests(draw):
         at = 29 if field == "topic length" else 30 + base[29]
         if at < len(base):
             base[at] = draw(st.sampled_from([0, 1, base[at] + 1 & 0xFF, 0xFF]))
-    for _ in range(draw(st.integers(0, 2))):
-        at = draw(st.integers(0, len(base) - 1))
-        base[at] = draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xC3, 0xFF, draw(st.integers(0, 255))]))
-    how = draw(st.sampled_from(["same", "same", "same", "cut", "longer", "noise"]))
-    if how == "cut":
-        base = base[:draw(st.integers(0, len(base) - 1))]
-    elif how == "longer":
-        base += draw(st.binary(min_size=1, max_size=8))
-    elif how == "noise":
-        base = bytearray(draw(st.binary(max_size=64)))
-    return bytes(base) if draw(st.booleans()) else memoryview(bytes(base))
+    return _damaged(draw, base, 2)
 
 
 @CHECK
