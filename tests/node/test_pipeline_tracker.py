@@ -96,3 +96,17 @@ def test_a_sync_future_acts_inside_the_call_that_completes_it():
         assert len(seen) == 3
     finally:
         loop.close()
+
+
+def test_what_a_sync_futures_function_raises_stays_out_of_the_completing_call(caplog):
+    """(The completing call is the node's apply: an error there would stop the node.)"""
+    loop = asyncio.new_event_loop()
+    try:
+        t = Tracker()
+        f = SyncFuture(lambda _f: 1 / 0, loop=loop)
+        t.add(_Req(1, 1), 2, f)
+        t.on_applied(1, lambda i: 2)
+        assert f.result() == ("result", 1, 1) and len(t) == 0
+        assert "completing a proposal's future failed" in caplog.text
+    finally:
+        loop.close()

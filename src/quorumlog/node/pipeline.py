@@ -19,7 +19,9 @@ the term check at apply is the guard that a replaced entry is never answered as 
 
 The interface the driver (node/driver.py) uses: put_batch_future / create_topic /
 commit_offsets (the node's write API), check_writable / not_leader, on_applied, on_lost,
-close, pending_messages / pending_bytes.
+close, pending_messages / pending_bytes. The client service passes put_batch_future a
+SyncFuture (its answer, built as the put completes) and sets on_completed (called after
+on_applied completed proposals: it writes their answers then).
 """
 from __future__ import annotations
 
@@ -168,24 +170,32 @@ class SyncFuture(asyncio.Future):
     """A future that calls `fn(self, *args)` as it completes (result, exception or
     cancellation), in the completing call -- not from a done-callback a loop turn later.
     A coalesced proposal's future splits its result among its puts so (_split_result), and
-    the client service answers a produce so: in the loop turn that applied it."""
+    the client service answers a produce so: in the loop turn that applied it. That call is
+    the node's apply: what fn raises is logged, never raised into it (a done-callback's
+    error would have been the loop's to log)."""
 
     def __init__(self, fn, *args, loop):
         super().__init__(loop=loop)
         self._fn, self._args = fn, args
 
+    def _act(self) -> None:
+        try:
+            self._fn(self, *self._args)
+        except Exception:
+            log.exception("completing a proposal's future failed")
+
     def set_result(self, result) -> None:
         super().set_result(result)
-        self._fn(self, *self._args)
+        self._act()
 
     def set_exception(self, exception) -> None:
         super().set_exception(exception)
-        self._fn(self, *self._args)
+        self._act()
 
     def cancel(self, msg=None) -> bool:
         if not super().cancel(msg):
             return False
-        self._fn(self, *self._args)
+        self._act()
         return True
 
 
