@@ -60,6 +60,7 @@ from .framing import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_RECV_BUFFER_BYTES, HEADER
                       BufferPool, FrameDecoder, encode_header)
 from .messages import PEER_ROLES, RejectReason, Role, check_node_id
 from .ratelog import RateLimitedLog
+from .seam import report_peer_lost
 
 log = logging.getLogger(__name__)
 
@@ -573,6 +574,12 @@ class _Conn(asyncio.BufferedProtocol):
         self.queued_bytes -= n
         if not self.closed:
             self._write(parts, n)
+
+    def write_turn(self) -> None:
+        """Write what this loop turn sent here now instead of at the turn's end: for a caller
+        that sends nothing more here this turn (the client service after a commit's
+        acknowledgements: they leave in the commit's loop turn, not the next)."""
+        self._flush_turn()
 
     def _drain(self) -> None:
         self._flush_turn()
@@ -1172,11 +1179,7 @@ class PeerTransport:
             self._changed(p, lane)
 
     def _peer_lost(self, peer_id: str, refused: bool) -> None:
-        if self.on_peer_lost is not None:
-            try:
-                self.on_peer_lost(peer_id, refused)
-            except Exception:
-                log.exception("on_peer_lost failed for peer %r", peer_id)
+        report_peer_lost(self, peer_id, refused)
 
     @staticmethod
     def _changed(p: _Peer, lane: _Lane) -> None:
