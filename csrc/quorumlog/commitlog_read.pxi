@@ -81,4 +81,3 @@ cdef str record_topic(CommitLog self, int64_t position):
     m = _checked_record(self, position)
     h = <const RecHeader *>(m.addr + (position - m.start))
     return (m.addr + (position - m.start) + HDR)[:h.topic_len].decode("utf-8")
-
