@@ -131,6 +131,7 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             done = true;
             return;
         }
+        ReadCount.opened();
         in = fs.open(file);
         in.seek(pos - segBase);
         streamPos = pos;

@@ -469,6 +469,7 @@ final class StoreIndexes {
         for (FileStatus st : fs.listStatus(dir)) {
             if (!st.isFile() || !Format.isNumberedName(st.getPath().getName())) continue;
             if (st.getLen() < KI_HEADER) continue;
+            ReadCount.opened();
             try (FSDataInputStream in = fs.open(st.getPath())) {
                 in.readFully(0, h, 0, KI_HEADER);
             }
