@@ -44,7 +44,7 @@ from .log import RECORD_OVERHEAD, SEGMENT_BYTES
 REPEATS = 3
 QUICK_REPEATS = 1
 # untimed runs of each query per reader before its timed ones (none with --quick)
-WARMUPS = 1
+WARMUPS = 2
 TOPICS = 10
 QUEUES = 8
 TAGS = 20
