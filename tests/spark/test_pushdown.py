@@ -363,7 +363,7 @@ def test_per_queue_metadata_is_complete_from_queue_ends(spark, index_store, tmp_
     plan = _explain(pushed)
     assert "from consume queues, complete" in plan and "Exchange" not in plan, plan
     # answered on the driver while planning (QueueAnswerStrategy): collected without a job
-    assert plan.startswith("CommandResult"), plan
+    assert plan.startswith("DriverAnswer"), plan
     want = sorted(map(tuple, q(_walk(spark, index_store)).collect()))
     sc = spark.sparkContext
     sc.setJobGroup("queue-answer", "per-queue metadata from the queue ends")
@@ -441,7 +441,7 @@ def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(
                                                                                index_store):
     """count / sum(length(body)) / min / max over what an index selects (key index, consume
     queues, a time-cut walk) is computed on the driver while the query is planned, in local
-    mode (QueueAnswerStrategy: a CommandResult, no Spark job) and equals the log walk's
+    mode (QueueAnswerStrategy: a DriverAnswer, no Spark job) and equals the log walk's
     answer; an aggregate over the whole log (a full walk) stays a Spark job."""
     _jar_or_skip(spark)
     from pyspark.sql import functions as F
@@ -454,10 +454,10 @@ def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(
         plan = _explain(pushed)
         want = _walk(spark, index_store).where(cond).agg(*agg).collect()
         if name == "offset IN":     # not exact (narrowed to a range): Spark aggregates
-            assert "PushedAggregation" not in plan and not plan.startswith("CommandResult")
+            assert "PushedAggregation" not in plan and not plan.startswith("DriverAnswer")
             assert pushed.collect() == want
             continue
-        assert plan.startswith("CommandResult") and "complete" in plan, (name, plan)
+        assert plan.startswith("DriverAnswer") and "complete" in plan, (name, plan)
         sc.setJobGroup("driver-answer", name)
         try:
             got = _pushed(spark, index_store).where(cond).agg(*agg).collect()
@@ -466,7 +466,7 @@ def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(
             sc.setLocalProperty("spark.jobGroup.id", None)
         assert got == want and want[0][0] > 0, name
     whole = _pushed(spark, index_store).agg(*agg)
-    assert not _explain(whole).startswith("CommandResult")
+    assert not _explain(whole).startswith("DriverAnswer")
     assert whole.collect() == _walk(spark, index_store).agg(*agg).collect()
 
 
@@ -496,3 +496,40 @@ def test_a_store_replaced_at_the_same_path_is_read_anew(spark, index_store, tmp_
     agg = _agg_queries(F)["per queue"]
     assert sorted(map(tuple, agg(_pushed(spark, path)).collect())) == sorted(
         map(tuple, agg(_walk(spark, path)).collect()))
+
+
+def _files_opened(spark) -> int:
+    return spark.sparkContext._jvm.io.quorumlog.spark.QuorumlogSpark.filesOpened()
+
+
+def test_explain_of_a_driver_answer_reads_nothing(spark, index_store):
+    """explain() / EXPLAIN of a query the driver answers (DriverAnswerExec) plans it and
+    names what was pushed down without reading a store file (the reader's count of files
+    opened is unchanged); collecting the same DataFrame then reads, and equals the log walk."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    agg = [F.count(F.lit(1)), F.sum(F.length("body")), F.min("queue_offset")]
+    qs = {name: (lambda df, c=cond: df.where(c).agg(*agg))
+          for name, (cond, _) in _queries(F, index_store).items() if name != "offset IN"}
+    qs["per queue"] = _agg_queries(F)["per queue"]
+    for name, q in qs.items():
+        pushed = q(_pushed(spark, index_store))
+        before = _files_opened(spark)
+        plan = _explain(pushed)
+        text = pushed._jdf.queryExecution().explainString(
+            spark.sparkContext._jvm.org.apache.spark.sql.execution.ExplainMode.fromString(
+                "formatted"))
+        assert _files_opened(spark) == before, (name, plan)
+        assert plan.startswith("DriverAnswer") and "PushedAggregation" in plan, (name, plan)
+        assert "complete" in plan and "PushedAggregation" in text, (name, text)
+        got = sorted(map(tuple, pushed.collect()))
+        assert _files_opened(spark) > before, name          # the reads happen at collect
+        assert got == sorted(map(tuple, q(_walk(spark, index_store)).collect())), name
+    # the same through SQL's EXPLAIN of a view over the store
+    _pushed(spark, index_store).createOrReplaceTempView("qlog_explain")
+    before = _files_opened(spark)
+    rows = spark.sql("EXPLAIN SELECT topic, queue_id, count(*), max(queue_offset) "
+                     "FROM qlog_explain GROUP BY topic, queue_id").collect()
+    assert _files_opened(spark) == before
+    assert "from consume queues, complete" in rows[0][0], rows[0][0]

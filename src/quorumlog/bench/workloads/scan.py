@@ -5,9 +5,11 @@ pyspark (and a Java runtime) is installed.
 The store is written with put_batch: --count messages of --size random bytes, batches dealt
 round-robin over TOPICS topics of QUEUES queues each, message s tagged f"tag{s % TAGS}" and
 keyed f"k{s % keys}" (about KEY_MESSAGES messages per key). It is copied to Parquet through
-read_store (untimed, Spark's defaults, in log order). The queries (QUERIES), each timed
-alternately on both readers, REPEATS times each; latency is per query and the comparison is
-the ratio of the medians:
+read_store (untimed, Spark's defaults, in log order). The queries (QUERIES), each run
+WARMUPS times on each reader untimed (alternating; the JVM compiles each query's paths in
+its first runs, on both sides alike), then timed alternately on both readers, REPEATS times
+each; latency is per query and the comparison is the ratio of the medians of the timed runs
+(each reader's untimed first run is reported beside them):
 
   a  full scan: count(*) + sum(length(body))
   b  one topic of TOPICS: the same aggregate
@@ -41,6 +43,8 @@ from .log import RECORD_OVERHEAD, SEGMENT_BYTES
 
 REPEATS = 3
 QUICK_REPEATS = 1
+# untimed runs of each query per reader before its timed ones (none with --quick)
+WARMUPS = 2
 TOPICS = 10
 QUEUES = 8
 TAGS = 20
@@ -178,7 +182,8 @@ class ScanWorkload(Workload):
     """Spark: the queries in this module's docstring (full scan, one topic, a 1 % time window,
     a queue's offset range, per-queue metadata, one key, one tag), each through
     quorumlog.spark.read_store and spark.read.parquet of the same --count messages (copied to
-    Parquet untimed), alternating, REPEATS per reader; the ratio is of the medians. Results
+    Parquet untimed), WARMUPS untimed runs each, then alternating, REPEATS per reader; the
+    ratio is of the medians. Results
     are checked across readers (and the full scan against the acknowledged messages). Needs
     pyspark (the spark extra) and a Java runtime."""
     name = "scan"
@@ -235,14 +240,22 @@ class ScanWorkload(Workload):
         with ctx.progress.phase(f"scan: {len(QUERIES)} queries x {repeats} per reader",
                                 len(QUERIES) * repeats * len(readers)) as ph:
             for name in QUERIES:
-                out.extend(self._one_query(r, spark, readers, F, data, name, qs_, repeats, ph))
+                out.extend(self._one_query(r, spark, readers, F, data, name, qs_, repeats,
+                                           0 if ctx.quick else WARMUPS, ph))
         return out
 
-    def _one_query(self, r, spark, readers, F, data, name, qs_, repeats, ph) -> list:
+    def _one_query(self, r, spark, readers, F, data, name, qs_, repeats, warmups,
+                   ph) -> list:
         lat = {k: LatencyRecorder("query") for k in readers}
         took = {k: [] for k in readers}
         cpu = {k: _CpuMeter(_jvm_pid(spark)) for k in readers}
         got = {}
+        cold = {k: [] for k in readers}
+        for _ in range(warmups):
+            for k, df in readers.items():
+                t0 = time.perf_counter_ns()
+                got.setdefault(k, []).append(qs_[name](df()))
+                cold[k].append((time.perf_counter_ns() - t0) / 1e9)
         for _ in range(repeats):
             for k, df in readers.items():
                 with cpu[k]:
@@ -261,8 +274,11 @@ class ScanWorkload(Workload):
                          messages=msgs, payload_bytes=msgs * r.size, seconds=sum(took[k]),
                          latency=lat[k].summary(), cpu_seconds=dict(cpu[k].totals),
                          integrity=integrity, reference="memcpy")
-            res.notes.append(f"{name}: median {statistics.median(took[k]) * 1e3:.1f} ms, "
-                             f"result {got[k][0][:1] if not name.startswith('e ') else len(got[k][0])}")
+            res.notes.append(f"{name}: median {statistics.median(took[k]) * 1e3:.1f} ms "
+                             f"(runs {', '.join(f'{t * 1e3:.0f}' for t in took[k])} ms; "
+                             f"untimed first {', '.join(f'{t * 1e3:.0f}' for t in cold[k]) or '-'}"
+                             f" ms), result "
+                             f"{got[k][0][:1] if not name.startswith('e ') else len(got[k][0])}")
             out.append(res)
         pq, ours = statistics.median(took["parquet"]), statistics.median(took["read_store"])
         if ours > 0:

@@ -49,6 +49,7 @@ abstract class PositionedFile implements Closeable {
     }
 
     static PositionedFile open(FileSystem fs, Path p) throws IOException {
+        ReadCount.opened();
         File f = localFile(fs, p);
         if (f != null) return new Local(FileChannel.open(f.toPath(), StandardOpenOption.READ), f);
         return new Stream(fs.open(p), fs.getFileStatus(p).getLen());

@@ -395,8 +395,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         public Filter[] pushedFilters() { return pushed; }
 
         /**
-         * A complete aggregate QueueAnswerStrategy computes on the driver while the query is
-         * planned (driverRows), so Spark runs no job for it: from the consume queues of one
+         * A complete aggregate QueueAnswerStrategy computes on the driver when the query
+         * runs (driverRows; explain() plans it and reads nothing), so Spark runs no job for it: from the consume queues of one
          * store; or, ungrouped in local mode, from the records an index selects (key index,
          * consume queues, a walk cut to a time range). In local mode that aggregate is one
          * task on defaultParallelism threads in this JVM anyway: on the driver it is the same
@@ -464,6 +464,14 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
         }
         @Override public Scan build() { return this; }
+
+        /** An aggregate's partitions are all row-based (WalkPart, QueuePart, AnsweredPart):
+         *  said here, the planner does not plan the partitions to ask them (for a query the
+         *  driver answers that planning would be its reads, done by explain() too). */
+        @Override public ColumnarSupportMode columnarSupportMode() {
+            return agg != null ? ColumnarSupportMode.UNSUPPORTED
+                : ColumnarSupportMode.PARTITION_DEFINED;
+        }
         @Override public StructType readSchema() { return agg != null ? agg.schema : required; }
 
         /** What explain() prints after "BatchScan quorumlog:<roots>[columns]". */
@@ -515,7 +523,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public InputPartition[] planInputPartitions() {
-            // answered on the driver already: the scan under the CommandResult (planned for
+            // answered on the driver already: the scan under the DriverAnswer (planned for
             // explain()) is its rows, not a second planning of the reads
             if (answered != null) return new InputPartition[] { new AnsweredPart(answered) };
             try {
@@ -622,7 +630,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
     }
 
     /** The rows of a scan the driver answered while the query was planned
-     *  (QueueAnswerStrategy): what the scan stands for under the CommandResult. */
+     *  (QueueAnswerStrategy): what the scan stands for under the DriverAnswer. */
     static final class AnsweredPart implements InputPartition {
         private static final long serialVersionUID = 1L;
         final InternalRow[] rows;

@@ -18,6 +18,10 @@ import org.apache.spark.sql.SparkSession;
 public final class QuorumlogSpark {
     private QuorumlogSpark() {}
 
+    /** Store files this JVM's readers have opened (ReadCount): for tests that show a step
+     *  read nothing. */
+    public static long filesOpened() { return ReadCount.files(); }
+
     /** Version string the Python side checks so a stale jar is noticed, not misused. */
     public static final String VERSION = "4";
 

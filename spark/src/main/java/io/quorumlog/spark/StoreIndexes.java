@@ -33,6 +33,9 @@ final class StoreIndexes {
     static final int KI_HEADER = 64;
     static final int KI_ENTRY = 24;
     static final long KI_MAGIC = 0x494B4C51L;
+    /** A queue directory's name (String.matches would compile the pattern per name). */
+    private static final java.util.regex.Pattern QUEUE_NAME =
+        java.util.regex.Pattern.compile("[0-9]{1,9}");
 
     /** FNV-1a 64 of the UTF-8 bytes of s, as the store computes tag and key hashes. */
     static long fnv1a64(byte[] b) {
@@ -75,7 +78,7 @@ final class StoreIndexes {
         List<Integer> out = new ArrayList<>();
         File local = PositionedFile.localFile(fs, dir);
         if (local != null) {
-            File[] subs = local.listFiles(f -> f.getName().matches("[0-9]{1,9}")
+            File[] subs = local.listFiles(f -> QUEUE_NAME.matcher(f.getName()).matches()
                 && f.isDirectory());
             if (subs != null) for (File f : subs) out.add(Integer.parseInt(f.getName()));
         } else {
@@ -87,7 +90,7 @@ final class StoreIndexes {
             }
             for (FileStatus st : sts) {
                 String n = st.getPath().getName();
-                if (st.isDirectory() && n.matches("[0-9]{1,9}")) out.add(Integer.parseInt(n));
+                if (st.isDirectory() && QUEUE_NAME.matcher(n).matches()) out.add(Integer.parseInt(n));
             }
         }
         return out.stream().mapToInt(Integer::intValue).sorted().toArray();
@@ -469,6 +472,7 @@ final class StoreIndexes {
         for (FileStatus st : fs.listStatus(dir)) {
             if (!st.isFile() || !Format.isNumberedName(st.getPath().getName())) continue;
             if (st.getLen() < KI_HEADER) continue;
+            ReadCount.opened();
             try (FSDataInputStream in = fs.open(st.getPath())) {
                 in.readFully(0, h, 0, KI_HEADER);
             }
