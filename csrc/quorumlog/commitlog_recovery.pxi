@@ -95,6 +95,7 @@ cdef recover(CommitLog self):
         for d in (self._segdir, self._idxdir):
             if os.path.isdir(d):
                 _fsync_dir(d)
+        load_pool(self)
     self._dir_synced_seg = (<Mapping>self._segs[len(self._segs) - 1]).start // \
         self.segment_size_bytes
     self._dir_synced_idxf = self._first_idxf + len(self._idx) - 1

@@ -156,10 +156,16 @@ cdef int64_t delete_segments(CommitLog self, int64_t position) except -1:
         crash_point("retention:checkpoint_written")
         while count < n:
             m = <Mapping>self._segs[0]
-            os.unlink(m.path)
+            # the log's own view goes first: what still holds the mapping after that (the
+            # list, `m`) is 2 references; more means a view of it is alive somewhere
+            self._views.pop(0)
+            try:
+                pool_segment(self, m, Py_REFCNT(m) > 2)
+            except BaseException:
+                self._views.insert(0, memoryview(m))
+                raise
             crash_point("retention:segment_unlinked")
             self._segs.pop(0)
-            self._views.pop(0)
             self._first_seg += 1
             count += 1
         m = <Mapping>self._segs[0]
