@@ -43,29 +43,26 @@ cdef load_pool(CommitLog self):
 
 cdef bint pool_segment(CommitLog self, Mapping m, bint exported):
     """Retention frees segment m (already below the checkpoint's min position): keep its
-    file in the pool when there is room and nothing outside the log still maps it
-    (`exported`: a memoryview, slice or array of it is alive -- reusing the file would
-    change bytes under it; the Spark reader of another process reads by record, position
-    and CRC checked, and sees a mismatch, never data); else unlink it. -> pooled."""
+    file in the pool (a full pool gives up its oldest file: the newest freed pages are the
+    likeliest to be cached) unless nothing may be kept or something outside the log still
+    maps it (`exported`: a memoryview, slice or array of it is alive -- reusing the file
+    would change bytes under it; a reader in another process, the Spark reader, reads by
+    record, position and CRC checked, and sees a mismatch, never data); else unlink it.
+    -> pooled."""
+    cdef int64_t oldest = -1
+    if self.recycle_segments == 0 or exported:
+        os.unlink(m.path)
+        return False
     with self._prep_cv:
-        room = len(self._pool) < self.recycle_segments
-    if room and not exported:
-        dst = _pool_path(self, m.start)
-        try:
-            os.rename(m.path, dst)
-        except OSError as e:
-            log.debug("recycling %s failed: %s", m.path, e)
-        else:
-            with self._prep_cv:
-                if len(self._pool) < self.recycle_segments:
-                    self._pool.append(m.start)
-                    self.n_pooled += 1
-                    return True
-            m = None
-            os.unlink(dst)
-            return False
-    os.unlink(m.path)
-    return False
+        if len(self._pool) >= self.recycle_segments:
+            oldest = self._pool.pop(0)
+    if oldest >= 0:
+        os.unlink(_pool_path(self, oldest))
+    os.rename(m.path, _pool_path(self, m.start))
+    with self._prep_cv:
+        self._pool.append(m.start)
+        self.n_pooled += 1
+    return True
 
 
 cdef Mapping make_segment(CommitLog self, int64_t k):
