@@ -28,7 +28,8 @@ import time
 import numpy as np
 
 from ..client import AsyncClient
-from ..errors import InvalidQueueError, QuorumlogError, TopicNotFoundError
+from ..errors import (InvalidQueueError, OffsetOutOfRangeError, QuorumlogError,
+                      TopicNotFoundError)
 from ..format import decode_checkpoint
 from ..localcluster import LocalCluster
 from ..node.groups import group_dir
@@ -408,8 +409,18 @@ async def read_back(address, secret, acked: list[Acked], verifier: Verifier) -> 
             verifier.retire(gone[gone >= 0])
             off = lo
             while off < hi:
-                res = await c.fetch(TOPIC, q, off, max_messages=FETCH_MAX_MESSAGES,
-                                    max_bytes=FETCH_MAX_BYTES)
+                try:
+                    res = await c.fetch(TOPIC, q, off, max_messages=FETCH_MAX_MESSAGES,
+                                        max_bytes=FETCH_MAX_BYTES)
+                except OffsetOutOfRangeError:
+                    # retention (--steady) deleted past `off` meanwhile: go on from its min
+                    lo, _ = await c.offsets(TOPIC, q)
+                    if lo <= off:
+                        raise
+                    gone = exp[off:lo]
+                    verifier.retire(gone[gone >= 0])
+                    off = lo
+                    continue
                 if not res.messages:
                     raise QuorumlogError(f"{address}: fetch of {TOPIC}/{q} at {off} returned "
                                          f"nothing before the queue's end {hi}")

@@ -125,11 +125,11 @@ class Verifier:
 
     def retire(self, seqs) -> None:
         """Acknowledged messages retention deleted before the read-back (sequence numbers):
-        no longer expected, counted apart."""
+        no longer read back (nor in checksum_acknowledged), counted apart; `acknowledged`
+        still counts them."""
         seqs = np.asarray(seqs, dtype=np.int64)
         seqs = seqs[self._expected[seqs]]
         self._expected[seqs] = False
-        self.expected_count -= len(seqs)
         self.retained_away += len(seqs)
 
     def expected_checksum(self) -> int:
@@ -159,6 +159,7 @@ class Verifier:
             "retained_away": self.retained_away,
         }
         out["ok"] = (out["missing"] == 0 and self.duplicates == 0 and self.unknown == 0
-                     and not self.wrong_body and self.read_count == self.expected_count
+                     and not self.wrong_body
+                     and self.read_count == self.expected_count - self.retained_away
                      and expected_sum == self._checksum)
         return out

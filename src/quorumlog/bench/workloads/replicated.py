@@ -86,6 +86,9 @@ def _replica_rows(cluster: BenchCluster, before: dict, after: dict, cpu: dict,
             row["flushes"] = a["commitlog"]["flushes"] - b["commitlog"]["flushes"]
             row["appends"] = a["commitlog"]["appends"] - b["commitlog"]["appends"]
             row["duplicates"] = a["duplicates"] - b["duplicates"]
+            # new segments written into a file retention freed (the --steady shape)
+            row["segments_recycled"] = (a["commitlog"].get("segments_recycled", 0)
+                                        - b["commitlog"].get("segments_recycled", 0))
         out[nid] = row
     return out
 
