@@ -1,7 +1,9 @@
 """A new leader's producer-table rebuild in isolation (issue 20's failover): a log of 65,536
 producer entries (batches of BATCH messages of SIZE bytes), read as table_for_term reads it.
 Prints the reading thread's CPU, best of 5 rounds, of NativeRaftLog.producers over the
-window and of the whole table_for_term (read in the driver's slices of 4,096 entries), for the current path (producer_tags, one C loop)
+window, of the whole table_for_term (read in the driver's slices of 4,096 entries) and of
+the same recording every run (the table before producers._kept_runs), for the current path
+(producer_tags, one C loop)
 and the numpy path it replaced (tests/commitlog/producers_numpy.py), alternating, and the
 numpy path's phases (CommitLog.read with its CRC check, the scan, the row gather, the
 tag decoding, the runs).
@@ -47,6 +49,17 @@ def rebuild(log, entries: int) -> None:
     assert len(t)
 
 
+def rebuild_every_run(log, entries: int) -> None:
+    """The same slices, every run recorded (before the table kept only the newest runs:
+    ProducerTable._record_runs without producers._kept_runs)."""
+    t = table_for_term(None, log, 2, window_entries=entries)
+    log_, lo, hi = t._source
+    t._source = None
+    for a in range(lo, hi + 1, STEP):
+        t._record_runs(log_, log_.producers(a, min(hi, a + STEP - 1)))
+    assert len(t)
+
+
 def phases(cl, lo, hi) -> dict:
     """The numpy path's CPU per phase (ms), one round."""
     out = dict.fromkeys(("read+crc", "scan", "rows", "tags", "runs"), 0.0)
@@ -85,12 +98,13 @@ def main(batch: int, size: int, entries: int) -> None:
         logs = {"numpy": NumpyLog(cl), "native": NativeRaftLog(cl)}
         lo, hi = 1, cl.last_index
         assert logs["numpy"].producers(lo, hi) == logs["native"].producers(lo, hi)
-        res = {(k, w): [] for k in logs for w in ("producers", "table_for_term")}
+        res = {(k, w): [] for k in logs for w in ("producers", "table_for_term", "every run")}
         for r in range(ROUNDS):
             for name in (("numpy", "native") if r % 2 == 0 else ("native", "numpy")):
                 lg = logs[name]
                 res[name, "producers"].append(cpu_ms(lambda: lg.producers(lo, hi)))
                 res[name, "table_for_term"].append(cpu_ms(lambda: rebuild(lg, entries)))
+                res[name, "every run"].append(cpu_ms(lambda: rebuild_every_run(lg, entries)))
         print(f"{entries} entries, batches of {batch} x {size} B, load "
               f"{os.getloadavg()[0]:.2f}; thread CPU ms, best of {ROUNDS} (median)")
         for (name, what), v in res.items():

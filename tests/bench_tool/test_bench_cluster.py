@@ -271,6 +271,45 @@ def test_cluster_fails_when_a_replica_log_differs(bench, monkeypatch):
     assert integ["missing"] == 0          # the leader still served every message
 
 
+class _Stopped:
+    """What _compare_group reads of a stopped cluster: ids, store dirs, committed positions."""
+
+    def __init__(self, root, committed):
+        self.ids, self.root, self.committed = list(committed), root, committed
+
+    def store_dir(self, nid, group=0):
+        return os.path.join(self.root, nid)
+
+    def committed_positions(self, group=0):
+        return dict(self.committed)
+
+
+def _segment(root, nid, start, data):
+    d = os.path.join(root, nid, "commitlog")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"{start:020d}"), "wb") as fh:
+        fh.write(data)
+
+
+def test_replica_logs_are_compared_from_what_every_replica_still_holds(tmp_path):
+    # a store on a nearly full disk deletes its oldest segments (force-clean), each replica
+    # at its own moment: the bytes one replica no longer holds are not a difference, a byte
+    # that differs after them still is
+    seg = 4096
+    data = [bytes([k]) * seg for k in range(3)]
+    for nid in ("n1", "n2", "n3"):
+        for k in (range(1, 3) if nid == "n2" else range(3)):
+            _segment(tmp_path, nid, k * seg, data[k])
+    c = _Stopped(str(tmp_path), {"n1": 3 * seg, "n2": 3 * seg - 10, "n3": 3 * seg})
+    got = bench_cluster._compare_group(c, 0)
+    assert got == {"compared_bytes": 2 * seg - 10, "compared_from": seg, "identical": True,
+                   "first_difference": None}
+    _segment(tmp_path, "n3", 2 * seg, data[2][:100] + b"x" + data[2][101:])
+    got = bench_cluster._compare_group(c, 0)
+    assert got["identical"] is False
+    assert got["first_difference"] == f"n3 differs from n1 at byte {2 * seg + 100}"
+
+
 def test_keep_leaves_the_replicas_running(bench, schema, tmp_path):
     from quorumlog.localcluster import LocalCluster
     run = bench("cluster", "--count", "400", "--batch", "40", "--keep")

@@ -104,6 +104,28 @@ def test_both_transports_report_a_closed_peer_lost_then_refused(make_nodes):
     run(None, body)
 
 
+def test_a_failing_peer_lost_listener_is_logged_and_the_transport_goes_on(make_nodes, caplog):
+    # the listener is the node's code: its exception must not break the transport's own
+    # connection handling (both implementations report through net/seam.report_peer_lost)
+    async def body():
+        a, b = make_nodes("ab")
+        calls = []
+
+        def listener(peer, refused):
+            calls.append((peer, refused))
+            raise RuntimeError("listener broke")
+        a.t.on_peer_lost = listener
+        try:
+            await start_mesh([a, b])
+            await b.t.close()
+            await wait_until(lambda: any(r for _, r in calls), 5, "a redial refused")
+            assert all(p == "b" for p, _ in calls)
+            assert "on_peer_lost failed for peer 'b'" in caplog.text
+        finally:
+            await close_all([a, b])
+    run(None, body)
+
+
 # --- simulated faults -----------------------------------------------------------------------
 
 def test_a_partition_or_a_crash_behind_it_reports_nothing():

@@ -5,7 +5,7 @@ truncations and completions, checked against a model of which messages each entr
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quorumlog.commitlog import CommitLog
@@ -259,3 +259,57 @@ def test_a_log_that_cannot_be_read_refuses_every_producer_batch():
     t.rebuild(_RunsLog([(1, 1, 1, 1)]), 1, 10)        # a later election reads it again
     with pytest.raises(DuplicateBatchError):
         t.check(1, 1)
+
+
+# --- the rebuild records only the runs that can stay (producers._kept_runs) ---------------
+
+def _state(t):
+    return [(pid, [(b.seq, b.count, b.held, b.ranges, b.prefix_known) for b in batches])
+            for pid, batches in t._by_pid.items()]
+
+
+_run_ops = st.lists(st.tuples(st.integers(1, 3),            # pid
+                              st.integers(0, 4),            # sequence step (0: same batch)
+                              st.integers(1, 2),            # entries in the run
+                              st.booleans(),                # a legacy run (no count)
+                              st.integers(0, 3)),           # 0: the sequence goes back 3
+                    max_size=40)
+
+
+@settings(max_examples=500, deadline=None)
+@given(ops=_run_ops, prior=_run_ops, keep=st.integers(1, 3), max_producers=st.integers(1, 3),
+       step=st.sampled_from([1, 3, 8, 1000]))
+@example(ops=[(1, 0, 1, False, 1), (1, 4, 1, False, 1), (1, 1, 1, False, 0),    # 5 9 7 8:
+              (1, 1, 1, False, 1)], prior=[], keep=2, max_producers=3, step=8)    # disorder
+@example(ops=[(3, 0, 1, False, 1), (2, 0, 1, False, 1), (3, 0, 1, False, 1),       # more
+              (1, 0, 1, False, 1), (2, 2, 1, False, 1), (3, 0, 1, False, 1),       # producers
+              (1, 1, 1, False, 1), (2, 0, 1, False, 1)],                           # than room
+         prior=[], keep=1, max_producers=2, step=8)
+def test_recording_the_kept_runs_equals_recording_every_run(ops, prior, keep, max_producers,
+                                                            step):
+    # differential: a table fed every run of a window (the reference: _record_runs) and one
+    # fed through read_step's filter end equal, from the same earlier state, including
+    # producers whose sequences go back and more producers than the table has room for
+    def runs_of(ops, index):
+        out, seq, held = [], {}, {}
+        for pid, dseq, n, legacy, back in ops:
+            s = seq.get(pid, 5) + dseq - (3 if back == 0 else 0)
+            seq[pid] = s = max(s, 0)
+            o = held.get((pid, s), 0) if dseq == 0 else 0
+            held[(pid, s)] = o + n
+            out.append((index, index + n - 1, pid, s) if legacy
+                       else (index, index + n - 1, pid, s, 10, o))
+            index += n + (back % 2)
+        return out, index
+    before, index = runs_of(prior, 1)
+    window, end = runs_of(ops, index)
+    log = _RunsLog(before + window)
+    full = ProducerTable(max_producers, keep)
+    full._record_runs(log, before)
+    full._record_runs(log, window)
+    got = ProducerTable(max_producers, keep)
+    got._record_runs(log, before)
+    got._source = (log, index, end)
+    while not got.read_step(step):
+        pass
+    assert _state(got) == _state(full)

@@ -7,9 +7,12 @@ same driver code. hashicorp/raft's `Transport` / `InmemTransport` pair is the mo
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, Protocol, runtime_checkable
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "report_peer_lost"]
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -38,3 +41,14 @@ class Transport(Protocol):
     def is_connected(self, peer_id: str) -> bool: ...
 
     def stats(self) -> dict: ...
+
+
+def report_peer_lost(transport: Transport, peer_id: str, refused: bool) -> None:
+    """Tell the transport's `on_peer_lost` listener, if any, of a lost peer. Both
+    implementations call this: a failing listener is logged, never raised into the
+    transport's own connection handling."""
+    if transport.on_peer_lost is not None:
+        try:
+            transport.on_peer_lost(peer_id, refused)
+        except Exception:
+            log.exception("on_peer_lost failed for peer %r", peer_id)

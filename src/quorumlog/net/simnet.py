@@ -34,6 +34,7 @@ from . import codec
 from .errors import TransportClosedError
 from .framing import FrameDecoder
 from .messages import check_node_id
+from .seam import report_peer_lost
 
 log = logging.getLogger(__name__)
 
@@ -362,11 +363,7 @@ class SimTransport:
             log.exception("on_message failed for a message from %r", src_id)
 
     def _lost(self, peer_id: str, refused: bool) -> None:
-        if self.on_peer_lost is not None:
-            try:
-                self.on_peer_lost(peer_id, refused)
-            except Exception:
-                log.exception("on_peer_lost failed for peer %r", peer_id)
+        report_peer_lost(self, peer_id, refused)
 
     def _notify(self) -> None:
         self._changed.set()

@@ -60,6 +60,7 @@ from .framing import (DEFAULT_MAX_FRAME_BYTES, DEFAULT_RECV_BUFFER_BYTES, HEADER
                       BufferPool, FrameDecoder, encode_header)
 from .messages import PEER_ROLES, RejectReason, Role, check_node_id
 from .ratelog import RateLimitedLog
+from .seam import report_peer_lost
 
 log = logging.getLogger(__name__)
 
@@ -1172,11 +1173,7 @@ class PeerTransport:
             self._changed(p, lane)
 
     def _peer_lost(self, peer_id: str, refused: bool) -> None:
-        if self.on_peer_lost is not None:
-            try:
-                self.on_peer_lost(peer_id, refused)
-            except Exception:
-                log.exception("on_peer_lost failed for peer %r", peer_id)
+        report_peer_lost(self, peer_id, refused)
 
     @staticmethod
     def _changed(p: _Peer, lane: _Lane) -> None:

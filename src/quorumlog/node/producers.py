@@ -277,15 +277,21 @@ class ProducerTable:
 
     def _read(self, log, lo: int, hi: int) -> None:
         try:
-            for run in log.producers(lo, hi):
-                first, last, pid, seq = run[:4]
-                count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
-                self._record_known(pid, seq, first, last, log.term_at(last), count, ordinal)
+            runs = log.producers(lo, hi)
+            self._record_runs(log, _kept_runs(runs, self.batches_per_producer,
+                                              self.max_producers - len(self._by_pid),
+                                              self._by_pid))
         except NotSupportedByLogError:
             raise
         except QuorumlogError as e:     # (a damaged record: never raised into an election)
             self._by_pid.clear()
             self.broken = e
+
+    def _record_runs(self, log, runs) -> None:
+        for run in runs:
+            first, last, pid, seq = run[:4]
+            count, ordinal = (run[4], run[5]) if len(run) > 4 else (last - first + 1, 0)
+            self._record_known(pid, seq, first, last, log.term_at(last), count, ordinal)
 
     def _record_known(self, pid, seq, first, last, term, count, ordinal) -> None:
         """A run of entries [first, last] holding ordinals ordinal.. of batch (pid, seq) of
@@ -310,6 +316,43 @@ class ProducerTable:
         else:
             b = Batch(seq, count, ordinal + n, [[first, last, term]], prefix_known=ordinal == 0)
         self._add(pid, b)
+
+
+def _kept_runs(runs: list, keep: int, room: int, known) -> list:
+    """The runs of `runs` (log order) whose batches can still be in the table once all of
+    them are recorded: per producer, the runs of its last `keep` distinct sequences. A
+    leader's window of single-message batches is 65,536 runs, nearly all of them pushed out
+    of their producer's last `keep` by later ones; recording them cost ~70 ms of a new
+    leader's first batch (bench/producer_rebuild.py).
+
+    Exact, not a guess -- the table after recording the kept runs equals the table after
+    recording all (tests/node/test_producer_table_batches.py, differential) -- when:
+      * a producer's sequences do not decrease along `runs` (the log holds a producer's
+        batches in sequence order: `latest`); a producer whose do is kept whole. Then each
+        of its last `keep` sequences above what the table held is a new batch, so `keep`
+        new batches push every dropped one out of its deque, and one not above is recorded
+        alike either way, while a dropped run's sequence is below all of them;
+      * no producer is forgotten for room (`max_producers`) meanwhile: if the runs name more
+        producers new to the table than `room`, every run is kept."""
+    if len(runs) <= keep:
+        return runs
+    state = {}          # pid -> [distinct sequences from the end, the last seen, cut-off]
+    for run in reversed(runs):
+        pid, seq = run[2], run[3]
+        st = state.get(pid)
+        if st is None:
+            state[pid] = [1, seq, seq]
+        elif st[2] >= 0 and seq != st[1]:
+            if seq > st[1]:
+                st[2] = -1          # out of order: keep all of this producer's runs
+            else:
+                st[0] += 1
+                st[1] = seq
+                if st[0] <= keep:
+                    st[2] = seq
+    if sum(1 for pid in state if pid not in known) > room:
+        return runs
+    return [run for run in runs if run[3] >= state[run[2]][2]]
 
 
 def table_for_term(current: ProducerTable | None, log, term: int, *,

@@ -93,6 +93,11 @@ def _replica_rows(cluster: BenchCluster, before: dict, after: dict, cpu: dict,
     return out
 
 
+def _compared_end(logs: dict) -> int:
+    """The log position the replicas' comparison reached (compare_logs)."""
+    return logs["compared_from"] + logs["compared_bytes"]
+
+
 def _integrity(verifier: Verifier, rb: dict, logs: dict | None, acked) -> dict:
     out = verifier.result()
     out["method"] += ("; each at its acknowledged queue offset, fetched from the leader"
@@ -103,13 +108,13 @@ def _integrity(verifier: Verifier, rb: dict, logs: dict | None, acked) -> dict:
     out["ok"] = out["ok"] and rb["misplaced"] == 0
     if logs is not None and "groups" in logs:
         # many groups: positions are per group's log (the queue says which group)
-        covered = all(a.last_position < logs["groups"][group_of(TOPIC, a.queue_id, len(
-            logs["groups"]))]["compared_bytes"] for a in acked)
+        covered = all(a.last_position < _compared_end(logs["groups"][group_of(
+            TOPIC, a.queue_id, len(logs["groups"]))]) for a in acked)
         out["replica_logs"] = {**logs, "covers_acknowledged": covered}
         out["ok"] = out["ok"] and logs["identical"] and covered
     elif logs is not None:
         last = max((a.last_position for a in acked), default=-1)
-        covered = last < logs["compared_bytes"]
+        covered = last < _compared_end(logs)
         out["replica_logs"] = {**logs, "covers_acknowledged": covered}
         out["ok"] = out["ok"] and logs["identical"] and covered
     return out
