@@ -57,7 +57,10 @@ cdef bint pool_segment(CommitLog self, Mapping m, bint exported):
         if len(self._pool) >= self.recycle_segments:
             oldest = self._pool.pop(0)
     if oldest >= 0:
-        os.unlink(_pool_path(self, oldest))
+        try:
+            os.unlink(_pool_path(self, oldest))
+        except OSError as e:        # (someone removed it: nothing to give back)
+            log.debug("dropping pooled segment file %d failed: %s", oldest, e)
     os.rename(m.path, _pool_path(self, m.start))
     with self._prep_cv:
         self._pool.append(m.start)

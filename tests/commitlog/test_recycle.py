@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -392,3 +393,57 @@ def test_differential_against_fresh_files(tmp_path, seed):
     # differ only in store timestamps, which come from the clock)
     assert a[:-2] == b[:-2]
     assert len(a[-2]) == len(b[-2])
+
+
+def test_reads_racing_retention_and_reuse_see_their_own_records(tmp_path):
+    # A reader in another thread takes views of the oldest segments while retention frees
+    # them and appends reuse the files: a view either keeps its segment out of the pool or
+    # is never taken (IndexOutOfRangeError); it never shows another segment's records.
+    log = open_log(tmp_path / "s", **KW)
+    try:
+        bodies = fill(log, 3 * SEG)
+        stop = threading.Event()
+        progress = threading.Event()     # the reader reads once per batch appended
+        errors_seen = []
+
+        def writer():
+            try:
+                k = 100000
+                while not stop.is_set() and log.stats()["segments_recycled"] < 6:
+                    k += 8
+                    bs = [body(k + j) for j in range(8)]
+                    first, _, _ = log.append_batch("t", bs, term=1)
+                    bodies.update({first + j: b for j, b in enumerate(bs)})
+                    progress.set()
+                    if log.end_position - log.min_position > 3 * SEG:
+                        log.delete_segments_before(log.end_position - 2 * SEG)
+            except BaseException as e:           # reported by the main thread
+                errors_seen.append(e)
+
+        th = threading.Thread(target=writer)
+        th.start()
+        checked = 0
+        try:
+            while th.is_alive():
+                progress.wait(1.0)
+                progress.clear()
+                lo = log.first_index
+                try:
+                    view, n = log.read(lo, lo + 8, 4 * SEG)
+                except errors.IndexOutOfRangeError:
+                    continue
+                off = 0
+                for j in range(n):         # the records of lo.., bodies as appended
+                    rec = qf.decode_record(view, off)
+                    assert rec.index == lo + j and bytes(rec.body) == bodies[lo + j]
+                    off += int.from_bytes(view[off + 4:off + 8], "little")
+                checked += 1
+                del view, rec                  # (a view kept would keep its file from reuse)
+        finally:
+            stop.set()
+            th.join()
+        assert not errors_seen, errors_seen
+        assert checked > 0 and log.stats()["segments_recycled"] >= 1
+        check_reads(log, bodies)
+    finally:
+        log.close()
