@@ -44,6 +44,12 @@ def classify(stack) -> str:
     leaf, ldso = stack[0]
     if "kallsyms" in ldso:
         j = " ".join(s for s, _ in stack)
+        user = next((s for s, d in stack if "kallsyms" not in d), "")
+        if "exc_page_fault" in j and any(x in user for x in ("fold_update", "crc32c",
+                                                              "verify_record")):
+            # a log page read (and CRC-checked) for the first time through the mapping:
+            # the leader reading what it wrote with pwritev, for its APPENDs
+            return "k: page fault, log read"
         return next((name for name, test in KERNEL if test(j, leaf)), "k: other")
     for name, dso, leaves in USER:
         if dso in ldso and (not leaves or any(x in leaf for x in leaves)):
@@ -73,20 +79,38 @@ def report(prefix: str) -> None:
     bench = open(prefix + ".pids").readline().split()[1].split(",")[0]
     counts = collections.defaultdict(collections.Counter)
     for pid, tid, stack in samples(prefix + ".perf"):
-        counts[pid][classify(stack)] += 1
+        cat = classify(stack)
+        counts[pid][cat] += 1
         counts[pid]["(other threads)"] += pid != tid
-    tot = {p: sum(v for k, v in c.items() if k != "(other threads)") for p, c in counts.items()}
-    order = [bench] + sorted((p for p in counts if p != bench), key=lambda p: -tot[p])
+        if pid == tid:
+            counts[pid + "/main"][cat] += 1
+    tot = {p: sum(v for k, v in c.items() if k != "(other threads)") for p, c in counts.items()
+           if "/" not in p}
+    order = [bench] + sorted((p for p in tot if p != bench), key=lambda p: -tot[p])
     names = ["bench", "leader"] + [f"follower{i}" for i in range(1, len(order) - 1)]
     n = sum(tot.values())
-    cats = sorted({k for c in counts.values() for k in c}, key=lambda k: -sum(
-        c[k] for c in counts.values()))
+    cats = sorted({k for p in tot for k in counts[p]}, key=lambda k: -sum(
+        counts[p][k] for p in tot))
     print(f"{'% of all samples':26s}" + "".join(f"{x:>10s}" for x in names) + f"{'all':>8s}")
     for k in cats + ["total"]:
         vals = [tot[p] if k == "total" else counts[p][k] for p in order]
         print(f"{k:26s}" + "".join(f"{100 * v / n:10.1f}" for v in vals) +
               f"{100 * sum(vals) / n:8.1f}")
     print(f"samples: {n}")
+    _report_threads(counts, order, names, n)
+
+
+def _report_threads(counts, order, names, n) -> None:
+    """Each process's main thread (the event loop) against its other threads (the store's
+    timer, the flusher, the segment preparer), % of all samples, with the main thread's
+    largest rows: what per-request work on the loop can save at most."""
+    for name, p in zip(names, order):
+        c = counts[p]
+        total = sum(v for k, v in c.items() if k != "(other threads)")
+        main = counts.get(p + "/main", collections.Counter())
+        top = ", ".join(f"{k} {100 * v / n:.1f}" for k, v in main.most_common(5))
+        print(f"{name:10s} main thread {100 * sum(main.values()) / n:5.1f} %, other threads "
+              f"{100 * (total - sum(main.values())) / n:5.1f} %; main: {top}")
 
 
 def record(prefix: str, bench_args: list) -> None:

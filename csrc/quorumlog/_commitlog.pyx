@@ -233,6 +233,9 @@ cdef class CommitLog:
     cdef int64_t _first_seg
     cdef Mapping _cur
     cdef int64_t _cur_start
+    # the segment whose mapping reads without readahead (commitlog_read.pxi _no_readahead),
+    # -1: none
+    cdef int64_t _random_seg
     # raft index files: self._idx[f - self._first_idxf] holds indexes [f*N+1, (f+1)*N]
     cdef list _idx
     cdef int64_t _first_idxf
@@ -293,6 +296,7 @@ cdef class CommitLog:
             raise MemoryError()
         self._lock_fd = -1
         self._closed = True
+        self._random_seg = -1
 
     def __dealloc__(self):
         if self._gen == _fork_generation:

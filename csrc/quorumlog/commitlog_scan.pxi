@@ -31,6 +31,31 @@ RECORD_INFO = np.dtype([
 assert RECORD_INFO.itemsize == sizeof(RecInfo) == 88
 
 
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void *addr, size_t length, int advice)
+    int MADV_NORMAL
+    int MADV_RANDOM
+
+
+cdef int _no_readahead(CommitLog self, int64_t k, Mapping m) except -1:
+    """Reads through the mapping of the segment being written (a leader's reads for its
+    APPENDs, the dispatch's scans: just behind the appends) take no readahead; the segment
+    read that way before gets it back. The pages past the log's end are fallocated but
+    unwritten: a fault's readahead there zero-fills them (ext4_mpage_readpages) and marks
+    one for the next asynchronous readahead, so reads of fresh records kept zero-filling the
+    window ahead, which the next pwritev then overwrote -- 6.8 % of all CPU of a replicated
+    run, on the leader (docs/benchmarks.md, branch batch21). Advice only: a failure changes
+    nothing."""
+    cdef Mapping old
+    if self._random_seg >= 0:
+        old = _seg(self, self._random_seg)
+        if old is not None:
+            madvise(old.addr, <size_t>old.size, MADV_NORMAL)
+    madvise(m.addr, <size_t>m.size, MADV_RANDOM)
+    self._random_seg = k
+    return 0
+
+
 cdef char **_segment_addrs(CommitLog self, int64_t from_pos, int64_t limit, int64_t *k0,
                            Py_ssize_t *nseg, list holder) except NULL:
     """malloc'd addresses of the segments holding [from_pos, limit) (the caller frees
@@ -43,6 +68,8 @@ cdef char **_segment_addrs(CommitLog self, int64_t from_pos, int64_t limit, int6
     holder.extend(self._segs[k0[0] - self._first_seg:k0[0] - self._first_seg + nseg[0]])
     if len(holder) != nseg[0]:
         raise IndexOutOfRangeError(f"[{from_pos}, {limit}) is not all in the log")
+    if holder[nseg[0] - 1] is self._cur and k0[0] + nseg[0] - 1 != self._random_seg:
+        _no_readahead(self, k0[0] + nseg[0] - 1, self._cur)
     addrs = <char **>malloc(nseg[0] * sizeof(char *))
     if addrs == NULL:
         raise MemoryError()

@@ -47,6 +47,7 @@ import collections
 import logging
 import random
 import threading
+import time
 from typing import NamedTuple
 
 from .errors import (AuthenticationError, ConnectionLimitError, InvalidArgumentError,
@@ -183,6 +184,17 @@ class _ProducerWindow:
         self.next += 1
         self._open.add(seq)
         return seq
+
+    def take_now(self) -> int:
+        """A sequence at once if one is free and nobody waits for one, else 0 (acquire)."""
+        if not self._queue and self._room():
+            return self._take()
+        return 0
+
+    @property
+    def failing(self) -> bool:
+        """Some batch's attempt failed and waits to be sent again (turn)."""
+        return bool(self._failed)
 
     async def acquire(self) -> int:
         if not self._queue and self._room():
@@ -488,7 +500,10 @@ class AsyncClient:
             self._connecting.release()
 
     async def _request(self, msg, prefer=None, timeout=None, exact=False, retry=False):
-        ch = await self._connect(prefer, exact)
+        ch = self._channel
+        if ch is None or ch.closed or self._connect_waiters or (
+                prefer is not None and prefer != self._channel_addr):
+            ch = await self._connect(prefer, exact)
         self.stats["requests"] += 1
         if self._trace is not None:
             self._trace("send", self._channel_addr, retry)
@@ -502,14 +517,35 @@ class AsyncClient:
         return resp
 
     async def _with_retries(self, msg, *, to_leader: bool, timeout=None):
+        window = getattr(msg, "window", None)
+        if window is None or not window.failing:
+            # the usual case, first: no retry state, no deadline (asyncio.get_running_loop()
+            # is a getpid() system call per request on Python 3.11), no window turn to wait
+            started = time.monotonic()
+            try:
+                return await self._request(msg, self._leader_addr if to_leader else None,
+                                           timeout)
+            except _RETRYABLE as e:
+                first = e
+        else:
+            started, first = time.monotonic(), None
+        return await self._retrying(msg, to_leader, timeout, first,
+                                    started + self.retry_timeout - time.monotonic())
+
+    async def _retrying(self, msg, to_leader: bool, timeout, first, left: float):
+        """_with_retries after its first attempt failed with `first` (None: it waits for its
+        turn first), `left` seconds before the request's retry_timeout runs out."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_timeout
+        deadline = loop.time() + left
         st = _Retry()
         window = getattr(msg, "window", None)
         trace = self._trace
         while True:
             prefer = self._leader_addr if to_leader else None
             try:
+                if first is not None:
+                    e, first = first, None
+                    raise e
                 if window is not None:
                     await window.turn(msg.seq, deadline)
                 return await self._request(msg, prefer, timeout, retry=st.tries > 0)
@@ -680,7 +716,7 @@ class AsyncClient:
         w = self._window
         self._inflight += 1
         try:
-            seq = await w.acquire()
+            seq = w.take_now() or await w.acquire()
             try:
                 vals[_SEQUENCE_FIELD] = seq
                 r = await self._with_retries(_EncodedProduce(vals, rest, w, seq),

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from quorumlog.node.pipeline import Tracker
+from quorumlog.node.pipeline import SyncFuture, Tracker
 from quorumlog.raft.errors import NotLeaderError
 
 
@@ -71,5 +71,42 @@ def test_truncation_fails_the_tail_and_loss_fails_the_rest():
         with pytest.raises(NotLeaderError, match="lost"):
             a.result()
         assert (len(t), t.messages, t.bytes) == (0, 0, 0)
+    finally:
+        loop.close()
+
+
+def test_a_sync_future_acts_inside_the_call_that_completes_it():
+    """SyncFuture (the client service's answers, a coalesced proposal's split): its function
+    runs in the tracker's on_applied / on_lost call itself -- not from a done-callback a loop
+    turn later -- once, with the future done, for a result, an error and a cancellation."""
+    loop = asyncio.new_event_loop()
+    try:
+        seen = []
+        t = Tracker()
+        futs = [SyncFuture(lambda f, k: seen.append((k, f.done())), k, loop=loop)
+                for k in range(3)]
+        for k, f in enumerate(futs[:2]):
+            t.add(_Req(k + 1, k + 1), 2, f)
+        t.on_applied(1, lambda i: 2)
+        assert seen == [(0, True)] and futs[0].result() == ("result", 1, 1)
+        t.fail_all(NotLeaderError("lost"))
+        assert seen == [(0, True), (1, True)]
+        assert isinstance(futs[1].exception(), NotLeaderError)
+        assert futs[2].cancel() and seen[-1] == (2, True) and not futs[2].cancel()
+        assert len(seen) == 3
+    finally:
+        loop.close()
+
+
+def test_what_a_sync_futures_function_raises_stays_out_of_the_completing_call(caplog):
+    """(The completing call is the node's apply: an error there would stop the node.)"""
+    loop = asyncio.new_event_loop()
+    try:
+        t = Tracker()
+        f = SyncFuture(lambda _f: 1 / 0, loop=loop)
+        t.add(_Req(1, 1), 2, f)
+        t.on_applied(1, lambda i: 2)
+        assert f.result() == ("result", 1, 1) and len(t) == 0
+        assert "completing a proposal's future failed" in caplog.text
     finally:
         loop.close()

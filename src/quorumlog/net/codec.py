@@ -744,6 +744,112 @@ register(0x41, m.ProduceResponse, [("first_index", INDEX), ("queue_id", QUEUE_ID
                                    ("first_queue_offset", INDEX), ("store_timestamp_ms", I64),
                                    ("positions", List(INDEX, m.MAX_BATCH_MESSAGES))],
          channel=CLIENT)
+
+
+class _OneAckFrame:
+    """The frame of a ProduceResponse acknowledging one message (every single-message
+    produce's answer; a coalesced round's answers too) in one struct call each way instead
+    of the spec's generic walk: the same bytes. Anything else -- more positions, a value out
+    of its field's bounds, a malformed payload -- is declined (None) and the reference
+    (encode_payload / the decode loop) decides, with its precise errors."""
+
+    _BODY = struct.Struct("<qiqqIq")        # the 4 fixed fields, positions' u32 count 1, one
+    _MAX_Q = m.MAX_QUEUE_ID
+
+    def __init__(self, type_code: int):
+        if _BY_CODE[type_code].fixed_struct.format + "Iq" != self._BODY.format:
+            raise ValueError("ProduceResponse: its fields do not match the fast layout")
+        self.type_code = type_code
+
+    def encode(self, msg, request_id, group, max_frame_bytes, _zero_copy_min_bytes):
+        pos = msg.positions
+        if type(pos) is not tuple or len(pos) != 1:
+            return None
+        fi, q, fo, ts, p = msg.first_index, msg.queue_id, msg.first_queue_offset, \
+            msg.store_timestamp_ms, pos[0]
+        if type(fi) is not int or type(q) is not int or type(fo) is not int or \
+                type(ts) is not int or type(p) is not int or \
+                not (0 <= fi <= MAX_I64 and 0 <= q <= self._MAX_Q and 0 <= fo <= MAX_I64
+                     and -MAX_I64 - 1 <= ts <= MAX_I64 and 0 <= p <= MAX_I64):
+            return None
+        body = self._BODY.pack(fi, q, fo, ts, 1, p)
+        if len(body) + HEADER_SIZE > max_frame_bytes:
+            return None
+        return [encode_header(self.type_code, len(body), request_id, 0, group) + body]
+
+    def decode(self, payload, _src, _dst):
+        b = self._BODY
+        if len(payload) != b.size:
+            return None
+        fi, q, fo, ts, n, p = b.unpack_from(payload)
+        if n != 1 or fi < 0 or fo < 0 or p < 0 or not 0 <= q <= self._MAX_Q:
+            return None
+        return m.ProduceResponse(fi, q, fo, ts, (p,))
+
+
+_BY_CODE[0x41].frame = _OneAckFrame(0x41)
+
+
+class _OneBodyProduceFrame:
+    """A ProduceRequest of one message (every single-message produce) read by a few struct
+    calls instead of the spec's generic walk: the same message, its body a view of the
+    payload. Anything else -- more or fewer bodies, a field out of its bounds, text that is
+    not UTF-8, a short or long payload -- is declined (None) and the reference decides,
+    with its precise errors. (Clients encode produces with client.encode_produce: no encode
+    here.)"""
+
+    _FIXED = struct.Struct("<iBQQQ")        # queue_id, delay_level, producer_id, seq, base
+    _COUNT_LEN = struct.Struct("<II")       # the bodies' u32 count, the body's u32 length
+
+    def __init__(self, type_code: int):
+        spec = _BY_CODE[type_code]
+        topic, tags, bodies = (k for _, k in spec.var)
+        if spec.fixed_struct.format != self._FIXED.format or \
+                [n for n, _ in spec.var] != ["topic", "tags", "bodies"] or \
+                (topic.len_fmt.format, topic.min_len, topic.optional) != ("<B", 1, False) or \
+                (tags.len_fmt.format, tags.optional) != ("<B", True) or \
+                (bodies.item.len_fmt.format, bodies.item.view) != ("<I", True):
+            raise ValueError("ProduceRequest: its fields do not match the fast layout")
+        self._max_topic, self._max_tags = topic.max_bytes, tags.max_bytes
+        self._max_body = bodies.item.max_bytes
+
+    @staticmethod
+    def encode(*_args):
+        return None
+
+    def decode(self, buf, _src, _dst):
+        if type(buf) is not memoryview:
+            buf = memoryview(buf)
+        if buf.ndim != 1 or buf.itemsize != 1:
+            return None
+        end = buf.nbytes
+        off = self._FIXED.size
+        if end < off + 10:
+            return None
+        q, delay, pid, seq, base = self._FIXED.unpack_from(buf)
+        n = buf[off]
+        if not -1 <= q <= m.MAX_QUEUE_ID or not 1 <= n <= self._max_topic or \
+                off + 1 + n + 9 > end:
+            return None
+        try:
+            topic = str(buf[off + 1:off + 1 + n], "utf-8")
+            off += 1 + n
+            n = buf[off]
+            tags = str(buf[off + 1:off + 1 + n], "utf-8") if n else None
+        except UnicodeDecodeError:
+            return None
+        off += 1 + n
+        if n > self._max_tags or off + 8 > end:
+            return None
+        count, n = self._COUNT_LEN.unpack_from(buf, off)
+        off += 8
+        if count != 1 or off + n != end or n > self._max_body:
+            return None
+        return m.ProduceRequest(topic, [buf[off:end]], q, tags, delay, pid, seq, base)
+
+
+_BY_CODE[0x40].frame = _OneBodyProduceFrame(0x40)
+
 register(0x42, m.FetchRequest, [("queue_id", QUEUE_ID), ("offset", INDEX),
                                 ("max_messages", Fixed("I", 1, m.MAX_BATCH_MESSAGES)),
                                 ("max_bytes", Fixed("I", 1, 0xFFFFFFFF)),

@@ -575,6 +575,12 @@ class _Conn(asyncio.BufferedProtocol):
         if not self.closed:
             self._write(parts, n)
 
+    def write_turn(self) -> None:
+        """Write what this loop turn sent here now instead of at the turn's end: for a caller
+        that sends nothing more here this turn (the client service after a commit's
+        acknowledgements: they leave in the commit's loop turn, not the next)."""
+        self._flush_turn()
+
     def _drain(self) -> None:
         self._flush_turn()
         ctrl, bulk = self._ctrl, self._bulk

@@ -19,7 +19,9 @@ the term check at apply is the guard that a replaced entry is never answered as 
 
 The interface the driver (node/driver.py) uses: put_batch_future / create_topic /
 commit_offsets (the node's write API), check_writable / not_leader, on_applied, on_lost,
-close, pending_messages / pending_bytes.
+close, pending_messages / pending_bytes. The client service passes put_batch_future a
+SyncFuture (its answer, built as the put completes) and sets on_completed (called after
+on_applied completed proposals: it writes their answers then).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from .producers import (BatchMismatchError, KnownBatchError, ProducerTable,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Pipeline", "Tracker"]
+__all__ = ["Pipeline", "SyncFuture", "Tracker"]
 
 _COALESCIBLE = frozenset(("queue_id", "tags", "properties"))
 _COALESCE_BELOW_MESSAGES = 64        # bigger puts are batches already: proposed as they are
@@ -164,6 +166,39 @@ def _split_result(f: asyncio.Future, items) -> None:
                                           r.store_timestamp_ms))
 
 
+class SyncFuture(asyncio.Future):
+    """A future that calls `fn(self, *args)` as it completes (result, exception or
+    cancellation), in the completing call -- not from a done-callback a loop turn later.
+    A coalesced proposal's future splits its result among its puts so (_split_result), and
+    the client service answers a produce so: in the loop turn that applied it. That call is
+    the node's apply: what fn raises is logged, never raised into it (a done-callback's
+    error would have been the loop's to log)."""
+
+    def __init__(self, fn, *args, loop):
+        super().__init__(loop=loop)
+        self._fn, self._args = fn, args
+
+    def _act(self) -> None:
+        try:
+            self._fn(self, *self._args)
+        except Exception:
+            log.exception("completing a proposal's future failed")
+
+    def set_result(self, result) -> None:
+        super().set_result(result)
+        self._act()
+
+    def set_exception(self, exception) -> None:
+        super().set_exception(exception)
+        self._act()
+
+    def cancel(self, msg=None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._act()
+        return True
+
+
 class Pipeline:
     """The proposal pipeline of one node (see the module docstring). `node`: the driver
     (its core, seam, store, configs, loop, stats and wait_applied are read from it); `wake()`
@@ -184,6 +219,9 @@ class Pipeline:
         self._backlog_task: asyncio.Task | None = None
         self._queued: list = []
         self._queued_pending = False
+        # called after on_applied completed proposals (the client service writes their
+        # acknowledgements then, in this loop turn)
+        self.on_completed = None
 
     # -- what the driver calls -------------------------------------------------------------
     @property
@@ -198,6 +236,8 @@ class Pipeline:
         """The driver applied the log up to `upto`: complete the proposals it commits."""
         if len(self.tracker):
             self.tracker.on_applied(upto, self._node.seam.raft_log().term_at)
+            if self.on_completed is not None:
+                self.on_completed()
 
     def on_lost(self, exc: BaseException) -> None:
         """Leadership lost (or the node failed): every proposal in flight fails with exc."""
@@ -329,12 +369,16 @@ class Pipeline:
             base_sequence=base_sequence, **kw))
 
     def put_batch_future(self, topic, bodies, *, producer_id: int = 0, sequence: int = 0,
-                         base_sequence: int = 0, **kw) -> asyncio.Future:
+                         base_sequence: int = 0, future: asyncio.Future | None = None,
+                         **kw) -> asyncio.Future:
         """put_batch without a coroutine: checks and proposes (or queues) now and returns the
         future of the result (shared: never cancel it). The client service's produce path:
         no task and no coroutine frames per request (a retried batch, and a put while a new
         leader still reads its log into the producer table, take a task). Bad input and a
-        non-leader raise here."""
+        non-leader raise here. `future`: a future of the caller's (a subclass that acts in
+        its set_result: the client service's reply) to complete instead of a new one, where
+        the put takes the direct path (proposed or queued now); the caller tells by the
+        future returned."""
         self.check_writable()
         self._check_topic(topic)
         props = kw.get("properties")
@@ -359,15 +403,15 @@ class Pipeline:
             if table.pending or self._backlog_task is not None:
                 # a new leader still reading its log's window into the table: wait in line
                 return self._put_after_table_read((topic, bodies, kw, seq, coalesce))
-            return self._put_producer_batch(table, topic, bodies, kw, seq, coalesce)
+            return self._put_producer_batch(table, topic, bodies, kw, seq, coalesce, future)
         if coalesce:
-            return self._queue_put(topic, bodies, kw, None, 0, 0)
-        return self._propose_put(topic, bodies, kw)[1]
+            return self._queue_put(topic, bodies, kw, None, 0, 0, future)
+        return self._propose_put(topic, bodies, kw, future)[1]
 
-    def _propose_put(self, topic, bodies, kw):
+    def _propose_put(self, topic, bodies, kw, future=None):
         self._ensure_topic(topic)
         req = self._node.seam.prepare_put(topic, bodies, **kw)
-        fut = self._propose(req)
+        fut = self._propose(req, fut=future)
         self.stats["messages_put"] += req.count
         return req, fut
 
@@ -399,7 +443,7 @@ class Pipeline:
                     fut.set_exception(e)
 
     def _put_producer_batch(self, table, topic, bodies, kw, seq,
-                            coalesce) -> asyncio.Future:
+                            coalesce, future=None) -> asyncio.Future:
         producer_id, sequence, base = seq
         try:
             # OutOfOrderSequenceError (retriable), ProducerSequenceError: refused
@@ -411,8 +455,8 @@ class Pipeline:
         kw["properties"] = producer_properties(producer_id, sequence, len(bodies), 0,
                                                kw.get("properties"))
         if coalesce:
-            return self._queue_put(topic, bodies, kw, table, producer_id, sequence)
-        req, fut = self._propose_put(topic, bodies, kw)
+            return self._queue_put(topic, bodies, kw, table, producer_id, sequence, future)
+        req, fut = self._propose_put(topic, bodies, kw, future)
         b = table.record(producer_id, sequence, req.first_index, req.last_index,
                          self._node.core.term)
         b.waiter = fut
@@ -425,6 +469,9 @@ class Pipeline:
         core = self._node.core
         if core.role != Role.LEADER:
             raise self.not_leader()
+        t = self._producers
+        if t is not None and t.term == core.term:
+            return t                  # (the usual case: table_for_term would return it)
         cfg = self._node.cfg
         self._producers = table_for_term(
             self._producers, self._node.seam.raft_log(), core.term,
@@ -447,13 +494,15 @@ class Pipeline:
         return t
 
     # -- coalescing: the puts of one loop iteration become one proposal per (topic, queue, tags)
-    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence) -> asyncio.Future:
+    def _queue_put(self, topic, bodies, kw, table, producer_id, sequence,
+                   fut=None) -> asyncio.Future:
         """Many small concurrent puts (64 producers of single messages) would each be a
         proposal, an Append per follower, an acknowledgement and a store append. Puts that
         arrive in the same loop iteration with the same topic, queue and tags are proposed
         as one batch at the end of the iteration; each gets its slice of the result. A
         producer's batch is reserved in the table at once (a retry meanwhile waits for it)."""
-        fut = self._node.loop.create_future()
+        if fut is None:
+            fut = self._node.loop.create_future()
         item = _Queued(topic, kw.get("queue_id"), kw.get("tags"), bodies, kw.get("properties"),
                        fut)
         if table is not None:
@@ -485,6 +534,10 @@ class Pipeline:
                 self._wake()
 
     def _propose_groups(self, queued: list) -> None:
+        if len(queued) == 1:           # (one producer, one message at a time)
+            it = queued[0]
+            self._propose_group(it.topic, it.queue_id, it.tags, queued)
+            return
         groups: dict = {}
         for it in queued:
             groups.setdefault((it.topic, it.queue_id, it.tags), []).append(it)
@@ -519,14 +572,20 @@ class Pipeline:
             kw["properties"] = props
         try:
             self.check_writable()
-            if any(it.table is not None and it.table is not self._producer_table()
-                   for it in items):   # (reserved under an earlier term's table)
+            if len(items) == 1:
+                stale = items[0].table is not None and \
+                    items[0].table is not self._producer_table()
+            else:
+                stale = any(it.table is not None and it.table is not self._producer_table()
+                            for it in items)
+            if stale:           # (reserved under an earlier term's table)
                 raise self.not_leader()
             self._ensure_topic(topic)
             req = self._node.seam.prepare_put(topic, bodies, **kw)
             # one put alone (one producer, one message at a time): the tracker completes its
             # own future, no second future and callback to hand it the result
-            done = self._propose(req, fut=items[0].fut if len(items) == 1 else None)
+            self._propose(req, fut=items[0].fut if len(items) == 1 else
+                          SyncFuture(_split_result, items, loop=self._node.loop))
         except Exception as e:
             if len(items) > 1 and not isinstance(e, (NotLeaderError, LogClosedError,
                                                      BackpressureError)):
@@ -549,8 +608,6 @@ class Pipeline:
             if it.batch is not None:
                 it.table.place(it.batch, first + a, first + b - 1, self._node.core.term)
             a = b
-        if len(items) > 1:
-            done.add_done_callback(lambda f, items=items: _split_result(f, items))
 
     async def put(self, topic, body, **kw):
         """One message -> its PutResult, once committed and dispatched."""

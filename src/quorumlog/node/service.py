@@ -26,6 +26,7 @@ from ..net.transport import PeerTransport, TransportConfig
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
 from .host import NodeHost
+from .pipeline import SyncFuture
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,14 @@ class ClientService:
         # the loop it serves on (start): asyncio.get_running_loop() makes a getpid() system
         # call on every call (Python 3.11), once per reply on the produce path
         self._loop: asyncio.AbstractEventLoop | None = None
+        # connections answered since the last _write_answers (at most one entry each)
+        self._answered: set = set()
         self.stats = {"requests": 0, "errors": 0}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        for node in (self.host.nodes if self.host is not None else [self._node]):
+            node.pipeline.on_completed = self._write_answers
         cfg = self.cfg
         secret = read_secret(cfg)
         auth = AuthConfig(cfg.cluster_id, cfg.node_id, secret,
@@ -104,25 +109,46 @@ class ClientService:
 
     # -- produce: no task per request, acknowledgements written once per loop turn ----------
     def _produce_now(self, conn, request_id: int, req: m.ProduceRequest) -> None:
-        """Start a produce at once (Node.put_batch_future) and answer from the future's
-        callback: per request no task, no coroutine frames."""
+        """Start a produce at once (Node.put_batch_future) and answer as its future completes
+        (a SyncFuture: in the loop turn that applied it): per request no task, no coroutine
+        frames, no done-callback."""
+        # answered as the put completes (in the loop turn that applied it), however it does
+        reply = SyncFuture(self._answer, conn, request_id, req, loop=self._loop)
         try:
             kw = self._produce_args(req)
             fut = self.node_for(req.topic, kw["queue_id"]).put_batch_future(
-                req.topic, req.bodies, **kw)
+                req.topic, req.bodies, future=reply, **kw)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, req, e))
             return
-        fut.add_done_callback(lambda f: self._produce_done(conn, request_id, req, f))
+        if fut is not reply:    # (a retry, or a new leader's table read: a future of its own)
+            fut.add_done_callback(lambda f: self._answer(f, conn, request_id, req))
 
-    def _produce_done(self, conn, request_id: int, req, fut) -> None:
-        if fut.cancelled():
-            resp = self._error_response(conn, req, asyncio.CancelledError())
-        elif fut.exception() is not None:
-            resp = self._error_response(conn, req, fut.exception())
-        else:
-            resp = self._produce_response(fut.result())
-        self._reply_later(conn, request_id, resp)
+    def _answer(self, fut, conn, request_id: int, req) -> None:
+        """Reply to a completed produce. Called from inside the node's apply (SyncFuture):
+        it must not raise into it, whatever the result."""
+        try:
+            if fut.cancelled():
+                resp = self._error_response(conn, req, asyncio.CancelledError())
+            elif fut.exception() is not None:
+                resp = self._error_response(conn, req, fut.exception())
+            else:
+                resp = self._produce_response(fut.result())
+            self._reply_later(conn, request_id, resp)
+            self._answered.add(conn)
+        except Exception:
+            log.exception("client %r: cannot answer a produce", conn.client_id)
+
+    def _write_answers(self) -> None:
+        """The pipeline completed proposals (Pipeline.on_completed, in the loop turn of the
+        commit): write the acknowledgements queued since, one write per connection, now --
+        not at the end of the turn, after the rest of the commit's work."""
+        answered, self._answered = self._answered, set()
+        for conn in answered:
+            try:        # (inside the node's apply: a client's socket must not fail the node)
+                conn.write_turn()
+            except Exception:
+                log.exception("client %r: cannot write acknowledgements", conn.client_id)
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
         """The ErrorResponse for a failed request (what _serve answers)."""
