@@ -24,5 +24,8 @@ cdef class Mapping:
     # descriptor the log writes the file through (pwrite), opened on first use and closed
     # once the segment is no longer the one appended to; -1 when not open
     cdef int fd
+    # the segment start this file had before retention freed it and a new segment reused it
+    # (commitlog_recycle.pxi); -1 for a file created for its segment
+    cdef int64_t recycled_from
     cdef readonly int64_t start
     cdef readonly str path

@@ -15,6 +15,7 @@
 # flusher always see a consistent snapshot. Big copies + CRCs, fallocate, msync run without
 # the GIL while holding references to the mappings they touch.
 cimport cython
+from cpython.ref cimport Py_REFCNT
 from cpython.bytes cimport (PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact,
                             PyBytes_FromStringAndSize)
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
@@ -182,6 +183,7 @@ include "commitlog_codec.pxi"       # record encode / verify / decode, checksum 
 include "commitlog_args.pxi"        # argument validation and encoding (nothing written)
 include "commitlog_mapping.pxi"     # Mapping (one mmap'd file), segment files
 include "commitlog_producer.pxi"    # producer batches' properties, one loop per batch
+include "commitlog_recycle.pxi"     # segment files retention freed, reused as new segments
 include "commitlog_preparer.pxi"    # next segment + page population off the append path
 include "commitlog_index.pxi"       # raft-index files and entries
 include "commitlog_append.pxi"      # leader appends: append, append_control, append_batch
@@ -219,6 +221,10 @@ cdef class CommitLog:
     cdef bint _lost_mark
     cdef int64_t flush_interval_ms, checkpoint_interval_ms
     cdef bint preallocate_next
+    # at most this many segment files retention frees are kept for reuse (the pool: their
+    # old starts, oldest first; guarded by _prep_cv)
+    cdef readonly int64_t recycle_segments
+    cdef list _pool
     cdef str _segdir, _idxdir
 
     # segments: self._segs[k - self._first_seg] maps segment k (start k * S)
@@ -258,6 +264,7 @@ cdef class CommitLog:
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
     cdef int64_t n_segments_created, n_prepared_used, n_sync_created, n_blank
+    cdef int64_t n_recycled, n_pooled
     cdef list _flush_hist          # flush latency: counts per FLUSH_LATENCY_BUCKETS_NS + Inf
     cdef int64_t _flush_ns_total
 
@@ -304,7 +311,8 @@ cdef class CommitLog:
 
     def __init__(self, path, *, segment_size_bytes=None, index_file_entries=1 << 20,
                  flush="async", flush_interval_ms=200, checkpoint_interval_ms=1000,
-                 max_message_bytes=4 << 20, preallocate_next=True, read_only=False):
+                 max_message_bytes=4 << 20, preallocate_next=True, read_only=False,
+                 recycle_segments=2):
         path = os.fspath(path)
         if not isinstance(path, str):
             path = os.fsdecode(path)
@@ -314,6 +322,9 @@ cdef class CommitLog:
             segment_size_bytes = 1 << 30
         check_config(segment_size_bytes, index_file_entries, flush, flush_interval_ms,
                      checkpoint_interval_ms, max_message_bytes)
+        check_recycle(recycle_segments)
+        self.recycle_segments = recycle_segments
+        self._pool = []
         self.path = path
         self.segment_size_bytes = segment_size_bytes
         self.index_file_entries = index_file_entries
@@ -452,6 +463,9 @@ cdef class CommitLog:
             "segments": len(self._segs), "segments_created": self.n_segments_created,
             "segments_prepared_used": self.n_prepared_used,
             "segments_created_sync": self.n_sync_created, "blanks": self.n_blank,
+            # segments written into a file retention freed, files kept for that, kept now
+            "segments_recycled": self.n_recycled, "segments_pooled": self.n_pooled,
+            "recycle_pool": len(self._pool),
             "end_position": self._end, "flushed_position": self._flushed_pos,
             "flushed_index": self._flushed_index,
             "last_index": self._next_index - 1,

@@ -56,6 +56,7 @@ cdef int64_t _ensure_room(CommitLog self, uint32_t size) except -1:
         return self._end
     m = _new_segment_mapping(self, self._cur_start // self.segment_size_bytes + 1)
     write_blank(self._cur.addr + off, self._end, <uint32_t>(self.segment_size_bytes - off))
+    zero_stale_tail(self, self._cur, self._end)
     self.n_blank += 1
     _install_segment(self, m)
     return m.start
@@ -428,10 +429,12 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
     cdef int64_t *posp = b.posp
     cdef const uint32_t *sizes = b.sizes
     cdef list new_segs
+    cdef list blanks = []
     cdef Mapping m
     cdef int err = 0
     for j in range(n):
         if <int64_t>sizes[j] + HDR > cs + S - pos:
+            blanks.append(pos)
             pos = cs + S
             cs = pos
         posp[j] = pos
@@ -461,6 +464,8 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
             except OSError:
                 pass
         _fail(self, f"writing the log ({self._cur.path})", err)
+    for bp in blanks:
+        zero_stale_tail(self, _new_seg_at(self, new_segs, bp), bp)
     for m in new_segs:
         _install_segment(self, m)
         self.n_blank += 1

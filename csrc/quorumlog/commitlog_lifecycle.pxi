@@ -27,6 +27,18 @@ cdef check_config(segment_size_bytes, index_file_entries, flush, flush_interval_
         raise InvalidArgumentError("segment_size_bytes must be < 2**32")
 
 
+# The most segment files a log keeps for reuse (each holds segment_size_bytes of disk).
+MAX_RECYCLE_SEGMENTS = 64
+
+
+cdef check_recycle(recycle_segments):
+    if not isinstance(recycle_segments, int) or isinstance(recycle_segments, bool):
+        raise ArgumentTypeError("recycle_segments must be an int")
+    if not 0 <= recycle_segments <= MAX_RECYCLE_SEGMENTS:
+        raise InvalidArgumentError(
+            f"recycle_segments must be in [0, {MAX_RECYCLE_SEGMENTS}], got {recycle_segments}")
+
+
 cdef inline int _check_open(CommitLog self) except -1:
     if self._closed:
         raise LogClosedError(f"commit log {self.path} is closed")

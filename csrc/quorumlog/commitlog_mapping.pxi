@@ -10,6 +10,7 @@ cdef class Mapping:
         self._stride = 1
         self.populated = 0
         self.fd = -1
+        self.recycled_from = -1
 
     def __dealloc__(self):
         if self.fd >= 0:
@@ -182,8 +183,7 @@ cdef Mapping _new_segment_mapping(CommitLog self, int64_t k):
         if self._prep_request <= start:
             self._prep_request = -1
     try:
-        m = map_file(_seg_path(self, k), self.segment_size_bytes, start, True, True,
-                     "segment")
+        m = make_segment(self, k)
     finally:
         with self._prep_cv:
             self._prep_busy = False

@@ -156,8 +156,7 @@ cdef prepare_loop(CommitLog self):
             continue
         m = None
         try:
-            m = map_file(_seg_path(self, want // self.segment_size_bytes),
-                         self.segment_size_bytes, want, True, True, "segment")
+            m = make_segment(self, want // self.segment_size_bytes)
             if self._seg_pop_want > self._cur_start:
                 # single appends write through the mapping: fault in the first pages
                 # for writing, so they do not pay for page-cache allocation

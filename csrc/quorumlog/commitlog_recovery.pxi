@@ -95,6 +95,7 @@ cdef recover(CommitLog self):
         for d in (self._segdir, self._idxdir):
             if os.path.isdir(d):
                 _fsync_dir(d)
+        load_pool(self)
     self._dir_synced_seg = (<Mapping>self._segs[len(self._segs) - 1]).start // \
         self.segment_size_bytes
     self._dir_synced_idxf = self._first_idxf + len(self._idx) - 1
@@ -441,8 +442,12 @@ cdef _cut_tail(CommitLog self, const Scan *r):
         if err:
             raise StorageError(f"{m.path}: zeroing the torn tail from offset {stop - m.start} "
                                f"failed: {os.strerror(err)}", m.path, err)
-        log.warning("%s: %s open; log ends at position %d (index %d)", self.path,
-                    "unclean" if self.unclean_open else "clean", stop, r.last_index)
+        if self.unclean_open:
+            log.warning("%s: unclean open; log ends at position %d (index %d)", self.path,
+                        stop, r.last_index)
+        else:   # old records past the end of a reused segment file (commitlog_recycle.pxi)
+            log.info("%s: clean open; bytes after the end (position %d, index %d) zeroed",
+                     self.path, stop, r.last_index)
     while len(self._segs) > k - self._first_seg + 1:
         mm = <Mapping>self._segs.pop()
         self._views.pop()

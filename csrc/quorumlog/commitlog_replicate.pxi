@@ -178,6 +178,7 @@ cdef int _write_replicated(CommitLog self, const char *p, Py_ssize_t n, int64_t 
         err = ql_pwrite_all(write_fd(m), blank, HDR, bp - m.start)
         if err:
             _fail_replicated(self, m, new_segs, err)
+        zero_stale_tail(self, m, bp)
         self.n_blank += 1
     for r in runs:
         r_src, r_dst, r_len = r

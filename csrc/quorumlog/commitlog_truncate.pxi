@@ -155,12 +155,20 @@ cdef int64_t delete_segments(CommitLog self, int64_t position) except -1:
             write_checkpoint(self, False, new_min)
         crash_point("retention:checkpoint_written")
         while count < n:
-            m = <Mapping>self._segs[0]
-            os.unlink(m.path)
-            crash_point("retention:segment_unlinked")
-            self._segs.pop(0)
+            # out of the log in one step (nothing here releases the GIL: a reader in
+            # another thread sees the lists and _first_seg agree) before the file goes
+            m = <Mapping>self._segs.pop(0)
             self._views.pop(0)
             self._first_seg += 1
+            try:
+                # what still holds the mapping is `m` alone; more: a view of it is alive
+                pool_segment(self, m, Py_REFCNT(m) > 1)
+            except BaseException:
+                self._first_seg -= 1
+                self._segs.insert(0, m)
+                self._views.insert(0, memoryview(m))
+                raise
+            crash_point("retention:segment_unlinked")
             count += 1
         m = <Mapping>self._segs[0]
         h = <const RecHeader *>m.addr

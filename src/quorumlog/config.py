@@ -39,6 +39,9 @@ class StoreConfig:
     flush_interval_ms: int = 200
     checkpoint_interval_ms: int = 1000
     max_message_bytes: int = 4 << 20
+    # segment files retention frees that are kept (each holds segment_size_bytes of disk)
+    # and reused as new segments: their blocks are allocated and their pages likely cached
+    recycle_segments: int = 2
     # topics and queues (RocketMQ: autoCreateTopicEnable, defaultTopicQueueNums = 4 for
     # auto-created topics, 8 for created ones)
     auto_create_topics: bool = True
@@ -93,6 +96,7 @@ _INT_LIMITS = {
     "flush_interval_ms": (1, 3_600_000),
     "checkpoint_interval_ms": (1, 3_600_000),
     "max_message_bytes": (1, 1 << 30),
+    "recycle_segments": (0, 64),
     "default_topic_queues": (1, 65536),
     "max_queues_per_topic": (1, 65536),
     "consume_queue_file_entries": (16, 1 << 26),

@@ -15,7 +15,7 @@ from quorumlog.errors import InvalidArgumentError
 ALL_FLAGS = ["--size", "--count", "--duration", "--producers", "--batch", "--window", "--flush",
              "--replicas", "--dir", "--keep", "--seed", "--json", "--warm-gib", "--quick",
              "--no-references", "--wide", "--progress", "--no-progress", "--connect", "--secret-file",
-             "--kills", "--kill-every", "--rate", "--groups"]
+             "--kills", "--kill-every", "--rate", "--groups", "--steady"]
 
 
 def test_help_documents_every_option_and_workload(invoke):
@@ -206,3 +206,9 @@ def test_rate_is_refused_where_it_does_not_apply(invoke):
     assert res.exit_code == 2 and "--rate does not apply to the cluster workload" in res.output
     res = invoke("bench", "store", "--rate", "0.5", "--no-references")
     assert res.exit_code == 2 and "0.5" in res.output
+
+
+@pytest.mark.parametrize("mib", ["8", "2048", "x"])
+def test_steady_segment_size_outside_its_range_is_refused(invoke, mib):
+    res = invoke("bench", "cluster", "--steady", mib)
+    assert res.exit_code == 2 and "--steady" in res.output, res.output

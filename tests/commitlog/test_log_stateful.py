@@ -2,12 +2,15 @@
 
 The model is the list of every record's exact bytes (built with the reference codec from the
 index, term and store timestamp the log returned and a position predicted from format.md's
-BLANK rule), plus the end position. Steps: append, append_batch, append_control, read by
-index range, record(i), truncate_after, flush, close/reopen, and crash: `crash_for_testing()` drops
-the log like kill -9, then the page cache is "lost" by zeroing every segment byte after the
-durable position (and deleting or zeroing wholly-lost segments, and zeroing or keeping stale
-raft-index entries); the model drops the records that were not durable. Segments are 64 KiB
-so rollover and BLANK records happen often.
+BLANK rule), plus the end position and the first index the log still holds. Steps: append,
+append_batch, append_control, read by index range, record(i), truncate_after, retention
+(delete_segments_before: the freed files are reused as new segments, so later segments hold
+old records past the end), flush, close/reopen, and crash: `crash_for_testing()` drops
+the log like kill -9, then the page cache is "lost": every segment byte after the durable
+position reads as zeros, or as what a reused file held before (old records: the first held
+segment's bytes at the same offsets), wholly-lost segments are deleted or zeroed, and stale
+raft-index entries zeroed or kept; the model drops the records that were not durable.
+Segments are 64 KiB so rollover and BLANK records happen often.
 
 Flushes happen only on explicit flush()/close(): the background flusher runs once an hour.
 """
@@ -48,6 +51,8 @@ class LogMachine(RuleBasedStateMachine):
         self.positions = []
         self.end = 0
         self.term = 1
+        self.first = 1          # the first raft index the log holds (retention moves it)
+        self.min_pos = 0        # ... and its first position
 
     @initialize()
     def open(self):
@@ -77,7 +82,9 @@ class LogMachine(RuleBasedStateMachine):
     def drop_after(self, i):
         del self.raws[i:]
         del self.positions[i:]
-        self.end = self.positions[-1] + len(self.raws[-1]) if self.raws else 0
+        # nothing left the log holds: it ends where its first segment starts
+        self.end = (self.positions[-1] + len(self.raws[-1]) if i >= self.first
+                    else self.min_pos)
 
     @property
     def last(self):
@@ -115,6 +122,17 @@ class LogMachine(RuleBasedStateMachine):
             self.add(message_bytes(first + i, self.term, int(positions[i]), ts, m),
                      int(positions[i]))
 
+    @rule(n=st.integers(1, 4), fill=st.integers(1, 255))
+    def append_big(self, n, fill):
+        # drawn bodies are mostly small: this makes segments roll over (BLANKs, retention
+        # and reused segment files) within a run's steps
+        bodies = [bytes([fill]) * 19000] * n
+        first, positions, ts = self.log.append_batch("big", bodies, term=self.term)
+        for i, body in enumerate(bodies):
+            m = dict(topic="big", body=body, queue_id=0, queue_offset=i, tags=None)
+            self.add(message_bytes(first + i, self.term, int(positions[i]), ts, m),
+                     int(positions[i]))
+
     @rule(c=controls(max_body=3000), bump=st.booleans())
     def append_control(self, c, bump):
         self.term += bump
@@ -127,10 +145,10 @@ class LogMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------- reads
 
-    @precondition(lambda self: self.last > 0)
+    @precondition(lambda self: self.last >= self.first)
     @rule(data=st.data(), max_bytes=st.integers(1, 3 * SEG))
     def read_range(self, data, max_bytes):
-        lo = data.draw(st.integers(1, self.last + 1))
+        lo = data.draw(st.integers(self.first, self.last + 1))
         hi = data.draw(st.integers(lo, self.last + 3))
         view, count = self.log.read(lo, hi, max_bytes)
         if lo > self.last or hi == lo:
@@ -148,10 +166,10 @@ class LogMachine(RuleBasedStateMachine):
             assert (self.positions[nxt] // SEG != seg
                     or len(want) + len(self.raws[nxt]) > max_bytes)
 
-    @precondition(lambda self: self.last > 0)
+    @precondition(lambda self: self.last >= self.first)
     @rule(data=st.data())
     def record(self, data):
-        i = data.draw(st.integers(1, self.last))
+        i = data.draw(st.integers(self.first, self.last))
         ref = qf.decode_record(self.raws[i - 1])
         assert self.log.record(i) == ref
         assert bytes(self.log.record_at(self.positions[i - 1])) == self.raws[i - 1]
@@ -167,14 +185,26 @@ class LogMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------- mutations
 
-    @precondition(lambda self: self.last > 0)
+    @precondition(lambda self: self.last >= self.first)
     @rule(data=st.data())
     def truncate_after(self, data):
-        i = data.draw(st.integers(0, self.last))
+        i = data.draw(st.integers(self.first - 1, self.last))
         self.log.truncate_after(i)
         self.drop_after(i)
         if self.raws:
             self.term = max(self.term, self.term_of(self.last))
+
+    @precondition(lambda self: self.last >= self.first
+                  and self.positions[-1] // SEG > self.positions[self.first - 1] // SEG)
+    @rule(data=st.data())
+    def retention(self, data):
+        # whole segments below a record's position; the last record's segment stays
+        i = data.draw(st.integers(self.first + 1, self.last))
+        self.log.delete_segments_before(self.positions[i - 1])
+        lo = self.min_pos = self.log.min_position
+        self.first = next(j for j in range(self.first, self.last + 1)
+                          if self.positions[j - 1] >= lo)
+        event(f"retention (pool {self.log.stats()['recycle_pool']})")
 
     @rule()
     def flush(self):
@@ -188,10 +218,12 @@ class LogMachine(RuleBasedStateMachine):
         self.check_everything()
 
     @rule(delete_lost_segments=st.booleans(), zero_index=st.booleans(),
-          garbage=st.booleans())
-    def crash(self, delete_lost_segments, zero_index, garbage):
+          garbage=st.booleans(), old_records=st.booleans())
+    def crash(self, delete_lost_segments, zero_index, garbage, old_records):
         durable = self.log.flushed_position
         assert durable <= self.end
+        if self.log.stats()["segments_recycled"]:
+            event("crash with a reused segment file in the log")
         self.log.crash_for_testing()
         self.log = None
         cp_path = self.path / "checkpoint"
@@ -206,7 +238,9 @@ class LogMachine(RuleBasedStateMachine):
         event(f"crash lost {'no' if keep == self.last else 'some'} records")
         self.drop_after(keep)
         lost_from = durable
-        for name in sorted(os.listdir(self.path / "commitlog")):
+        names = sorted(n for n in os.listdir(self.path / "commitlog") if n.isdigit())
+        old = (self.path / "commitlog" / names[0]).read_bytes() if names else bytes(SEG)
+        for name in names:
             start = int(name)
             f = self.path / "commitlog" / name
             if start + SEG <= lost_from:
@@ -215,11 +249,13 @@ class LogMachine(RuleBasedStateMachine):
                 f.unlink()
                 continue
             cut = max(0, lost_from - start)
+            # lost page cache reads back as zeros, or in a reused file as its old records
+            # (an older segment's); "garbage" models a torn sector write
+            lost = old[cut:] if old_records and start > int(names[0]) else bytes(SEG - cut)
             with open(f, "r+b") as fh:
                 fh.seek(cut)
-                # lost page cache reads back as zeros; "garbage" models a torn sector write
                 fh.write((os.urandom(min(64, SEG - cut)) if garbage and cut < SEG else b"")
-                         + bytes(max(0, SEG - cut - (64 if garbage else 0))))
+                         + lost[64 if garbage else 0:])
         if zero_index:
             for name in sorted(os.listdir(self.path / "index")):
                 first = int(name)
@@ -242,13 +278,18 @@ class LogMachine(RuleBasedStateMachine):
         if self.log is None:
             return
         assert self.log.last_index == self.last
-        assert self.log.first_index == (1 if self.raws else 0)
+        assert self.log.first_index == (self.first if self.last >= self.first or self.last
+                                        else 0)
         assert self.log.end_position == self.end
-        assert self.log.last_term == (self.term_of(self.last) if self.raws else 0)
+        if self.last >= self.first:
+            assert self.log.last_term == self.term_of(self.last)
+        elif not self.raws:
+            assert self.log.last_term == 0
+        # (else every record is below retention's cut: the log no longer holds a term)
 
     def check_everything(self):
-        for lo in range(1, self.last + 1):
-            if lo == 1 or self.positions[lo - 1] // SEG != self.positions[lo - 2] // SEG:
+        for lo in range(self.first, self.last + 1):
+            if lo == self.first or self.positions[lo - 1] // SEG != self.positions[lo - 2] // SEG:
                 view, count = self.log.read(lo, self.last + 1, 4 * SEG)
                 assert bytes(view) == b"".join(self.raws[lo - 1:lo - 1 + count])
         n = 0
@@ -256,8 +297,10 @@ class LogMachine(RuleBasedStateMachine):
             with open(seg_path, "rb") as f:
                 data = f.read()
             assert len(data) == SEG
+            if start + SEG > self.end:      # past the end: zeros, or old records until reopen
+                data = data[:max(0, self.end - start)] + bytes(SEG - max(0, self.end - start))
             n += sum(1 for _ in qf.iter_records(data, start))
-        assert n == self.last
+        assert n == max(0, self.last - self.first + 1)
 
 
 TestLogStateful = LogMachine.TestCase

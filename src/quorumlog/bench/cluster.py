@@ -28,7 +28,8 @@ import time
 import numpy as np
 
 from ..client import AsyncClient
-from ..errors import InvalidQueueError, QuorumlogError, TopicNotFoundError
+from ..errors import (InvalidQueueError, OffsetOutOfRangeError, QuorumlogError,
+                      TopicNotFoundError)
 from ..format import decode_checkpoint
 from ..localcluster import LocalCluster
 from ..node.groups import group_dir
@@ -47,6 +48,12 @@ FETCH_MAX_MESSAGES = 4096
 FETCH_MAX_BYTES = 8 << 20
 MAX_QUEUES = 1024               # read_back probes queues 0, 1, ... up to this many
 COMPARE_CHUNK_BYTES = 8 << 20
+# The steady-state shape's retention (--steady): every hour is a deletion hour, a segment
+# expires a moment after its last write, and retention runs twice a second; it still never
+# deletes what is not committed and dispatched (store/retention.py).
+STEADY_ENV = {"QUORUMLOG_FILE_RESERVED_HOURS": "0.0003",          # ~1 s
+              "QUORUMLOG_DELETE_WHEN": ";".join(f"{h:02d}" for h in range(24)),
+              "QUORUMLOG_RETENTION_INTERVAL_MS": "500"}
 # the load generator's bodies in memory: producers x window x batch x size
 MAX_BUFFER_BYTES = 1 << 30
 
@@ -105,13 +112,17 @@ class BenchCluster(LocalCluster):
 
 
 def start_local(directory: str, replicas: int, flush: str, *, raft: dict | None = None,
-                log_level: str = "INFO", groups: int = 1, events: bool = False) -> BenchCluster:
+                log_level: str = "INFO", groups: int = 1, events: bool = False,
+                steady_mib: int | None = None) -> BenchCluster:
     """Start `replicas` replicas on loopback (ports from the OS) and wait for a leader (of
     every group). On any failure every process started is killed by pid before the error
-    propagates. events: the replicas write their election steps (BenchCluster.events)."""
+    propagates. events: the replicas write their election steps (BenchCluster.events).
+    steady_mib: the steady-state shape (segments of that size deleted by retention during
+    the run, their files reused: STEADY_ENV), instead of a fresh log."""
     # (many groups: one segment each per replica, preallocated: keep the disk use flat)
-    c = BenchCluster(directory, replicas, flush=flush,
-                     segment_size_bytes=max(SEGMENT_BYTES // groups, 16 << 20),
+    seg = max(SEGMENT_BYTES // groups, 16 << 20) if steady_mib is None else steady_mib << 20
+    c = BenchCluster(directory, replicas, flush=flush, segment_size_bytes=seg,
+                     env=STEADY_ENV if steady_mib is not None else None,
                      raft=raft, log_level=log_level, groups=groups)
     c.events = events
     try:
@@ -393,10 +404,23 @@ async def read_back(address, secret, acked: list[Acked], verifier: Verifier) -> 
                 break
             queues += 1
             exp = expected.get(q, np.empty(0, dtype=np.int64))
+            # below the queue's min offset: deleted by retention (--steady), not missing
+            gone = exp[:lo]
+            verifier.retire(gone[gone >= 0])
             off = lo
             while off < hi:
-                res = await c.fetch(TOPIC, q, off, max_messages=FETCH_MAX_MESSAGES,
-                                    max_bytes=FETCH_MAX_BYTES)
+                try:
+                    res = await c.fetch(TOPIC, q, off, max_messages=FETCH_MAX_MESSAGES,
+                                        max_bytes=FETCH_MAX_BYTES)
+                except OffsetOutOfRangeError:
+                    # retention (--steady) deleted past `off` meanwhile: go on from its min
+                    lo, _ = await c.offsets(TOPIC, q)
+                    if lo <= off:
+                        raise
+                    gone = exp[off:lo]
+                    verifier.retire(gone[gone >= 0])
+                    off = lo
+                    continue
                 if not res.messages:
                     raise QuorumlogError(f"{address}: fetch of {TOPIC}/{q} at {off} returned "
                                          f"nothing before the queue's end {hi}")

@@ -77,6 +77,12 @@ OPTIONS = (
     (("--groups",), dict(type=click.IntRange(1, O.MAX_GROUPS), metavar="G",
                          help="cluster: Raft groups per replica process (queues spread over "
                               "the groups, leaders over the replicas). Default: 1.")),
+    (("--steady", "steady_mib"), dict(
+        type=click.IntRange(O.MIN_STEADY_MIB, O.MAX_STEADY_MIB), metavar="MIB",
+        help="cluster: the steady-state shape -- segments of MIB MiB, and retention deleting "
+             "every segment committed, dispatched and a second old, every 0.5 s, so the "
+             "replicas write into segment files retention freed (the default is the "
+             "fresh-log shape: nothing is deleted during a run).")),
     (("--connect",), dict(type=ParsedType("HOST:PORT,...", O.parse_connect, tuple),
                           metavar="HOST:PORT,...",
                           help="cluster: drive these running replicas (their client "

@@ -9,6 +9,9 @@ import re
 
 from ..errors import InvalidArgumentError
 from ..net.messages import MAX_GROUPS  # --groups: Raft groups per replica process
+# --steady: segment MiB of the steady-state cluster shape (the store's minimum segment is
+# 64 KiB; below 16 MiB the run is mostly segment switches)
+MIN_STEADY_MIB, MAX_STEADY_MIB = 16, 1024
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -97,6 +100,9 @@ class BenchOptions:
     kill_every_s: float | None = None
     rate: float | None = None
     groups: int | None = None      # Raft groups per replica process (cluster)
+    # cluster: the steady-state shape -- segments of this many MiB that retention deletes
+    # (and the log reuses) during the run; None: the fresh-log shape
+    steady_mib: int | None = None
 
     def __post_init__(self):
         _check_int("--size", self.size, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
@@ -113,6 +119,7 @@ class BenchOptions:
         _check_int("--window", self.window, 1, MAX_WINDOW)
         _check_int("--replicas", self.replicas, 1, MAX_REPLICAS)
         _check_int("--groups", self.groups, 1, MAX_GROUPS)
+        _check_int("--steady", self.steady_mib, MIN_STEADY_MIB, MAX_STEADY_MIB)
         if self.flush is not None and self.flush not in FLUSH_MODES:
             raise BenchOptionError(f"--flush {self.flush!r}: use sync or async")
         if self.warm_gib is not None:
@@ -205,6 +212,8 @@ class Resolved:
     rate: float | None = None
     # Raft groups per replica process (node/groups.py); 1: one group
     groups: int = 1
+    # cluster: segments of this many MiB deleted by retention during the run (None: fresh log)
+    steady_mib: int | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -234,7 +243,8 @@ def resolve(opts: BenchOptions, defaults: dict) -> Resolved:
                  kills=_pick(opts.kills, defaults, "kills", None),
                  kill_every_s=_pick(opts.kill_every_s, defaults, "kill_every_s", None),
                  connect=opts.connect, rate=opts.rate,
-                 groups=_pick(opts.groups, defaults, "groups", 1))
+                 groups=_pick(opts.groups, defaults, "groups", 1),
+                 steady_mib=opts.steady_mib)
     if r.size * r.batch > MAX_BATCH_BYTES:
         raise BenchOptionError(f"batch {r.batch} x size {r.size} = {r.size * r.batch} bytes > "
                                f"{MAX_BATCH_BYTES} (the store's max_batch_bytes): lower --batch")

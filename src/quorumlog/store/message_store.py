@@ -149,7 +149,8 @@ class MessageStore:
             index_file_entries=c.index_file_entries, flush=c.flush,
             flush_interval_ms=c.flush_interval_ms,
             checkpoint_interval_ms=c.checkpoint_interval_ms,
-            max_message_bytes=c.max_message_bytes, **extra)
+            max_message_bytes=c.max_message_bytes, recycle_segments=c.recycle_segments,
+            **extra)
 
     def _build(self, lg) -> None:
         """The store's parts over the open log `lg`: topics, consume queues (recovered, or

@@ -330,7 +330,8 @@ class NativeRaftLog:
         cl = self.cl
         params = dict(segment_size_bytes=cl.segment_size_bytes,
                       index_file_entries=cl.index_file_entries, flush=cl.flush_mode,
-                      max_message_bytes=cl.max_message_bytes)
+                      max_message_bytes=cl.max_message_bytes,
+                      recycle_segments=cl.recycle_segments)
         cl.close()
         complete_install(cl.path)
         return CommitLog(cl.path, **params)

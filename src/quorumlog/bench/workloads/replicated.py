@@ -86,6 +86,9 @@ def _replica_rows(cluster: BenchCluster, before: dict, after: dict, cpu: dict,
             row["flushes"] = a["commitlog"]["flushes"] - b["commitlog"]["flushes"]
             row["appends"] = a["commitlog"]["appends"] - b["commitlog"]["appends"]
             row["duplicates"] = a["duplicates"] - b["duplicates"]
+            # new segments written into a file retention freed (the --steady shape)
+            row["segments_recycled"] = (a["commitlog"].get("segments_recycled", 0)
+                                        - b["commitlog"].get("segments_recycled", 0))
         out[nid] = row
     return out
 
@@ -140,7 +143,8 @@ class _Run:
         # failover: the replicas write their election steps (bench/phases.py); the cluster
         # rows' replicas run the measured path untouched
         self.cluster = start_local(self.path, r.replicas, r.flush, groups=r.groups,
-                                   events=self.w.name == "failover")
+                                   events=self.w.name == "failover",
+                                   steady_mib=r.steady_mib)
         self.addresses = self.cluster.client_addresses()
         self.secret = self.cluster.secret()
 
@@ -232,7 +236,7 @@ class ClusterWorkload(_Replicated):
     defaults = {"duration_s": 10.0, "batch": 256, "producers": 2, "window": 8,
                 "flush": "async", "replicas": 3}
     uses = frozenset({"size", "count", "duration_s", "producers", "batch", "window", "flush",
-                      "replicas", "connect", "secret_file", "groups"})
+                      "replicas", "connect", "secret_file", "groups", "steady_mib"})
 
     def run(self, r: Resolved, ctx: RunContext) -> list:
         if r.connect:           # the replicas are the ones named
