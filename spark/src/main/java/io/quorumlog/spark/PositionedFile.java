@@ -18,6 +18,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.util.LinkedHashMap;
@@ -40,6 +41,11 @@ abstract class PositionedFile implements Closeable {
      *  local file, empty, or longer than a buffer can be). */
     ByteBuffer map() throws IOException { return null; }
 
+    /** True when the path this was opened by no longer names the file opened (it was
+     *  removed, renamed away or replaced: a segment retention deleted or recycled); false
+     *  when it still does, or when that cannot be told (not a local file). */
+    boolean replaced() throws IOException { return false; }
+
     /** The local file behind p (the file system's own path -> file mapping: a Path's URI is
      *  not escaped, topics may hold any character), or null when fs is not local. */
     static File localFile(FileSystem fs, Path p) {
@@ -51,17 +57,41 @@ abstract class PositionedFile implements Closeable {
     static PositionedFile open(FileSystem fs, Path p) throws IOException {
         ReadCount.opened();
         File f = localFile(fs, p);
-        if (f != null) return new Local(FileChannel.open(f.toPath(), StandardOpenOption.READ), f);
-        return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
+        if (f == null) return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
+        Object before = fileKey(f);
+        FileChannel ch = FileChannel.open(f.toPath(), StandardOpenOption.READ);
+        Object after = fileKey(f);
+        // The channel's own file key cannot be asked for: the file opened is the one the path
+        // named before and after the open when both agree (a store never renames a file back
+        // to a name it left), else unknown (null: never cached, never called replaced).
+        return new Local(ch, f, before != null && before.equals(after) ? before : null);
+    }
+
+    /** The file key (device and inode) of the file f names, or null when f names none. */
+    static Object fileKey(File f) throws IOException {
+        try {
+            return Files.readAttributes(f.toPath(), BasicFileAttributes.class).fileKey();
+        } catch (NoSuchFileException e) {
+            return null;
+        }
+    }
+
+    /** Whether f no longer names the file whose key was opened (null: unknown, false). */
+    static boolean replaced(File f, Object opened) throws IOException {
+        return opened != null && !opened.equals(fileKey(f));
     }
 
     /**
      * Memory maps shared by every reader of this JVM, by file: a query maps each consume-queue
      * file and segment it reads, and mapping them anew per read (then faulting every page
      * touched into the new mapping) cost more than the reads. A mapping is reused while the
-     * path still names the same file (its file key: device and inode, which cannot be
+     * file opened is the one mapped (its file key: device and inode, which cannot be
      * reused while the mapping holds the file) of the same length; else the file is mapped
-     * again. Files are read through their mappings only (never written), and the mappings a
+     * again. The key is the opened channel's (see open), never the path's read afterwards:
+     * a path that names another file by then (a segment recycled under a new name) must
+     * not cache one file's mapping under the other's key. A recycled file keeps its key
+     * under its new name; the mapping is shared (MAP_SHARED), so a reader of either name
+     * reads the file's current bytes -- the new segment's. Files are read through their mappings only (never written), and the mappings a
      * replaced or evicted entry held are left to the collector, never unmapped under a
      * reader.
      */
@@ -87,19 +117,17 @@ abstract class PositionedFile implements Closeable {
 
     /** f (read through ch) mapped whole, from the shared maps when still valid; null when
      *  it is empty or longer than a buffer can be. A view of its own per call. */
-    static ByteBuffer sharedMap(File f, FileChannel ch) throws IOException {
-        BasicFileAttributes a = Files.readAttributes(f.toPath(), BasicFileAttributes.class);
+    static ByteBuffer sharedMap(File f, FileChannel ch, Object key) throws IOException {
         long n = ch.size();
         if (n == 0 || n > Integer.MAX_VALUE) return null;
-        Object key = a.fileKey();
         String name = f.getAbsolutePath();
         Mapped m;
         synchronized (MAPS) {
             m = MAPS.get(name);
         }
-        if (m == null || key == null || !key.equals(m.key) || m.len != n || a.size() != n) {
+        if (m == null || key == null || !key.equals(m.key) || m.len != n) {
             m = new Mapped(key, n, ch.map(FileChannel.MapMode.READ_ONLY, 0, n));
-            if (key != null && a.size() == n) {
+            if (key != null) {
                 synchronized (MAPS) {
                     MAPS.put(name, m);
                 }
@@ -111,17 +139,21 @@ abstract class PositionedFile implements Closeable {
     private static final class Local extends PositionedFile {
         private final FileChannel ch;
         private final File file;
+        private final Object key;     // the opened file's key, or null (unknown)
         private ByteBuffer mapped;
 
-        Local(FileChannel ch, File file) {
+        Local(FileChannel ch, File file, Object key) {
             this.ch = ch;
             this.file = file;
+            this.key = key;
         }
 
         @Override ByteBuffer map() throws IOException {
-            if (mapped == null) mapped = sharedMap(file, ch);
+            if (mapped == null) mapped = sharedMap(file, ch, key);
             return mapped;
         }
+
+        @Override boolean replaced() throws IOException { return replaced(file, key); }
 
         @Override void readFully(long pos, byte[] b, int off, int len) throws IOException {
             ByteBuffer bb = ByteBuffer.wrap(b, off, len);

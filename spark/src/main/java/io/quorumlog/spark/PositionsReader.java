@@ -10,10 +10,12 @@
 package io.quorumlog.spark;
 
 import java.io.EOFException;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.NoSuchFileException;
 import java.util.Arrays;
 
 import org.apache.hadoop.conf.Configuration;
@@ -199,7 +201,12 @@ final class PositionsReader implements RecordSource {
         mapped = null;
         if (in != null) in.close();
         Path seg = new Path(new Path(rootPath, "commitlog"), Format.segmentName(base));
-        in = PositionedFile.open(fs, seg);
+        in = null;
+        try {
+            in = PositionedFile.open(fs, seg);
+        } catch (FileNotFoundException | NoSuchFileException e) {  // retention, after planning
+            throw new SegmentGoneException(seg.toString(), p - base, "no such file");
+        }
         openLen = in.length();
         mapped = in.map();
         openBase = base;
@@ -246,10 +253,21 @@ final class PositionsReader implements RecordSource {
         winEnd = end;
     }
 
-    /** Reads and checks the record of entry i into buf; false when it is not a MESSAGE. */
+    /** Reads and checks the record of entry i into buf; false when it is not a MESSAGE. A
+     *  record that fails in a segment file its path no longer names was not damaged: the
+     *  store deleted or reused the file under this read (SegmentGoneException). */
     private boolean readRecord(int i) throws IOException {
+        openSegment(pos[i]);
+        try {
+            return checkRecord(i);
+        } catch (CorruptRecordException e) {
+            if (in.replaced()) throw new SegmentGoneException(openFile, e.offset, e.getMessage());
+            throw e;
+        }
+    }
+
+    private boolean checkRecord(int i) throws IOException {
         long p = pos[i];
-        openSegment(p);
         long off = p - openBase;
         if (off + Format.HEADER_SIZE > openLen) {
             throw new CorruptRecordException("an index points past the end of the file",

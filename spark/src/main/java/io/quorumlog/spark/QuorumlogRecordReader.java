@@ -19,6 +19,8 @@
  */
 package io.quorumlog.spark;
 
+import java.io.File;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.util.Arrays;
 
@@ -56,6 +58,8 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
     private Path file;
     private String fileName;
     private FSDataInputStream in;
+    private File localFile;           // the segment's local file, or null (other file systems)
+    private Object openedKey;         // its file key when opened (PositionedFile.open), or null
     private RaftIndex index;          // opened lazily: only splits that start mid-segment need it
     private Path root;
     private long indexFileEntries;
@@ -121,7 +125,12 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         // Segment files have no Hadoop .crc side files and every record carries its own
         // CRC32C: read local files through the raw file system, not the checksumming wrapper.
         if (fs instanceof LocalFileSystem) fs = ((LocalFileSystem) fs).getRawFileSystem();
-        segEnd = segBase + fs.getFileStatus(file).getLen();
+        localFile = PositionedFile.localFile(fs, file);
+        try {
+            segEnd = segBase + fs.getFileStatus(file).getLen();
+        } catch (FileNotFoundException e) {  // retention deleted it after planning
+            throw new SegmentGoneException(fileName, split.getStart(), "no such file");
+        }
         splitStart = segBase + split.getStart();
         ownedEnd = Math.min(segBase + split.getStart() + split.getLength(), limit);
 
@@ -136,7 +145,11 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             return;
         }
         ReadCount.opened();
+        Object before = localFile == null ? null : PositionedFile.fileKey(localFile);
         in = fs.open(file);
+        // as PositionedFile.open: the file opened, when the path named it before and after
+        Object after = localFile == null ? null : PositionedFile.fileKey(localFile);
+        openedKey = before != null && before.equals(after) ? before : null;
         in.seek(pos - segBase);
         streamPos = pos;
         bufStart = pos;
@@ -266,6 +279,14 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
             LOG.info("quorumlog: {} at offset {} ({}) is past the committed position: torn tail, "
                 + "reading of this segment ends there", fileName, offset, why);
             return false;
+        }
+        // A segment whose path no longer names the file opened was deleted or reused by
+        // retention under this read: its bytes are another segment's now, not damage. Raised
+        // even with skip: skipping would drop the rest of the segment as "corrupt" records
+        // and return a partial answer as if it were whole; those records are no longer in
+        // the log, and a re-run reads the log as it is.
+        if (PositionedFile.replaced(localFile, openedKey)) {
+            throw new SegmentGoneException(fileName, offset, why);
         }
         if (!skipCorrupt) throw new CorruptRecordException(why, fileName, offset);
         skipped++;
