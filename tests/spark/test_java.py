@@ -34,10 +34,12 @@ def java_run(engine_store, log_store, tmp_path_factory):
     shutil.copytree(log_store, corrupt)
     victim = [r for r in st.all_records(str(corrupt)) if r.type == fmt.TYPE_MESSAGE][150]
     seg, _ = st.corrupt_byte(str(corrupt), victim.position + victim.size - 1)
+    recycled = tmp / "recycled"
+    shutil.copytree(log_store, recycled)
     args = ["selftest", engine_store, "--", "selftest", log_store, "--",
             "selftest", GOLDEN_STORE, "--",
             "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE,
-            "--", "cq-ends", tmp]
+            "--", "cq-ends", tmp, "--", "positions-gone", recycled]
     dumps = {}
     for name, path in (("engine", engine_store), ("log", log_store), ("golden", GOLDEN_STORE)):
         for sb in SPLITS:
@@ -61,6 +63,7 @@ def test_java_tests_pass(java_run):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert res.stdout.count("records checked") == 3      # 2 engine stores + golden vector
     assert "expect-corrupt:" in res.stdout and "CRC32C mismatch" in res.stdout
+    assert "positions-gone: quorumlog: segment " in res.stdout
 
 
 @pytest.mark.parametrize("store", ["engine", "log", "golden"])

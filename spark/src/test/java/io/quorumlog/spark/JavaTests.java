@@ -7,6 +7,7 @@
  *   JavaTests dump <store> <splitBytes> <committedOnly> <out>  one canonical line per message
  *   JavaTests expect-corrupt <store> <segment-name> <offset>   the read must fail there
  *   JavaTests cq-ends <dir>                    StoreIndexes.ends (binary search) == read()
+ *   JavaTests positions-gone <store-copy>      segment 0 recycled under a PositionsReader
  *   (several commands in one JVM: separate them with "--")
  *
  * Exit status 0 = pass; failures print what differed and exit 1.
@@ -54,6 +55,7 @@ public final class JavaTests {
             case "dump": dump(args[1], Long.parseLong(args[2]), Boolean.parseBoolean(args[3]), args[4]); break;
             case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
             case "cq-ends": cqEnds(args[1]); break;
+            case "positions-gone": positionsGone(args[1]); break;
             default: throw new IllegalArgumentException(args[0]);
         }
     }
@@ -171,6 +173,59 @@ public final class JavaTests {
             rr.close();
         }
         check(skipped == 1, "skip mode skipped " + skipped + " records, expected 1");
+    }
+
+    /**
+     * Segment 0 of a store (a copy: it is changed) recycled under a PositionsReader reading
+     * its records through the shared mapping, done as the store does it: the file renamed to
+     * <start>.free, then into place as the next new segment and overwritten (here with
+     * segment 1's bytes: records of other positions). The read must fail with
+     * SegmentGoneException naming segment 0; the new name must map the current bytes.
+     */
+    static void positionsGone(String store) throws Exception {
+        Configuration c = conf(true, false);
+        StoreMeta meta = StoreMeta.load(new Path(store), c);
+        long size = meta.segmentSizeBytes, committed = meta.committedPosition;
+        java.nio.file.Path dir = java.nio.file.Paths.get(store, "commitlog");
+        java.nio.file.Path seg0 = dir.resolve(Format.segmentName(0));
+        List<Long> ps = new ArrayList<>();
+        QuorumlogRecordReader rr = new QuorumlogRecordReader();
+        rr.initialize(new QuorumlogSplit(new Path(seg0.toString()), 0, size, new String[0],
+            committed, committed, meta.indexFileEntries), c);
+        while (rr.nextKeyValue()) ps.add(rr.getCurrentKey().get());
+        rr.close();
+        PositionsReader r = new PositionsReader(new PositionsReader.Part(store, size, 0,
+            committed, null, ps.stream().mapToLong(Long::longValue).toArray(), "gone"), c);
+        check(ps.size() > 2 && r.next(), "positions-gone: segment 0's first record read");
+        long next = 0;
+        for (java.io.File f : dir.toFile().listFiles()) {
+            if (Format.isNumberedName(f.getName())) next = Math.max(next, Long.parseLong(f.getName()) + size);
+        }
+        java.nio.file.Path free = dir.resolve(Format.segmentName(0) + ".free");
+        java.nio.file.Path reused = dir.resolve(Format.segmentName(next));
+        java.nio.file.Files.move(seg0, free);
+        java.nio.file.Files.move(free, reused);
+        byte[] now = java.nio.file.Files.readAllBytes(dir.resolve(Format.segmentName(size)));
+        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(reused,
+                java.nio.file.StandardOpenOption.WRITE)) {
+            ch.write(java.nio.ByteBuffer.wrap(now), 0);
+        }
+        try {
+            while (r.next()) { }
+            check(false, "positions-gone: reading a recycled segment succeeded");
+        } catch (SegmentGoneException e) {
+            check(e.file.endsWith("/commitlog/" + Format.segmentName(0))
+                && e.getMessage().contains("deleted or reused"), "positions-gone: " + e.getMessage());
+            System.out.println("positions-gone: " + e.getMessage());
+        }
+        r.close();
+        PositionedFile pf = PositionedFile.open(
+            org.apache.hadoop.fs.FileSystem.getLocal(c).getRawFileSystem(), new Path(reused.toString()));
+        java.nio.ByteBuffer m = pf.map();
+        byte[] got = new byte[now.length];
+        m.get(got);
+        pf.close();
+        check(java.util.Arrays.equals(got, now), "positions-gone: the reused name maps its current bytes");
     }
 
     /** One consume-queue file of `entries` 20-byte slots whose offsets [used0, used1) hold
