@@ -10,9 +10,11 @@ public class CorruptRecordException extends IOException {
     private static final long serialVersionUID = 1L;
     public final String file;
     public final long offset;
+    public final String reason;
 
     public CorruptRecordException(String reason, String file, long offset) {
         super("quorumlog: corrupt data in " + file + " at offset " + offset + ": " + reason);
+        this.reason = reason;
         this.file = file;
         this.offset = offset;
     }

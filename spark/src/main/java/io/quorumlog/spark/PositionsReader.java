@@ -261,7 +261,7 @@ final class PositionsReader implements RecordSource {
         try {
             return checkRecord(i);
         } catch (CorruptRecordException e) {
-            if (in.replaced()) throw new SegmentGoneException(openFile, e.offset, e.getMessage());
+            if (in.replaced()) throw new SegmentGoneException(openFile, e.offset, e.reason);
             throw e;
         }
     }

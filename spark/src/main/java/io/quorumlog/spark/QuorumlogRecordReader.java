@@ -128,7 +128,7 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         localFile = PositionedFile.localFile(fs, file);
         try {
             segEnd = segBase + fs.getFileStatus(file).getLen();
-        } catch (FileNotFoundException e) {  // retention deleted it after planning
+        } catch (FileNotFoundException e) {  // retention deleted it after planning (or below)
             throw new SegmentGoneException(fileName, split.getStart(), "no such file");
         }
         splitStart = segBase + split.getStart();
@@ -146,7 +146,11 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
         }
         ReadCount.opened();
         Object before = localFile == null ? null : PositionedFile.fileKey(localFile);
-        in = fs.open(file);
+        try {
+            in = fs.open(file);
+        } catch (FileNotFoundException e) {
+            throw new SegmentGoneException(fileName, pos - segBase, "no such file");
+        }
         // as PositionedFile.open: the file opened, when the path named it before and after
         Object after = localFile == null ? null : PositionedFile.fileKey(localFile);
         openedKey = before != null && before.equals(after) ? before : null;
