@@ -49,6 +49,15 @@ async def _start(tmp):
     return nodes, services, list(clients.values())
 
 
+async def _stop(client, services, nodes) -> None:
+    """Close the client, then the services, then the nodes _start made."""
+    await client.close()
+    for s in services:
+        await s.stop()
+    for node in nodes:
+        await node.stop()
+
+
 async def main(tmp, n, batch, window, profile):
     nodes, services, addrs = await _start(tmp)
     client = AsyncClient(addrs, secret="s" * 16)
@@ -74,11 +83,7 @@ async def main(tmp, n, batch, window, profile):
         print(f"{done} requests x {batch}: wall {wall:.2f} s, CPU {cpu:.2f} s, "
               f"{cpu / done * 1e6:.0f} µs CPU per request (3 replicas + client)")
     finally:
-        await client.close()
-        for s in services:
-            await s.stop()
-        for node in nodes:
-            await node.stop()
+        await _stop(client, services, nodes)
 
 
 if __name__ == "__main__":

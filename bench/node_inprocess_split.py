@@ -17,7 +17,7 @@ import time
 
 import uvloop
 
-from node_inprocess_cpu import _start
+from node_inprocess_cpu import _start, _stop
 from quorumlog.client import AsyncClient
 from quorumlog.net import transport
 from quorumlog.node import driver
@@ -85,11 +85,7 @@ async def main(tmp, n, batch, window):
             print(f"  {k:24s} {ACC[k] / done / 1e3:8.1f} µs/request {CALLS[k] / done:6.2f} "
                   f"calls/request {ACC[k] / CALLS[k] / 1e3:7.1f} µs/call")
     finally:
-        await client.close()
-        for s in services:
-            await s.stop()
-        for node in nodes:
-            await node.stop()
+        await _stop(client, services, nodes)
 
 
 if __name__ == "__main__":
