@@ -25,7 +25,7 @@ from cpython.pythread cimport (PyThread_type_lock, PyThread_allocate_lock,
                                PyThread_release_lock, NOWAIT_LOCK, WAIT_LOCK)
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, int32_t
 from libc.string cimport memcmp, memcpy, memset
-from libc.stdlib cimport malloc, free, calloc
+from libc.stdlib cimport malloc, free, calloc, realloc
 from libc.errno cimport ENOSPC, EDQUOT
 cimport numpy as cnp
 
@@ -554,6 +554,11 @@ cdef class CommitLog:
         """Headers of consecutive records from `from_position` (BLANK skipped, CRC checked)
         that end at or before `limit_position` -> (RECORD_INFO array, next_position)."""
         return scan_headers(self, from_position, limit_position, max_records)
+
+    def indexes_of_type(self, int rtype):
+        """The raft indexes (int64 array, ascending) in [first_index, last_index] whose
+        record is of type `rtype`, from the raft index alone (no record is read)."""
+        return indexes_of_type(self, rtype)
 
     def verify(self, from_position=None):
         """CRC-check every record from `from_position` (default min_position) to the end;

@@ -112,16 +112,12 @@ def config_history(commitlog, initial_voters) -> list:
         hist = [(head["first_index"] - 1, tuple(head["voters"]), tuple(head["learners"]))]
     if cl.last_index <= 0:
         return hist
-    pos, end = cl.min_position, cl.end_position
-    while pos < end:
-        info, nxt = cl.scan(pos, end, 65536)
-        if nxt == pos:
-            break
-        cfgs = info[info["type"] == CONFIG]
-        for p, idx, off, n in zip(cfgs["position"].tolist(), cfgs["index"].tolist(),
-                                  cfgs["body_offset"].tolist(), cfgs["body_len"].tolist()):
-            hist.append((idx, *decode_config(bytes(cl.record_at(p)[off:off + n]))))
-        pos = nxt
+    # found through the raft index: a scan of the records read the whole log at every start
+    for idx in cl.indexes_of_type(CONFIG).tolist():
+        p = cl.position_of(idx)
+        info, _ = cl.scan(p, p + cl.size_of(idx), 1)
+        off, n = int(info["body_offset"][0]), int(info["body_len"][0])
+        hist.append((idx, *decode_config(bytes(cl.record_at(p)[off:off + n]))))
     return hist
 
 
