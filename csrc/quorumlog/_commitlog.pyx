@@ -233,9 +233,10 @@ cdef class CommitLog:
     cdef int64_t _first_seg
     cdef Mapping _cur
     cdef int64_t _cur_start
-    # the segment whose mapping reads without readahead (commitlog_read.pxi _no_readahead),
-    # -1: none
+    # the segment whose mapping reads without readahead from offset _random_lo to its end
+    # (commitlog_scan.pxi _no_readahead), -1: none
     cdef int64_t _random_seg
+    cdef int64_t _random_lo
     # raft index files: self._idx[f - self._first_idxf] holds indexes [f*N+1, (f+1)*N]
     cdef list _idx
     cdef int64_t _first_idxf

@@ -37,22 +37,44 @@ cdef extern from "sys/mman.h" nogil:
     int MADV_RANDOM
 
 
-cdef int _no_readahead(CommitLog self, int64_t k, Mapping m) except -1:
-    """Reads through the mapping of the segment being written (a leader's reads for its
-    APPENDs, the dispatch's scans: just behind the appends) take no readahead; the segment
-    read that way before gets it back. The pages past the log's end are fallocated but
-    unwritten: a fault's readahead there zero-fills them (ext4_mpage_readpages) and marks
-    one for the next asynchronous readahead, so reads of fresh records kept zero-filling the
-    window ahead, which the next pwritev then overwrote -- 6.8 % of all CPU of a replicated
-    run, on the leader (docs/benchmarks.md, branch batch21). Advice only: a failure changes
+# A read that starts this close to the log's end is "right behind the appends" (a leader's
+# reads for its APPENDs, the dispatch's scans); the advice covers the segment from there on,
+# moved up once the reads are NEAR_END past it (one madvise per 8 MiB appended).
+cdef enum:
+    NEAR_END = 8 << 20
+
+
+cdef int _no_readahead(CommitLog self, int64_t k, Mapping m, int64_t from_pos) except -1:
+    """Reads right behind the appends, in the segment being written, take no readahead: the
+    pages past the log's end are fallocated but unwritten, and a fault's readahead there
+    zero-fills them (ext4_mpage_readpages) and marks one for the next asynchronous
+    readahead, so reads of fresh records kept zero-filling the window ahead, which the next
+    pwritev then overwrote -- 6.8 % of all CPU of a replicated run, on the leader
+    (docs/benchmarks.md, branch batch21). Only the segment's tail from the reads on gets
+    the advice, not the whole segment: a scan further back (the store's replay at open, a
+    lagging follower's catch-up, a consumer) reads pages that may have left the cache, and
+    without readahead it read them one page per fault (docs/benchmarks.md, session 22).
+    The segment read that way before gets readahead back. Advice only: a failure changes
     nothing."""
     cdef Mapping old
-    if self._random_seg >= 0:
-        old = _seg(self, self._random_seg)
-        if old is not None:
-            madvise(old.addr, <size_t>old.size, MADV_NORMAL)
-    madvise(m.addr, <size_t>m.size, MADV_RANDOM)
+    cdef int64_t lo = from_pos - k * self.segment_size_bytes
+    if self._end - from_pos > NEAR_END:
+        return 0
+    lo -= lo % NEAR_END
+    if k != self._random_seg:
+        if self._random_seg >= 0:
+            old = _seg(self, self._random_seg)
+            if old is not None:
+                madvise(old.addr, <size_t>old.size, MADV_NORMAL)
+        madvise(m.addr + lo, <size_t>(m.size - lo), MADV_RANDOM)
+    elif lo < self._random_lo:
+        madvise(m.addr + lo, <size_t>(self._random_lo - lo), MADV_RANDOM)
+    elif lo >= self._random_lo + 2 * NEAR_END:
+        madvise(m.addr + self._random_lo, <size_t>(lo - self._random_lo), MADV_NORMAL)
+    else:
+        return 0
     self._random_seg = k
+    self._random_lo = lo
     return 0
 
 
@@ -68,8 +90,8 @@ cdef char **_segment_addrs(CommitLog self, int64_t from_pos, int64_t limit, int6
     holder.extend(self._segs[k0[0] - self._first_seg:k0[0] - self._first_seg + nseg[0]])
     if len(holder) != nseg[0]:
         raise IndexOutOfRangeError(f"[{from_pos}, {limit}) is not all in the log")
-    if holder[nseg[0] - 1] is self._cur and k0[0] + nseg[0] - 1 != self._random_seg:
-        _no_readahead(self, k0[0] + nseg[0] - 1, self._cur)
+    if holder[nseg[0] - 1] is self._cur:
+        _no_readahead(self, k0[0] + nseg[0] - 1, self._cur, max(from_pos, self._cur_start))
     addrs = <char **>malloc(nseg[0] * sizeof(char *))
     if addrs == NULL:
         raise MemoryError()
