@@ -220,6 +220,7 @@ def test_failover_tiny_run(bench, schema):
     assert ph["vote_rounds"] >= 1 and ph["client_errors"] >= 1
     assert fo["elections"] == 1 and kill["settle_s"] is not None
     assert "phase medians" in run.output
+    assert f"killed replica's restart (s, spawn -> serving): {kill['restart_s']:.2f}" in run.output
 
 
 # ------------------------------------------------------------------- integrity failures

@@ -374,6 +374,9 @@ class FailoverWorkload(_Replicated):
             f"sleeps {med['sleeps']} ({med['slept_ms']} ms); leader elections during the run "
             f"{elections} for {len(kills)} kills")
         res.notes.append("phases per kill: " + describe(phases))
+        # (session 21: it grew with the log, 0.7 -> 12 s, until a start stopped reading it all)
+        res.notes.append("killed replica's restart (s, spawn -> serving): " + ", ".join(
+            "-" if k["restart_s"] is None else f"{k['restart_s']:.2f}" for k in kills))
         stray = stray_elections(events, kills, t0_ns, t1_ns)
         if stray:
             res.notes.append("elections outside the kills' gaps (ms after the kill before, "
