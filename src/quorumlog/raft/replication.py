@@ -427,7 +427,8 @@ class ReplicationRules:
                 self._drop_leaving()
             if self.learner is not None:
                 self._check_learner()
-            self._check_ready_to_serve()
+            if not self.is_ready_to_serve:      # (a serving leader: nothing to check per commit)
+                self._check_ready_to_serve()
             if self._reads:
                 self._release_reads()
             if self.id not in self._voter_set and self.configs[-1][0] <= n:
