@@ -240,9 +240,11 @@ class ClientService:
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
         if hasattr(r, "positions"):
+            # positions: the batch's int64 array as it is -- encoded in one C pass
+            # (codec._OneAckFrame), not as a tuple of Python ints packed one by one
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
                                      int(r.queue_offsets[0]), r.store_timestamp_ms,
-                                     tuple(r.positions.tolist()))
+                                     r.positions)
         return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp_ms,
                                  (r.position,))
 
