@@ -576,8 +576,13 @@ class Pipeline:
         try:
             self.check_writable()
             if len(items) == 1:
-                stale = items[0].table is not None and \
-                    items[0].table is not self._producer_table()
+                t = items[0].table
+                # (this term's table, as _producer_table returns it when current: the
+                # leader's role was checked just above)
+                cur = self._producers
+                stale = t is not None and t is not (
+                    cur if cur is not None and cur.term == self._node.core.term
+                    else self._producer_table())
             else:
                 stale = any(it.table is not None and it.table is not self._producer_table()
                             for it in items)

@@ -203,7 +203,7 @@ class MetaSeam:
         return MetaRequest(bytes(payload))
 
     def apply_committed(self, index: int) -> int:
-        cl = self.cl
+        cl = self.store.commitlog      # (self.cl, a property less per commit)
         index = min(index, cl.last_index)
         if self._staged and index > cl.committed_index:
             self._confirm_staged(index)
