@@ -269,7 +269,12 @@ cdef class CommitLog:
     cdef int64_t _flush_ns_total
 
     cdef PyThread_type_lock _wlock
-    cdef object _flush_lock      # threading.Lock: one flush at a time
+    cdef object _flush_lock      # threading.Condition: flush snapshots, publication, exclusion
+    cdef int64_t _flush_seq      # the next flush's number (flush_log)
+    cdef int64_t _flush_oldest   # the oldest flush not ended: results publish in this order
+    cdef set _flush_ended        # numbers of ended flushes above _flush_oldest
+    cdef int64_t _flushes_running
+    cdef int64_t _flush_excl     # truncation / checkpoint / close waiting or running
     cdef object _cv              # threading.Condition: flusher wake-up + group commit
     cdef bint _flush_parked      # the flusher waits for an append (the log was clean)
     cdef int64_t n_flush_wakeups # the flusher's turns (idle cost: see flush_loop)
@@ -342,7 +347,8 @@ cdef class CommitLog:
         self._views = []
         self._idx = []
         self._threads = []
-        self._flush_lock = threading.Lock()
+        self._flush_lock = threading.Condition(threading.Lock())
+        self._flush_ended = set()
         self._cv = threading.Condition(threading.Lock())
         self._prep_cv = threading.Condition(threading.Lock())
         self._prepared = None
@@ -616,8 +622,11 @@ cdef class CommitLog:
         _check_writable(self)
         _check_open(self)
         # serialised with flushes and truncation so an older snapshot never lands last
-        with self._flush_lock:
+        _flush_exclusive(self)
+        try:
             write_checkpoint(self, False)
+        finally:
+            _flush_exclusive_end(self)
 
     def _write_checkpoint(self, bint clean):
         write_checkpoint(self, clean)
