@@ -77,6 +77,9 @@ cdef extern from "qlsys.h" nogil:
     int ql_map_file_private(const char *path, int64_t size, void **out_addr)
     int ql_populate_write(char *base, int64_t off, int64_t length)
     void ql_fail_msync(int err, int skip)
+    void ql_gate_arm()
+    int ql_gate_get()
+    void ql_gate_release(int err)
     int ql_pwritev_all(int fd, iovec *iov, int n, int64_t off)
     int ql_pwrite_all(int fd, const char *buf, int64_t length, int64_t off)
     void ql_fail_write(int err)
@@ -161,6 +164,21 @@ cdef inline void crash_point(str name):
 def _fail_msync(int err, int skip=0):
     """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
     ql_fail_msync(err, skip)
+
+
+def _gate_msync():
+    """Test hook: the next msync of this module waits until _gate_release (see qlsys.h)."""
+    ql_gate_arm()
+
+
+def _gate_state() -> int:
+    """Test hook: 0 off, 1 armed, 2 an msync is held, 3 released."""
+    return ql_gate_get()
+
+
+def _gate_release(int err=0):
+    """Test hook: the held msync goes on (err 0) or fails with `err`."""
+    ql_gate_release(err)
 
 
 def _fail_write(int err):
@@ -465,7 +483,8 @@ cdef class CommitLog:
         """Counters for benchmarks: flushes << appends under load shows group commit."""
         return {
             "appends": self.n_append_calls, "records": self.n_records, "bytes": self.n_bytes,
-            "flushes": self.n_flushes, "checkpoints": self.n_checkpoints,
+            "flushes": self.n_flushes, "flushes_in_flight": self._flushes_running,
+            "checkpoints": self.n_checkpoints,
             "segments": len(self._segs), "segments_created": self.n_segments_created,
             "segments_prepared_used": self.n_prepared_used,
             "segments_created_sync": self.n_sync_created, "blanks": self.n_blank,
