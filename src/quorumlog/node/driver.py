@@ -12,9 +12,10 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     is a lost message, which Raft tolerates). A leader may send entries it has not flushed:
     its own copy counts towards commit only once duty 3 reported it.
  3. flush_to: make the log durable and then call core.on_persisted(index, flush_gen).
-    flush = "sync": the Flusher thread runs one CommitLog.flush() (msync, GIL released) for
-    everything appended so far -- group commit: every Ready that asked while a flush ran is
-    covered by the next one -- and posts the report back to the loop. A follower therefore
+    flush = "sync": a Flusher thread runs one CommitLog.flush() (msync, GIL released) for
+    everything appended so far and posts the report back to the loop; flushes overlap (a
+    request during a flush starts the next one on a second thread; requests while both run
+    share the next one: group commit). A follower therefore
     acknowledges an entry only once it is on its disk, and a put returns only after a
     majority flushed it. flush = "async": report at once (the entry is in the page cache);
     the log's own background thread flushes every flush_interval_ms (DLedger's behaviour).

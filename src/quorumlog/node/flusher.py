@@ -50,8 +50,8 @@ class FlushService(Protocol):
 
 
 # Flushes of one log in flight at once. Two: a request that arrives during a flush starts
-# its own at once. More measured no better: every flush is a journal commit and a device
-# flush, and a third mostly queues behind the other two (docs/benchmarks.md, issue 20).
+# its own at once. Three did worse than two in a microbenchmark of three processes msyncing
+# small appends (every flush is a journal commit and a device flush; docs/benchmarks.md).
 FLUSHES_IN_FLIGHT = 2
 
 
