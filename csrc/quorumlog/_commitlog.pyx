@@ -292,6 +292,7 @@ cdef class CommitLog:
     cdef int64_t _flush_oldest   # the oldest flush not ended: results publish in this order
     cdef set _flush_ended        # numbers of ended flushes above _flush_oldest
     cdef int64_t _flushes_running
+    cdef int64_t _flush_started_to   # the end the newest flush started with
     cdef int64_t _flush_excl     # truncation / checkpoint / close waiting or running
     cdef object _cv              # threading.Condition: flusher wake-up + group commit
     cdef bint _flush_parked      # the flusher waits for an append (the log was clean)

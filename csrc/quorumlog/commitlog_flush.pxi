@@ -4,12 +4,13 @@
 
 cdef int64_t flush_log(CommitLog self) except -1:
     """msync everything appended so far; returns the flushed position. Flushes may overlap
-    (FLUSHES_IN_FLIGHT threads of the node's Flusher): each one msyncs [flushed position at
-    its start, end at its start), a range that includes every flush still in flight, so its
-    success alone makes its whole range durable; the kernel waits for pages another msync
-    is writing back. Results are published in start order (_flush_publish): a later flush
-    never reports success past an earlier one that failed -- Linux reports a write-back
-    error to one msync only, so a concurrent one may return 0 over lost pages.
+    (FLUSHES_IN_FLIGHT threads of the node's Flusher): each one msyncs from where the
+    flushes in flight end to the end it saw (the whole unflushed range when none is in
+    flight), so it does not wait on pages another msync is writing back. Results are
+    published in start order (_flush_publish), so a flush's success counts only together
+    with every earlier one's: it never reports past an earlier one that failed -- Linux
+    reports a write-back error to one msync only, so a concurrent one may return 0 over
+    lost pages.
     _flush_lock (a Condition) guards the snapshot and the publication; truncation,
     checkpoints and close take it exclusively (_flush_exclusive), which waits for the
     flushes in flight and holds new ones back."""
@@ -27,6 +28,14 @@ cdef int64_t flush_log(CommitLog self) except -1:
         lo = self._flushed_pos
         if target <= lo and tindex <= self._flushed_index:
             return self._flushed_pos
+        if self._flushes_running and self._flush_started_to > lo:
+            # the flushes in flight cover up to there and publish first: only the rest
+            # (none runs across a truncation: it waits for them, so that end is current)
+            lo = min(self._flush_started_to, target)
+            if target > self._flush_started_to:
+                self._flush_started_to = target
+        else:
+            self._flush_started_to = target
         segs = [_seg(self, k) for k in range(lo // S, (max(target, lo + 1) - 1) // S + 1)]
         seq = self._flush_seq
         self._flush_seq += 1
