@@ -1,5 +1,5 @@
 """The node's Flusher (node/flusher.py) under flush = "sync": a request that arrives while a
-flush runs starts the next flush at once (FLUSHES_IN_FLIGHT = 2), a report never names an
+flush runs starts the next flush at once (in_flight = 2), a report never names an
 index the flush that made it did not cover, a request no bigger than a flush in flight
 already took starts nothing (that flush reports it), and a failed flush reports an error,
 never an index. The log is a stand-in whose flush() blocks until the test lets it go."""
@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from quorumlog.node.flusher import FLUSHES_IN_FLIGHT, Flusher
+from quorumlog.errors import ConfigError
+from quorumlog.node import load_node_config
+from quorumlog.node.flusher import FLUSHES_IN_FLIGHT, MAX_FLUSHES_IN_FLIGHT, Flusher
 
 DEADLINE_S = 10.0
 
@@ -45,7 +47,7 @@ async def _until(cond, what):
         await asyncio.sleep(0.001)
 
 
-async def _started(fl, cl, *, reports, errors, in_flight=FLUSHES_IN_FLIGHT):
+async def _started(fl, cl, *, reports, errors):
     loop = asyncio.get_running_loop()
     fl.start(cl, loop, lambda i, g: reports.append((i, g)), errors.append)
 
@@ -53,7 +55,7 @@ async def _started(fl, cl, *, reports, errors, in_flight=FLUSHES_IN_FLIGHT):
 def test_a_request_during_a_flush_starts_the_next_one_at_once():
     async def main():
         cl, reports, errors = GatedLog(), [], []
-        fl = Flusher()
+        fl = Flusher(in_flight=2)
         await _started(fl, cl, reports=reports, errors=errors)
         try:
             cl.last = 5
@@ -106,7 +108,7 @@ def test_one_flush_in_flight_waits_as_before():
 def test_a_request_covered_by_a_flush_in_flight_starts_nothing():
     async def main():
         cl, reports, errors = GatedLog(), [], []
-        fl = Flusher()
+        fl = Flusher(in_flight=2)
         await _started(fl, cl, reports=reports, errors=errors)
         try:
             cl.last = 7
@@ -134,7 +136,7 @@ def test_a_failed_flush_reports_an_error_not_an_index():
         cl, reports, errors = GatedLog(), [], []
         boom = OSError(5, "EIO")
         cl.fail[0] = boom
-        fl = Flusher()
+        fl = Flusher(in_flight=2)
         await _started(fl, cl, reports=reports, errors=errors)
         try:
             cl.last = 5
@@ -150,6 +152,14 @@ def test_a_failed_flush_reports_an_error_not_an_index():
     asyncio.run(main())
 
 
-def test_in_flight_must_be_positive():
-    with pytest.raises(ValueError, match="in_flight"):
-        Flusher(in_flight=0)
+def test_in_flight_is_bounded_and_configurable():
+    for bad in (0, MAX_FLUSHES_IN_FLIGHT + 1):
+        with pytest.raises(ValueError, match="in_flight"):
+            Flusher(in_flight=bad)
+    assert Flusher().in_flight == FLUSHES_IN_FLIGHT == 1
+    cfg, _, _ = load_node_config(None, {"QUORUMLOG_FLUSHES_IN_FLIGHT": "2"}, node_id="n1",
+                                 peers={"n1": "127.0.0.1:1"}, insecure=True)
+    assert cfg.flushes_in_flight == 2
+    with pytest.raises(ConfigError, match="flushes_in_flight"):
+        load_node_config(None, {"QUORUMLOG_FLUSHES_IN_FLIGHT": "9"}, node_id="n1",
+                         peers={"n1": "127.0.0.1:1"}, insecure=True)

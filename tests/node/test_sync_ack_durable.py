@@ -32,7 +32,7 @@ class ReportsFirstFlusher(Flusher):
                                        super().request, index, gen)
 
 
-async def _group(tmp_path, flusher_for):
+async def _group(tmp_path, flusher_for, in_flight=1):
     ids = ["n1", "n2", "n3"]
     peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{9000 + k}" for k, i in enumerate(ids)}   # names only
@@ -41,7 +41,7 @@ async def _group(tmp_path, flusher_for):
         for i in ids:
             cfg, rcfg, scfg = load_node_config(
                 None, {}, node_id=i, peers=peers, secret="s" * 16, client_addrs=clients,
-                raft=dict(max_heartbeat_leak=30),
+                raft=dict(max_heartbeat_leak=30), flushes_in_flight=in_flight,
                 store=dict(segment_size_bytes=1 << 22, flush="sync"))
             n = Node(tmp_path / i, cfg, rcfg, store_cfg=scfg, flusher=flusher_for())
             await n.start()
@@ -77,8 +77,8 @@ def _watch_acks(leader, nodes, violations: list, acked: list) -> None:
     pipeline.on_applied = on_applied
 
 
-async def _produce(tmp_path, flusher_for):
-    nodes, leader = await _group(tmp_path, flusher_for)
+async def _produce(tmp_path, flusher_for, in_flight=1):
+    nodes, leader = await _group(tmp_path, flusher_for, in_flight)
     violations, acked = [], []
     try:
         _watch_acks(leader, nodes, violations, acked)
@@ -94,10 +94,12 @@ async def _produce(tmp_path, flusher_for):
             await n.stop()
 
 
-def test_sync_puts_are_acknowledged_only_once_flushed_on_a_majority(tmp_path):
-    violations, acked, leader = asyncio.run(_produce(tmp_path, lambda: PRODUCTION_FLUSHER))
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_sync_puts_are_acknowledged_only_once_flushed_on_a_majority(tmp_path, in_flight):
+    violations, acked, leader = asyncio.run(
+        _produce(tmp_path, lambda: PRODUCTION_FLUSHER, in_flight))
     assert acked and not violations, violations[:5]
-    assert isinstance(leader.flusher, Flusher)
+    assert isinstance(leader.flusher, Flusher) and leader.flusher.in_flight == in_flight
     assert leader.flusher.flushes > 0
 
 

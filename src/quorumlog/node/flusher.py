@@ -2,10 +2,11 @@
 
 The driver asks for `request(index, gen)` whenever a Ready says flush_to; a thread runs one
 CommitLog.flush() (msync with the GIL released) for everything appended so far and reports
-`on_flushed(index, gen)` on the event loop through call_soon_threadsafe. Flushes overlap:
-FLUSHES_IN_FLIGHT threads take requests, so a request that arrives while a flush runs starts
-the next flush at once instead of waiting for the running one to end (a message then waits
-about one flush, not one and a half). The native log publishes overlapping flushes in start
+`on_flushed(index, gen)` on the event loop through call_soon_threadsafe. Flushes may
+overlap: with `in_flight` = 2 (NodeConfig.flushes_in_flight) two threads take requests, so a
+request that arrives while a flush runs starts the next flush at once instead of waiting for
+the running one to end (a message then waits about one flush, not one and a half); with 1
+(the default) a request waits for the running flush and the next one covers it. The native log publishes overlapping flushes in start
 order and never past a failed one (commitlog_flush.pxi); a report that arrives after a
 higher one is ignored by the core. A request for no more than a flush in flight already
 took (same gen) starts nothing: that flush's report covers it. The index reported is
@@ -34,7 +35,7 @@ from ..errors import LogClosedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FlushService", "Flusher", "SharedFlusher"]
+__all__ = ["FLUSHES_IN_FLIGHT", "FlushService", "Flusher", "MAX_FLUSHES_IN_FLIGHT", "SharedFlusher"]
 
 
 class FlushService(Protocol):
@@ -49,16 +50,18 @@ class FlushService(Protocol):
     async def close(self) -> None: ...
 
 
-# Flushes of one log in flight at once. Two: a request that arrives during a flush starts
-# its own at once. Three did worse than two in a microbenchmark of three processes msyncing
-# small appends (every flush is a journal commit and a device flush; docs/benchmarks.md).
-FLUSHES_IN_FLIGHT = 2
+# Flushes of one log in flight at once (NodeConfig.flushes_in_flight). 2: a request that
+# arrives during a flush starts its own at once -- shorter waits for the flush alone
+# (bench/sync_flush_overlap.py), no gain measured in a loaded 3-replica group, where every
+# extra flush is CPU (a report, a drain) on 2 busy cores: 1 by default (docs/benchmarks.md).
+FLUSHES_IN_FLIGHT = 1
+MAX_FLUSHES_IN_FLIGHT = 4
 
 
 class Flusher:
     def __init__(self, name="quorumlog-flusher", in_flight: int = FLUSHES_IN_FLIGHT):
-        if in_flight < 1:
-            raise ValueError(f"in_flight must be >= 1, got {in_flight}")
+        if not 1 <= in_flight <= MAX_FLUSHES_IN_FLIGHT:
+            raise ValueError(f"in_flight must be 1..{MAX_FLUSHES_IN_FLIGHT}, got {in_flight}")
         self.name = name
         self.in_flight = in_flight
         self.cl = self.loop = self.on_flushed = self.on_error = None
