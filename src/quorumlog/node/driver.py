@@ -103,18 +103,27 @@ def _stop_http(server) -> None:
 
 
 def config_history(commitlog, initial_voters) -> list:
-    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records; an
-    installed log starts from the configuration in effect before its first entry instead."""
+    """[(0, initial voters), (index, voters, learners), ...] from the log's CONFIG records; a
+    log with a head (log_head.json: installed, or retention deleted CONFIG records) starts
+    from the configuration in effect before the head's first entry instead."""
     from ..commitlog import CONFIG
     hist = [(0, tuple(sorted(initial_voters)))]
     cl = commitlog
     head = read_head(cl.path)
+    first = 0
     if head is not None:
-        hist = [(head["first_index"] - 1, tuple(head["voters"]), tuple(head["learners"]))]
+        first = head["first_index"]
+        if "config" in head:     # retention's head: the body of the CONFIG record it deleted
+            hist = [(first - 1, *decode_config(head["config"].encode()))]
+        else:
+            hist = [(first - 1, tuple(head["voters"]), tuple(head["learners"]))]
     if cl.last_index <= 0:
         return hist
     # found through the raft index: a scan of the records read the whole log at every start
+    # (those below the head are left over by a retention a crash cut short: the head says them)
     for idx in cl.indexes_of_type(CONFIG).tolist():
+        if idx < first:
+            continue
         p = cl.position_of(idx)
         info, _ = cl.scan(p, p + cl.size_of(idx), 1)
         off, n = int(info["body_offset"][0]), int(info["body_len"][0])

@@ -30,7 +30,7 @@ from ..errors import (DiskFullError, DrivenStoreError, IndexOutOfRangeError,
                       OffsetOutOfRangeError, QuorumlogError, ReadOnlyError,
                       TooManyWaitersError)
 from ..raft.errors import NotLeaderError
-from .nativeinstall import complete_install
+from .nativeinstall import complete_install, finish_head_drop
 from .dispatch import Dispatcher, OffsetCounter, TagHashes
 from ..format import TYPE_META as META
 from ..format import check_topic_name
@@ -137,6 +137,8 @@ class MessageStore:
             # unfinished one) before the log opens (quorumlog.store.nativeinstall)
             complete_install(self._path, INSTALL_DERIVED, write_install_meta)
         self._log = self._open_log()
+        if not self._read_only:
+            finish_head_drop(self._log)   # a retention a crash cut short after its head
         self._build(self._log)
         if config.background and not self._read_only:
             self._start_timer()

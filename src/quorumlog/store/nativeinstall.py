@@ -30,7 +30,7 @@ import time
 
 from ..errors import (CorruptLogError, IndexOutOfRangeError, InstallError, ReplicationError,
                       StorageError)
-from ..commitlog import CommitLog, crc32c
+from ..commitlog import CONFIG, CommitLog, crc32c
 from ..format import Checkpoint, encode_checkpoint
 from ..raft.errors import InstallRefusedError, NotSupportedByLogError
 from ..raft.log import InstallImage
@@ -403,9 +403,46 @@ def _remove(p: str) -> None:
 
 
 def read_head(path: str) -> dict | None:
-    """The head state an install left (log_head.json), or None."""
+    """The head state an install or retention left (log_head.json), or None. An install's
+    names the configuration as "voters" and "learners"; retention's as "config", the body of
+    the last CONFIG record it deleted (the store does not decode CONFIG bodies: consensus
+    does, node/driver.py config_history)."""
     try:
         return _read_json(os.path.join(path, HEAD_FILE))
     except CorruptLogError as exc:
         log.error("%s", exc)
         return None
+
+
+def keep_head(cl: CommitLog, position: int) -> None:
+    """Before the segments below `position` (a segment start) go: when they hold a CONFIG
+    record, make durable a head saying the configuration in force before the log's new first
+    index (the last CONFIG record below it), so the configurations rebuilt at the next start
+    stay the same from there on. Without one the old head (or the initial voters) still says
+    it. The head also carries `position`: it is the deletion's intent, which
+    finish_head_drop completes when a crash came between this write and the deletion."""
+    end = cl.end_position
+    first = (int(cl.scan(position, end, 1)[0]["index"][0]) if position < end
+             else cl.last_index + 1)
+    below = [i for i in cl.indexes_of_type(CONFIG).tolist() if i < first]
+    if not below:
+        return
+    p = cl.position_of(below[-1])
+    info, _ = cl.scan(p, p + cl.size_of(below[-1]), 1)
+    off, n = int(info["body_offset"][0]), int(info["body_len"][0])
+    old = read_head(cl.path) or {}
+    _write_json(os.path.join(cl.path, HEAD_FILE),
+                {"first_index": first, "prev_term": int(cl.term_at(first - 1)),
+                 "config": bytes(cl.record_at(p)[off:off + n]).decode(),
+                 "producers": old.get("producers", []), "position": position})
+    crash_point("retention-head-written")
+
+
+def finish_head_drop(cl: CommitLog) -> None:
+    """At a writable open: complete a deletion whose head keep_head wrote but which a crash
+    cut short (the log still starts below the head's first index)."""
+    head = read_head(cl.path)
+    if head is not None and "position" in head and cl.first_index < head["first_index"]:
+        log.warning("%s: completing a retention cut short (log head %d)", cl.path,
+                    head["first_index"])
+        cl.delete_segments_before(head["position"])

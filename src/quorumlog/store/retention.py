@@ -11,7 +11,9 @@ Rules (settings in StoreConfig):
   as a later measurement is back under it;
 - whole segments only, oldest first, at most `max_segment_deletes_per_run` per run, never the
   segment being written, never one holding records not yet committed and dispatched;
-- consume-queue files and queue min offsets follow the log's new min position.
+- consume-queue files and queue min offsets follow the log's new min position;
+- a CONFIG record (membership) among the deleted segments leaves its configuration in
+  log_head.json first (nativeinstall.keep_head), so a restarted replica keeps its voters.
 
 A segment's last write time is taken as the store timestamp of the first record of the next
 segment (an upper bound, so a segment is never deleted early); mmap'd writes do not update file
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 from ..config import parse_delete_when
 from ..errors import DiskFullError
+from .nativeinstall import keep_head
 from .services import StoreServices
 
 log = logging.getLogger(__name__)
@@ -139,6 +142,8 @@ class Retention:
                     last = self._last_write_ms(next_start)
                     if last is None or now_ms - last < self.reserved_ms:
                         break
+                # the configuration those segments' CONFIG records set survives them
+                keep_head(lg, next_start)
                 if lg.delete_segments_before(next_start) == 0:
                     break
                 deleted += 1
