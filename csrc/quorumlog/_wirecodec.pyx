@@ -16,6 +16,8 @@ from cpython.long cimport PyLong_Check
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 from libc.stdlib cimport malloc, free
 
+from enum import IntEnum
+
 # a field's width and signedness, from its struct format character (little-endian, no padding)
 cdef enum:
     K_U8 = 0
@@ -71,6 +73,16 @@ cdef bint _unsigned_in(object v, uint64_t lo, uint64_t hi, uint64_t *out) except
     return True
 
 
+cdef object _members_of(conv):
+    """An IntEnum's value -> member map (what Enum.__call__ looks a value up in first), else
+    None. A dict of int keys only: bool (an int's conversion, not an enum) has none."""
+    if isinstance(conv, type) and issubclass(conv, IntEnum):
+        members = conv._value2member_map_
+        if type(members) is dict and all(type(k) is int for k in members):
+            return members
+    return None
+
+
 cdef class FixedLayout:
     """The fixed fields of one message type: names, struct format characters, inclusive
     bounds, and the optional conversion of each (an IntEnum, bool, or None)."""
@@ -82,6 +94,11 @@ cdef class FixedLayout:
     cdef uint64_t *ulo        # unsigned kinds: bounds as uint64
     cdef uint64_t *uhi
     cdef tuple names, convs
+    # per field: an IntEnum conversion's value -> member map (its _value2member_map_), or
+    # None: a value found there is converted by one dict lookup in C, not by Enum.__call__
+    # (two Python frames per field; Code of every APPEND answer); any other value, and any
+    # other conversion, still goes through the conversion itself
+    cdef tuple members
     cdef bint any_conv
 
     def __cinit__(self, names, fmts, los, his, convs):
@@ -99,6 +116,7 @@ cdef class FixedLayout:
             raise MemoryError()
         self.names = tuple(names)
         self.convs = tuple(convs)
+        self.members = tuple(_members_of(c) for c in self.convs)
         self.any_conv = any(c is not None for c in self.convs)
         self.size = 0
         for i in range(n):
@@ -132,7 +150,7 @@ cdef class FixedLayout:
         cdef uint64_t u
         cdef int64_t s
         cdef list out = []
-        cdef object v, conv
+        cdef object v, conv, members, got
         for i in range(self.count):
             u = _ld(p, self.width[i])
             p += self.width[i]
@@ -153,10 +171,15 @@ cdef class FixedLayout:
             if self.any_conv:
                 conv = self.convs[i]
                 if conv is not None:
-                    try:
-                        v = conv(v)
-                    except ValueError:
-                        return None
+                    members = self.members[i]
+                    got = (<dict>members).get(v) if members is not None else None
+                    if got is not None:
+                        v = got
+                    else:
+                        try:
+                            v = conv(v)
+                        except ValueError:
+                            return None
             out.append(v)
         return out
 
@@ -168,6 +191,7 @@ cdef class FixedLayout:
         cdef object v, conv
         cdef uint64_t u
         cdef bint ok
+        cdef object members
         for i in range(self.count):
             try:
                 v = getattr(msg, self.names[i])
@@ -178,10 +202,12 @@ cdef class FixedLayout:
             if self.any_conv:
                 conv = self.convs[i]
                 if conv is not None:
-                    try:
-                        conv(v)
-                    except ValueError:
-                        return False
+                    members = self.members[i]
+                    if members is None or v not in <dict>members:
+                        try:
+                            conv(v)
+                        except ValueError:
+                            return False
             if self.kind[i] == K_I64 or self.kind[i] == K_I32:
                 ok = _signed_in(v, self.lo[i], self.hi[i], &u)
             else:

@@ -51,14 +51,15 @@ class Producers:
 
 
 def wait_until(cond, timeout, what, interval=0.02):
-    """Poll cond() until it returns a truthy value or the deadline passes."""
+    """Poll cond() until it returns a truthy value or the deadline passes (`what`: a text, or
+    a function giving one at the deadline, e.g. the state that was waited for)."""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
         if v:
             return v
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
+            raise TimeoutError(f"{what() if callable(what) else what}: not within {timeout} s")
         time.sleep(interval)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import math
-import os
+import re
 import time
 
 from cluster_support import (Producers, assert_logs_identical, check_acked_on_every_replica,
@@ -34,6 +34,26 @@ def _spread_ok(c, leaders):
 def _check_every_replica(c, prod):
     acked = check_acked_on_every_replica(c, prod)
     assert {group_of(TOPIC, q, G) for q in acked} == set(range(G)), "not every group used"
+
+
+# node/driver.py logs each group's role changes ("LEADER in term 3 (leader n1)"), node/host.py
+# a quiet stretch of every group once ("every group (8) quiesced for 1000 ms")
+_ROLE_LINE = re.compile(r": (LEADER|FOLLOWER|CANDIDATE) in term \d+")
+_QUIET_LINE = f"every group ({G}) quiesced for"
+
+
+def _quiet_after_roles(c, n) -> bool:
+    with open(c.log_file(n)) as f:
+        lines = f.read().splitlines()
+    last = {kind: max((i for i, line in enumerate(lines) if match(line)), default=-1)
+            for kind, match in (("quiet", lambda line: _QUIET_LINE in line),
+                                ("role", _ROLE_LINE.search))}
+    return last["quiet"] > last["role"]
+
+
+def _log_tail(c, n, lines: int = 6) -> str:
+    with open(c.log_file(n)) as f:
+        return " | ".join(f.read().splitlines()[-lines:])
 
 
 def _stop_and_compare_logs(c):
@@ -104,20 +124,19 @@ def test_kill_minus_9_of_the_leader_of_quiesced_groups(make_cluster):
     # QuietBeats, wake, and time out as usual), and a put to every group commits
     c = make_cluster(3, flush="async", **SMALL)
     victim = "n1"
-    quiet = f"every group ({G}) quiesced for"
     with c.client(request_timeout=2, retry_timeout=2) as admin:
         c.wait_group_leaders(timeout=30, client=admin)
         preferred = [preferred_leader(g, c.ids) for g in range(G)]
         wait_until(lambda: c.group_leaders(admin) == preferred, 60,
                    "every group led by its preferred leader")
-        seen = {n: os.path.getsize(c.log_file(n)) for n in c.ids}
-
-        def quiesced_since(n):
-            with open(c.log_file(n)) as f:
-                f.seek(seen[n])
-                return quiet in f.read()
-        wait_until(lambda: all(quiesced_since(n) for n in c.ids), 30,
-                   "every group quiesced on every member after the leaders settled")
+        # the quiet line is logged once per quiet stretch (node/host.py), maybe before the
+        # poll above saw the leaders settle: wait until each member's last quiet line comes
+        # after its last role change, then check that the leaders did not move meanwhile
+        wait_until(lambda: all(_quiet_after_roles(c, n) for n in c.ids), 30,
+                   lambda: "every group quiesced on every member after its last role change: "
+                   + "; ".join(f"{n}: {_log_tail(c, n)}" for n in c.ids
+                               if not _quiet_after_roles(c, n)))
+        assert c.group_leaders(admin) == preferred
         lost = {g for g in range(G) if preferred[g] == victim}
         c.kill(victim)
         leaders = c.wait_group_leaders(timeout=20, client=admin, exclude=(victim,))

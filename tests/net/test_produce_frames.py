@@ -127,6 +127,60 @@ def test_a_one_message_ack_takes_the_fast_path_both_ways():
 
 
 @st.composite
+def array_positions(draw):
+    """A batch's positions as the leader hands them over: an int64 array -- mostly valid,
+    else with a negative item, empty, over the batch limit, of another dtype or byte order,
+    strided, or 2-D (each declined by the fast path: the reference decides)."""
+    n = draw(st.sampled_from([1, 2, 3, 256, m.MAX_BATCH_MESSAGES]))
+    a = np.array(draw(st.lists(st.integers(0, I64 - 1), min_size=1, max_size=4)) * n,
+                 dtype=np.int64)[:n]
+    how = draw(st.sampled_from(["valid"] * 4 + ["negative", "empty", "over", "int32",
+                                                "big-endian", "strided", "2-d", "uint64"]))
+    if how == "negative":
+        a[draw(st.integers(0, len(a) - 1))] = draw(st.sampled_from([-1, -I64]))
+    elif how == "empty":
+        a = a[:0]
+    elif how == "over":
+        a = np.zeros(m.MAX_BATCH_MESSAGES + 1, dtype=np.int64)
+    elif how == "int32":
+        a = a.astype(np.int32)
+    elif how == "big-endian":
+        a = a.astype(">i8")
+    elif how == "strided":
+        a = np.repeat(a, 2)[::2]
+    elif how == "2-d":
+        a = a.reshape(1, -1)
+    elif how == "uint64":
+        a = a.astype(np.uint64)
+    return a
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(acks(), array_positions(), st.sampled_from([codec.DEFAULT_MAX_FRAME_BYTES, 64, 2100]))
+def test_a_batch_ack_of_the_leaders_array_encodes_as_the_reference(msg, positions, limit):
+    """The client service passes a batch's int64 positions array as it is: the fast path
+    packs it in one C pass (_clientframe.ack_positions) to the same frame the reference
+    makes of it item by item -- or declines and the reference decides (its error too)."""
+    msg.positions = positions
+    fast = _outcome(codec.encode, msg, 9, max_frame_bytes=limit)
+    assert fast == _reference(codec.encode, msg, 9, max_frame_bytes=limit)
+    # and what a client decodes is the tuple of the same ints
+    if fast[0] == "frame":
+        got = codec.decode(0x41, memoryview(fast[1])[HEADER_SIZE:])
+        assert got.positions == tuple(int(x) for x in positions.ravel())
+
+
+def test_a_batch_ack_takes_the_fast_path():
+    pos = np.arange(100, 100 + 256 * 1100, 1100, dtype=np.int64)
+    msg = m.ProduceResponse(12, 3, 40, 1_700_000_000_000, pos)
+    parts = SPEC.frame.encode(msg, 5, 0, codec.DEFAULT_MAX_FRAME_BYTES, 0)
+    assert parts is not None
+    assert ("frame", b"".join(parts)) == _reference(codec.encode, msg, 5)
+    assert ("frame", b"".join(parts)) == _reference(
+        codec.encode, m.ProduceResponse(12, 3, 40, 1_700_000_000_000, tuple(pos.tolist())), 5)
+
+
+@st.composite
 def requests(draw):
     """A produce request's payload as a client frames it -- mostly one body; any topic and
     tags text, any queue id -- with some bytes replaced, cut or extended, or any bytes."""

@@ -5,6 +5,7 @@ every registered message type, random field values (in range, at the bounds, out
 not ints, enum members and non-members) encode to the same bytes or the same error, and
 random payloads decode to the same message or the same error. The fast path may only ever
 say "not mine" (None) -- never accept what the reference refuses."""
+import enum
 import operator
 import types
 
@@ -258,6 +259,36 @@ def test_a_numpy_integer_is_left_to_the_reference():
     assert spec.fixed_struct.pack(*[k.check(n, vals[n], EncodeError) for n, k in spec.fixed])
     assert operator.index(vals["term"]) == 3
 
+
+
+class _Shade(enum.IntEnum):
+    """An IntEnum whose _missing_ takes values that are not members (a pseudo-member)."""
+    LIGHT = 1
+    DARK = 2
+
+    @classmethod
+    def _missing_(cls, value):
+        if value == 7:
+            return cls.DARK
+        return None
+
+
+def test_enum_fields_convert_by_the_member_map_and_else_by_the_enum():
+    """FixedLayout converts an IntEnum field by the enum's value -> member map (no
+    Enum.__call__); a value not in the map still goes through the enum itself, so its
+    _missing_ hook decides exactly as the reference (Fixed.check) does."""
+    from quorumlog._wirecodec import FixedLayout
+    lay = FixedLayout(["shade", "n"], ["B", "B"], [0, 0], [255, 255], [_Shade, None])
+    for raw, want in ((1, _Shade.LIGHT), (2, _Shade.DARK), (7, _Shade.DARK)):
+        got = lay.unpack(bytes([raw, 5]))
+        assert got["shade"] is want and type(got["n"]) is int
+        ref = codec.Fixed("B", 0, 255, _Shade, "Shade").check("shade", raw, CodecError)
+        assert ref is want
+    assert lay.unpack(bytes([3, 5])) is None             # refused: the reference raises
+    assert lay.pack(types.SimpleNamespace(shade=2, n=1)) == bytes([2, 1])
+    assert lay.pack(types.SimpleNamespace(shade=7, n=1)) == bytes([7, 1])
+    assert lay.pack(types.SimpleNamespace(shade=3, n=1)) is None
+    assert lay.pack(types.SimpleNamespace(shade=True, n=1)) == bytes([1, 1])
 
 # -- whole frames (FrameCodec) -----------------------------------------------------------------
 

@@ -3,7 +3,8 @@ tick sends nothing and times nothing out; quiet heartbeats keep its followers fr
 and its lease alive; any input wakes it; a quiesced follower whose leader dies times out and
 the group elects as usual."""
 from quorumlog.raft import RaftConfig, Role
-from quorumlog.raft.messages import Heartbeat, VoteRequest
+from quorumlog.raft.messages import (AppendResponse, Code, DispatchState, Heartbeat,
+                                      VoteRequest)
 from quorumlog.testing.cluster import ManualCluster
 
 CFG = RaftConfig()
@@ -120,3 +121,31 @@ def test_a_quiesced_group_elects_a_new_leader_when_its_leader_dies():
             break
     (new,) = cl.leaders()
     assert new in ("n2", "n3") and cl.core(new).term > leader.term
+
+
+def test_a_follower_left_in_truncate_with_nothing_to_send_does_not_keep_the_group_awake():
+    """A stale GAP answer (reordered, below the follower's match) sets its dispatch state to
+    TRUNCATE at the leader's end: no batch to send, so no answer ever moves it back to APPEND
+    while the group is idle -- Q1 required APPEND and the group never quiesced (nodesim seed
+    35 with 4 groups; the real-process test_kill_minus_9_of_the_leader_of_quiesced_groups
+    timed out waiting for a quiet group once in ~100 runs). Matched to the end with nothing
+    in flight, it is whole: the leader quiesces, and the follower holds it quiesced."""
+    cl = ManualCluster()
+    cl.elect("n1")
+    cl.settle(cl.now + 3 * IV)
+    leader = cl.core("n1")
+    last = leader.log.last_index()
+    assert leader.progress["n2"].match == last
+    leader.step(AppendResponse(leader.term, "n2", "n1", Code.GAP, 0, last - 1, last - 1,
+                               last - 1, 0, leader.progress["n2"].epoch))
+    assert leader.progress["n2"].state == DispatchState.TRUNCATE       # (the state described)
+    cl.settle(cl.now + 3 * IV)
+    assert leader.progress["n2"].state == DispatchState.TRUNCATE       # idle: still there
+    assert leader.quiesce()
+    for f in ("n2", "n3"):
+        assert cl.core(f).quiet_heartbeat("n1", leader.term, leader.commit_index, cl.now)
+    # the next proposal's first batch goes out in TRUNCATE (window 1), and replication resumes
+    cl.propose("n1")
+    cl.settle(cl.now + 3 * IV)
+    assert leader.progress["n2"].state == DispatchState.APPEND
+    assert leader.progress["n2"].match == leader.log.last_index() == leader.commit_index

@@ -283,7 +283,9 @@ class List(Var):
     def _pack_fixed(self, name, v) -> bytes:
         item = self.item
         fmt = f"<{len(v)}{item.fmt}"
-        if item.conv is None and (not v or (set(map(type, v)) == {int}
+        # (len(v) == 0, not `not v`: a numpy array -- a leader's batch positions -- has no
+        # truth value; its items go through the per-item check below)
+        if item.conv is None and (len(v) == 0 or (set(map(type, v)) == {int}
                                             and item.lo <= min(v) and max(v) <= item.hi)):
             # plain ints all in range (a produce ack's positions): no call per item
             return struct.pack(fmt, *v)
@@ -374,9 +376,10 @@ class Tuple(Var):
 
 
 try:
+    from .._clientframe import ack_positions as _ack_positions
     from .._clientframe import split_blobs as _split_blobs
 except ImportError:   # the extension is not built: the Python loop below does the same
-    _split_blobs = None
+    _split_blobs = _ack_positions = None
 try:
     from .._wirecodec import FixedLayout as _FixedLayout
     from .._wirecodec import FrameCodec as _FrameCodec
@@ -749,30 +752,45 @@ register(0x41, m.ProduceResponse, [("first_index", INDEX), ("queue_id", QUEUE_ID
 class _OneAckFrame:
     """The frame of a ProduceResponse acknowledging one message (every single-message
     produce's answer; a coalesced round's answers too) in one struct call each way instead
-    of the spec's generic walk: the same bytes. Anything else -- more positions, a value out
-    of its field's bounds, a malformed payload -- is declined (None) and the reference
-    (encode_payload / the decode loop) decides, with its precise errors."""
+    of the spec's generic walk: the same bytes; and a batch's, whose positions are the
+    leader's int64 array (the client service passes BatchResult.positions as it is), its
+    items packed by one C pass (quorumlog._clientframe.ack_positions) instead of a list of
+    Python ints checked and packed one by one (~57 µs for 256). Anything else -- positions
+    in another form, a value out of its field's bounds, a malformed payload -- is declined
+    (None) and the reference (encode_payload / the decode loop) decides, with its precise
+    errors (an array it encodes item by item: the same bytes)."""
 
     _BODY = struct.Struct("<qiqqIq")        # the 4 fixed fields, positions' u32 count 1, one
+    _HEAD = struct.Struct("<qiqqI")         # the 4 fixed fields and the positions' u32 count
     _MAX_Q = m.MAX_QUEUE_ID
 
     def __init__(self, type_code: int):
-        if _BY_CODE[type_code].fixed_struct.format + "Iq" != self._BODY.format:
+        if _BY_CODE[type_code].fixed_struct.format + "Iq" != self._BODY.format or \
+                _BY_CODE[type_code].fixed_struct.format + "I" != self._HEAD.format:
             raise ValueError("ProduceResponse: its fields do not match the fast layout")
         self.type_code = type_code
 
     def encode(self, msg, request_id, group, max_frame_bytes, _zero_copy_min_bytes):
         pos = msg.positions
-        if type(pos) is not tuple or len(pos) != 1:
-            return None
-        fi, q, fo, ts, p = msg.first_index, msg.queue_id, msg.first_queue_offset, \
-            msg.store_timestamp_ms, pos[0]
+        fi, q, fo, ts = msg.first_index, msg.queue_id, msg.first_queue_offset, \
+            msg.store_timestamp_ms
         if type(fi) is not int or type(q) is not int or type(fo) is not int or \
-                type(ts) is not int or type(p) is not int or \
+                type(ts) is not int or \
                 not (0 <= fi <= MAX_I64 and 0 <= q <= self._MAX_Q and 0 <= fo <= MAX_I64
-                     and -MAX_I64 - 1 <= ts <= MAX_I64 and 0 <= p <= MAX_I64):
+                     and -MAX_I64 - 1 <= ts <= MAX_I64):
             return None
-        body = self._BODY.pack(fi, q, fo, ts, 1, p)
+        if type(pos) is tuple:
+            if len(pos) != 1:
+                return None
+            p = pos[0]
+            if type(p) is not int or not 0 <= p <= MAX_I64:
+                return None
+            body = self._BODY.pack(fi, q, fo, ts, 1, p)
+        else:
+            items = _ack_positions(pos, m.MAX_BATCH_MESSAGES) if _ack_positions else None
+            if items is None:
+                return None
+            body = self._HEAD.pack(fi, q, fo, ts, len(items) >> 3) + items
         if len(body) + HEADER_SIZE > max_frame_bytes:
             return None
         return [encode_header(self.type_code, len(body), request_id, 0, group) + body]

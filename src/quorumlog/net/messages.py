@@ -146,6 +146,7 @@ class ProduceResponse:
     queue_id: int
     first_queue_offset: int    # the batch holds offsets first .. first + len(positions) - 1
     store_timestamp_ms: int
+    # decoded: a tuple of ints; the leader encodes its batch's int64 array as it is
     positions: tuple = ()
 
 

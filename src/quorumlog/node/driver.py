@@ -416,7 +416,8 @@ class Node:
             if self.store.closed or isinstance(e, LogFailedError):
                 self._fail(e)
             return
-        self._schedule_drain()
+        if core.has_ready():     # (a leader's second acknowledgement of an entry: nothing)
+            self._schedule_drain()
 
     def on_peer_lost(self, peer: str, refused: bool) -> None:
         """The transport lost `peer`; refused: its process is gone (the core may give up

@@ -93,7 +93,9 @@ class Tracker:
         log's term there), else with NotLeaderError (replaced by a newer leader's entry)."""
         q = self._q
         while q and q[0].last <= upto:
-            p = self._pop()
+            p = q.popleft()           # (_pop, inline: once per proposal on every commit)
+            self.messages -= p.req.count
+            self.bytes -= p.req.nbytes
             if p.fut.done():
                 continue
             if term_at(p.last) == p.term:
@@ -234,8 +236,9 @@ class Pipeline:
 
     def on_applied(self, upto: int) -> None:
         """The driver applied the log up to `upto`: complete the proposals it commits."""
-        if len(self.tracker):
-            self.tracker.on_applied(upto, self._node.seam.raft_log().term_at)
+        t = self.tracker
+        if t._q:
+            t.on_applied(upto, self._node.seam.raft_log().term_at)
             if self.on_completed is not None:
                 self.on_completed()
 
@@ -573,8 +576,13 @@ class Pipeline:
         try:
             self.check_writable()
             if len(items) == 1:
-                stale = items[0].table is not None and \
-                    items[0].table is not self._producer_table()
+                t = items[0].table
+                # (this term's table, as _producer_table returns it when current: the
+                # leader's role was checked just above)
+                cur = self._producers
+                stale = t is not None and t is not (
+                    cur if cur is not None and cur.term == self._node.core.term
+                    else self._producer_table())
             else:
                 stale = any(it.table is not None and it.table is not self._producer_table()
                             for it in items)

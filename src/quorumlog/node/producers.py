@@ -176,7 +176,8 @@ class ProducerTable:
         batches in sequence order and "above the highest" is exactly "not written" -- a lost
         pipelined batch retried after later ones is refused, not guessed (a remembered window
         that had lost an old batch once let a retry be written twice: simulation seed 967)."""
-        batches = self._table().get(pid)
+        # (the table itself when no rebuild is pending: the usual case, once per produce)
+        batches = (self._by_pid if self._source is None else self._table()).get(pid)
         if self.broken is not None:
             raise ProducerSequenceError(
                 f"producer {pid} sequence {seq}: refused, this leader could not read its log's "
@@ -205,14 +206,16 @@ class ProducerTable:
     def record(self, pid: int, seq: int, first: int, last: int, term: int) -> Batch:
         """A new batch, whole at [first, last] (last = first - 1: not appended yet, see
         place). Returns its Batch."""
-        self._table()
+        if self._source is not None:
+            self._table()
         return self._add(pid, Batch(seq, last - first + 1, last - first + 1,
                                     [[first, last, term]] if last >= first else []))
 
     def reserve(self, pid: int, seq: int, count: int) -> Batch:
         """A new batch of `count` messages about to be appended (its place is given later by
         place()): a retry meanwhile finds it."""
-        self._table()
+        if self._source is not None:
+            self._table()
         return self._add(pid, Batch(seq, count, 0, []))
 
     @staticmethod

@@ -116,8 +116,10 @@ class ClientService:
         reply = SyncFuture(self._answer, conn, request_id, req, loop=self._loop)
         try:
             kw = self._produce_args(req)
-            fut = self.node_for(req.topic, kw["queue_id"]).put_batch_future(
-                req.topic, req.bodies, future=reply, **kw)
+            node = self._node if self.host is None else \
+                self.host.node_for(req.topic, kw["queue_id"])
+            # (the node's pipeline itself: Node.put_batch_future only passes the call on)
+            fut = node.pipeline.put_batch_future(req.topic, req.bodies, future=reply, **kw)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, req, e))
             return
@@ -208,13 +210,13 @@ class ClientService:
         return self._produce_response(r)
 
     def _produce_args(self, req: m.ProduceRequest) -> dict:
-        node = self.node
-        host = self.host
         if req.delay_level:
             raise InvalidArgumentError("delay levels are not served by the replicated "
                                        "client protocol yet")
         qid = req.queue_id
         if qid < 0:
+            host = self.host
+            node = self._node if host is None else host.nodes[0]
             # the whole batch goes to one queue (round-robin per batch), so the response's
             # (queue_id, first_queue_offset) names every message of it
             nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
@@ -238,9 +240,11 @@ class ClientService:
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
         if hasattr(r, "positions"):
+            # positions: the batch's int64 array as it is -- encoded in one C pass
+            # (codec._OneAckFrame), not as a tuple of Python ints packed one by one
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
                                      int(r.queue_offsets[0]), r.store_timestamp_ms,
-                                     tuple(r.positions.tolist()))
+                                     r.positions)
         return m.ProduceResponse(r.index, r.queue_id, r.queue_offset, r.store_timestamp_ms,
                                  (r.position,))
 

@@ -286,7 +286,8 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
     def on_dispatched(self, index: int) -> None:
         if index > self.dispatched_index:
             self.dispatched_index = index
-            self._check_ready_to_serve()
+            if not self.is_ready_to_serve:      # (serving already: nothing to check per apply)
+                self._check_ready_to_serve()
 
     def propose(self, batch: Any, count: int, nbytes: int) -> tuple[int, int]:
         """Append a batch of `count` client messages (`nbytes` in total) as the leader.

@@ -3,9 +3,9 @@
 The rule, in full:
   Q1 A leader may quiesce (`quiesce()`) when its group is idle and whole: ready to serve,
      commit == persisted == dispatched == its last index, every follower a voter in APPEND
-     that matched the last index with nothing in flight and answered within
-     QUIET_FRESH_HEARTBEATS heartbeat intervals, no heartbeat round open, no transfer, read,
-     learner, removal or recovery under way.
+     (or TRUNCATE: no batch to send) that matched the last index with nothing in flight and
+     answered within QUIET_FRESH_HEARTBEATS heartbeat intervals, no heartbeat round open, no
+     transfer, read, learner, removal or recovery under way.
   Q2 A quiesced core's tick only moves its clock: no timeouts, heartbeats or re-sends. The
      driver may skip its ticks altogether.
   Q3 Every other input wakes it: step() of any message, propose, read_index, a transfer or
@@ -29,11 +29,12 @@ Mixed into RaftCore (core.py), whose attributes these methods share; pure, like 
 from __future__ import annotations
 
 from .messages import Role
-from .state import APPEND
+from .state import APPEND, TRUNCATE
 
 # a follower that answered less recently than this many heartbeat intervals ago keeps the
 # group awake (CockroachDB quiesces only while every follower is live)
 QUIET_FRESH_HEARTBEATS = 2
+_WHOLE = (APPEND, TRUNCATE)     # dispatch states a follower may be in for Q1 (quiescable)
 
 
 class QuiesceRules:
@@ -51,10 +52,25 @@ class QuiesceRules:
             return False
         oldest = self.now_ms - QUIET_FRESH_HEARTBEATS * self.cfg.heartbeat_interval_ms
         for pr in self.progress.values():
-            if (pr.state != APPEND or pr.match != last or pr.inflight or pr.is_learner
+            # (TRUNCATE matched to the end with nothing in flight is whole too: its one batch
+            # goes with the next proposal -- idle, no answer ever moves it to APPEND. A stale
+            # tail past the end on the follower keeps it from holding the group, Q4)
+            if (pr.state not in _WHOLE or pr.match != last or pr.inflight or pr.is_learner
                     or pr.last_resp_ms < oldest):
                 return False
         return True
+
+    def quiet_inputs(self) -> dict:
+        """What Q1 looks at (a report of why a group stays awake: nodesim's liveness check)."""
+        return {"role": self.role.name, "term": self.term, "ready": self.is_ready_to_serve,
+                "last": self.log.last_index(), "commit": self.commit_index,
+                "persisted": self.persisted_index, "dispatched": self.dispatched_index,
+                "heartbeat_round_open": self._hb_open, "transferee": self.transferee,
+                "reads": len(self._reads), "learner": self.learner,
+                "recovering": self.recovering_term,
+                "followers": {p: (pr.state.name, pr.match, len(pr.inflight),
+                                  self.now_ms - pr.last_resp_ms)
+                              for p, pr in self.progress.items()}}
 
     def quiesce(self) -> bool:
         """Quiesce this leader if Q1 allows; returns whether it is quiesced."""

@@ -304,7 +304,10 @@ class ReplicationRules:
         return tuple(c for c in self.configs if lo <= c[0] <= hi)
 
     def _on_append_response(self, m: AppendResponse) -> None:
-        pr = self._response_progress(m)
+        if m.term == self.term and self.role == Role.LEADER:
+            pr = self.progress.get(m.src)    # (_response_progress's answer, inline: per ack)
+        else:
+            pr = self._response_progress(m)
         if pr is None:
             return
         code = m.code
@@ -412,7 +415,7 @@ class ReplicationRules:
 
     def _maybe_commit(self) -> None:
         """Commit index = highest index durable on a quorum of voters, in the current term."""
-        voters = self.voters
+        voters = self._voters            # (the property's own field: once per commit)
         me = self.id
         prog = self.progress
         matches = [self.persisted_index if v == me else prog[v].match for v in voters]
@@ -425,9 +428,10 @@ class ReplicationRules:
             self._commit_changed = True
             if self._leaving:
                 self._drop_leaving()
-            if self.learner is not None:
+            if self._learners:                  # (self.learner is not None)
                 self._check_learner()
-            self._check_ready_to_serve()
+            if not self.is_ready_to_serve:      # (a serving leader: nothing to check per commit)
+                self._check_ready_to_serve()
             if self._reads:
                 self._release_reads()
             if self.id not in self._voter_set and self.configs[-1][0] <= n:

@@ -439,7 +439,9 @@ class Writer:
             req.positions = positions
             req.position = int(positions[0])
             if one_queue:
-                req.queue_ids = np.full(n, req.queue, dtype=np.int64)
+                # (empty + fill: two C calls; np.full is a Python function around them)
+                req.queue_ids = ids = np.empty(n, dtype=np.int64)
+                ids.fill(req.queue)
                 req.queue_offsets = np.arange(req.first_offset, req.first_offset + n,
                                               dtype=np.int64)
         if req.queue >= 0:

@@ -23,7 +23,8 @@ before it reached the log; offsets dense per queue; a (queue, offset) never read
 acknowledged with two bodies; replicas byte-identical up to the commit index; an
 acknowledgement only when a majority holds the entry (a minority never acknowledges); and,
 after the last heal, the group converges (one leader, every replica applied to the same end,
-the producers' batches resolved). A failing seed prints its violations and the command that
+the producers' batches resolved); with G > 1, the idle cluster then quiesces every group on
+every member. A failing seed prints its violations and the command that
 replays it exactly (same seed: same run; PYTHONHASHSEED is pinned to 0).
 
 --groups G > 1: each member is a `NodeHost` of G groups (node/host.py, as `quorumlog serve
@@ -179,6 +180,16 @@ def _store_cfg(mode: str):
         SIM_STORE_SETTINGS, flush=mode, segment_size_bytes=256 << 10,
         index_file_entries=1024, consume_queue_file_entries=1024, key_index=False,
         default_topic_queues=QUEUES, max_message_bytes=4096))
+
+
+def _why_awake(node) -> str:
+    """What keeps a group's core from quiescing (raft/quiesce.py Q1's inputs, the node's)."""
+    core = node.core
+    if core.role != Role.LEADER:
+        return f"{core.role.name} of {core.leader_id} in term {core.term}"
+    st = node.status()
+    return (f"{core.quiet_inputs()}, applied {st['applied_index']}, pending puts "
+            f"{st['pending_puts']} (followers: state, match, in flight, ms since answer)")
 
 
 class NodeSim:
@@ -561,8 +572,8 @@ class NodeSim:
             deadline = self.loop.time() + self.settle_ms / 1000
             if len(self.checkers) == 1:
                 await self.checker.converge(deadline)
-            else:
-                await asyncio.gather(*(c.converge(deadline) for c in self.checkers))
+            elif all(await asyncio.gather(*(c.converge(deadline) for c in self.checkers))):
+                await self._quiesces(self.loop.time() + self.settle_ms / 1000)
             side[1].cancel()
             self._check_tasks(tasks + side)
             for c in self.checkers:
@@ -571,6 +582,21 @@ class NodeSim:
             for t in tasks + side:
                 t.cancel()
             await self.stop_all()
+
+    async def _quiesces(self, deadline: float) -> None:
+        """G > 1, liveness: a healed, converged, idle cluster quiesces every group on every
+        member before the deadline (raft/quiesce.py: an idle group costs nothing)."""
+        while True:
+            awake = {m.id: [g for g in range(self.groups) if g not in m.host.quiesced()]
+                     for m in self.live()}
+            if not any(awake.values()):
+                return
+            if self.loop.time() > deadline:
+                self.checker.violation("idle groups never quiesced: " + "; ".join(
+                    f"{i} g{g}: {_why_awake(self.members[i].host.node(g))}"
+                    for i, gs in awake.items() for g in gs))
+                return
+            await asyncio.sleep(0.05)
 
     async def stop_all(self) -> None:
         """Stop every live node and every async flush loop (the end of a run or a test)."""
