@@ -77,6 +77,9 @@ cdef extern from "qlsys.h" nogil:
     int ql_map_file_private(const char *path, int64_t size, void **out_addr)
     int ql_populate_write(char *base, int64_t off, int64_t length)
     void ql_fail_msync(int err, int skip)
+    void ql_gate_arm()
+    int ql_gate_get()
+    void ql_gate_release(int err)
     int ql_pwritev_all(int fd, iovec *iov, int n, int64_t off)
     int ql_pwrite_all(int fd, const char *buf, int64_t length, int64_t off)
     void ql_fail_write(int err)
@@ -161,6 +164,21 @@ cdef inline void crash_point(str name):
 def _fail_msync(int err, int skip=0):
     """Test hook: after `skip` more msyncs of this module, one fails with `err` (see qlsys.h)."""
     ql_fail_msync(err, skip)
+
+
+def _gate_msync():
+    """Test hook: the next msync of this module waits until _gate_release (see qlsys.h)."""
+    ql_gate_arm()
+
+
+def _gate_state() -> int:
+    """Test hook: 0 off, 1 armed, 2 an msync is held, 3 released."""
+    return ql_gate_get()
+
+
+def _gate_release(int err=0):
+    """Test hook: the held msync goes on (err 0) or fails with `err`."""
+    ql_gate_release(err)
 
 
 def _fail_write(int err):
@@ -269,7 +287,13 @@ cdef class CommitLog:
     cdef int64_t _flush_ns_total
 
     cdef PyThread_type_lock _wlock
-    cdef object _flush_lock      # threading.Lock: one flush at a time
+    cdef object _flush_lock      # threading.Condition: flush snapshots, publication, exclusion
+    cdef int64_t _flush_seq      # the next flush's number (flush_log)
+    cdef int64_t _flush_oldest   # the oldest flush not ended: results publish in this order
+    cdef set _flush_ended        # numbers of ended flushes above _flush_oldest
+    cdef int64_t _flushes_running
+    cdef int64_t _flush_started_to   # the end the newest flush started with
+    cdef int64_t _flush_excl     # truncation / checkpoint / close waiting or running
     cdef object _cv              # threading.Condition: flusher wake-up + group commit
     cdef bint _flush_parked      # the flusher waits for an append (the log was clean)
     cdef int64_t n_flush_wakeups # the flusher's turns (idle cost: see flush_loop)
@@ -342,7 +366,8 @@ cdef class CommitLog:
         self._views = []
         self._idx = []
         self._threads = []
-        self._flush_lock = threading.Lock()
+        self._flush_lock = threading.Condition(threading.Lock())
+        self._flush_ended = set()
         self._cv = threading.Condition(threading.Lock())
         self._prep_cv = threading.Condition(threading.Lock())
         self._prepared = None
@@ -459,7 +484,8 @@ cdef class CommitLog:
         """Counters for benchmarks: flushes << appends under load shows group commit."""
         return {
             "appends": self.n_append_calls, "records": self.n_records, "bytes": self.n_bytes,
-            "flushes": self.n_flushes, "checkpoints": self.n_checkpoints,
+            "flushes": self.n_flushes, "flushes_in_flight": self._flushes_running,
+            "checkpoints": self.n_checkpoints,
             "segments": len(self._segs), "segments_created": self.n_segments_created,
             "segments_prepared_used": self.n_prepared_used,
             "segments_created_sync": self.n_sync_created, "blanks": self.n_blank,
@@ -616,8 +642,11 @@ cdef class CommitLog:
         _check_writable(self)
         _check_open(self)
         # serialised with flushes and truncation so an older snapshot never lands last
-        with self._flush_lock:
+        _flush_exclusive(self)
+        try:
             write_checkpoint(self, False)
+        finally:
+            _flush_exclusive_end(self)
 
     def _write_checkpoint(self, bint clean):
         write_checkpoint(self, clean)

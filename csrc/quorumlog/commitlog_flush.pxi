@@ -3,10 +3,23 @@
 # flusher thread (async mode), and the commit index.
 
 cdef int64_t flush_log(CommitLog self) except -1:
-    cdef int64_t target, tindex, lo, S = self.segment_size_bytes, a, b, k
+    """msync everything appended so far; returns the flushed position. Flushes may overlap
+    (FLUSHES_IN_FLIGHT threads of the node's Flusher): each one msyncs from where the
+    flushes in flight end to the end it saw (the whole unflushed range when none is in
+    flight), so it does not wait on pages another msync is writing back. Results are
+    published in start order (_flush_publish), so a flush's success counts only together
+    with every earlier one's: it never reports past an earlier one that failed -- Linux
+    reports a write-back error to one msync only, so a concurrent one may return 0 over
+    lost pages.
+    _flush_lock (a Condition) guards the snapshot and the publication; truncation,
+    checkpoints and close take it exclusively (_flush_exclusive), which waits for the
+    flushes in flight and holds new ones back."""
+    cdef int64_t target, tindex, lo, S = self.segment_size_bytes, a, b, k, seq
     cdef Mapping m
     cdef int err = 0
     with self._flush_lock:
+        while self._flush_excl:
+            self._flush_lock.wait()
         if self._failed is not None:
             _raise_failed(self)
         # a consistent snapshot: both values change together under the GIL
@@ -15,8 +28,21 @@ cdef int64_t flush_log(CommitLog self) except -1:
         lo = self._flushed_pos
         if target <= lo and tindex <= self._flushed_index:
             return self._flushed_pos
+        if self._flushes_running and self._flush_started_to > lo:
+            # the flushes in flight cover up to there and publish first: only the rest
+            # (none runs across a truncation: it waits for them, so that end is current)
+            lo = min(self._flush_started_to, target)
+            if target > self._flush_started_to:
+                self._flush_started_to = target
+        else:
+            self._flush_started_to = target
         segs = [_seg(self, k) for k in range(lo // S, (max(target, lo + 1) - 1) // S + 1)]
-        t0 = time.monotonic_ns()
+        seq = self._flush_seq
+        self._flush_seq += 1
+        self._flushes_running += 1
+    t0 = time.monotonic_ns()
+    ok = False
+    try:
         for m in segs:
             if m is None:
                 continue
@@ -39,20 +65,65 @@ cdef int64_t flush_log(CommitLog self) except -1:
         k = (max(target, lo + 1) - 1) // S
         if k > self._dir_synced_seg:
             _sync_dir_or_fail(self, self._segdir)
-            self._dir_synced_seg = k
+            if k > self._dir_synced_seg:
+                self._dir_synced_seg = k
         # The raft-index entries are not synced here: recovery rewrites the entries of
         # every record after the checkpoint's flushed position from the log itself, so
         # they only need to be durable up to the checkpoint's flushed_index, which
         # write_checkpoint ensures. One device flush per group commit instead of two
         # (each costs a journal commit) doubles the flushes per second.
-        self.n_flushes += 1
-        _note_flush_latency(self, time.monotonic_ns() - t0)
-        with self._cv:
-            if target > self._flushed_pos:
-                self._flushed_pos = target
-                self._flushed_index = tindex
-            self._cv.notify_all()
+        ok = True
+    finally:
+        _flush_publish(self, seq, ok, target, tindex, time.monotonic_ns() - t0)
     return self._flushed_pos
+
+
+cdef int _flush_publish(CommitLog self, int64_t seq, bint ok, int64_t target, int64_t tindex,
+                        int64_t ns) except -1:
+    """Flush `seq` ended (ok: its msyncs returned 0): once every earlier flush has ended too,
+    raise the flushed position to `target` -- unless the log failed meanwhile (an earlier
+    flush's error: this one's 0 may hide it) -- and let truncation and close go on."""
+    cdef bint published = False
+    with self._flush_lock:
+        self._flush_ended.add(seq)
+        while self._flush_oldest in self._flush_ended:
+            self._flush_ended.discard(self._flush_oldest)
+            self._flush_oldest += 1
+        self._flush_lock.notify_all()
+        while self._flush_oldest <= seq:
+            self._flush_lock.wait()
+        try:
+            if ok:
+                if self._failed is not None:
+                    _raise_failed(self)
+                self.n_flushes += 1
+                _note_flush_latency(self, ns)
+                with self._cv:
+                    if target > self._flushed_pos:
+                        self._flushed_pos = target
+                        self._flushed_index = tindex
+                    self._cv.notify_all()
+        finally:
+            self._flushes_running -= 1
+            self._flush_lock.notify_all()
+    return 0
+
+
+cdef int _flush_exclusive(CommitLog self) except -1:
+    """Take _flush_lock with no flush in flight (truncation, checkpoints, close): new flushes
+    wait until _flush_exclusive_end."""
+    self._flush_lock.acquire()
+    self._flush_excl += 1
+    while self._flushes_running:
+        self._flush_lock.wait()
+    return 0
+
+
+cdef int _flush_exclusive_end(CommitLog self) except -1:
+    self._flush_excl -= 1
+    self._flush_lock.notify_all()
+    self._flush_lock.release()
+    return 0
 
 
 # Upper bounds (ns) of the flush-latency histogram in stats() (a metrics exporter's buckets).

@@ -174,8 +174,11 @@ cdef close_log(CommitLog self):
             drop_mappings(self)
             return
         flush_log(self)
-        with self._flush_lock:
+        _flush_exclusive(self)
+        try:
             write_checkpoint(self, True)
+        finally:
+            _flush_exclusive_end(self)
         self._closed = True
         drop_mappings(self)
         if self._lost_mark:

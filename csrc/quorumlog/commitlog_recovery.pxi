@@ -544,7 +544,7 @@ cdef _restore_durable_state(CommitLog self, cp, const Scan *r):
     else:
         self._committed_pos = r.min_pos
         self._dispatched = r.min_pos
-    self._flush_lock = threading.Lock()
+    self._flush_lock = threading.Condition(threading.Lock())
     self._idx_synced = 0        # entries were rewritten above: the checkpoint syncs them
     self._flushed_pos = min(self._flushed_pos, r.stop_pos)
     if self.read_only:

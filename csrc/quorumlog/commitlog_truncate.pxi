@@ -15,7 +15,7 @@ cdef int truncate_log(CommitLog self, int64_t i) except -1:
             f"cannot truncate after {i}: entries up to {self._committed_index} are committed")
     _acquire(self)
     # no flush may be in flight: it would raise flushed_position past the new end
-    self._flush_lock.acquire()
+    _flush_exclusive(self)
     try:
         if i >= self._first_index:
             e = _entry_checked(self, i)
@@ -58,7 +58,7 @@ cdef int truncate_log(CommitLog self, int64_t i) except -1:
                 self._flush_request = new_end
         _fsync_dir(self._idxdir)
     finally:
-        self._flush_lock.release()
+        _flush_exclusive_end(self)
         _release(self)
     return 0
 
@@ -151,8 +151,11 @@ cdef int64_t delete_segments(CommitLog self, int64_t position) except -1:
         # checkpoint's min position, which recovery unlinks; the other order left a
         # checkpoint naming a missing segment that held durable data.
         flush_log(self)
-        with self._flush_lock:
+        _flush_exclusive(self)
+        try:
             write_checkpoint(self, False, new_min)
+        finally:
+            _flush_exclusive_end(self)
         crash_point("retention:checkpoint_written")
         while count < n:
             # out of the log in one step (nothing here releases the GIL: a reader in

@@ -88,10 +88,38 @@ static inline void ql_fail_msync(int err, int skip) {
     ql_fault_errno = err;
 }
 
+/* Test hook (the extensions' _gate_msync): the next msync (claimed by one thread) waits,
+ * without the GIL, until _gate_release(err); then it fails with err, or syncs when err is 0.
+ * Lets a test hold one flush inside msync while another one starts (overlapping flushes).
+ * States: 0 off, 1 armed, 2 an msync is held, 3 released. */
+static int ql_gate_state = 0;
+static int ql_gate_err = 0;
+
+static inline void ql_gate_arm(void) { __atomic_store_n(&ql_gate_state, 1, __ATOMIC_SEQ_CST); }
+static inline int ql_gate_get(void) { return __atomic_load_n(&ql_gate_state, __ATOMIC_SEQ_CST); }
+static inline void ql_gate_release(int err) {
+    __atomic_store_n(&ql_gate_err, err, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ql_gate_state, 3, __ATOMIC_SEQ_CST);
+}
+
+static int ql_gate_wait(void) {
+    int expected = 1, err;
+    struct timespec ms = {0, 1000000};
+    if (!__atomic_compare_exchange_n(&ql_gate_state, &expected, 2, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return 0;
+    while (__atomic_load_n(&ql_gate_state, __ATOMIC_SEQ_CST) == 2) nanosleep(&ms, NULL);
+    err = __atomic_exchange_n(&ql_gate_err, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ql_gate_state, 0, __ATOMIC_SEQ_CST);
+    return err;
+}
+
 /* msync [off, off+len) of a mapping starting at `base` (page-aligned by mmap). */
 static int ql_msync(char *base, int64_t off, int64_t len) {
     int64_t page = 4096, a = off & ~(page - 1);
+    int gerr;
     if (len <= 0) return 0;
+    if (ql_gate_state == 1 && (gerr = ql_gate_wait()) != 0) return gerr;
     if (ql_fault_errno) {
         if (ql_fault_skip > 0) {
             ql_fault_skip--;

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from .errors import QuorumlogError
@@ -36,10 +37,50 @@ CLUSTER_FILE = "cluster.json"
 PARENT_ENV = "QUORUMLOG_EXIT_WITH_PARENT"
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# A replica's address must outlive the replica: a killed one restarts on the same port. A
+# port from the kernel's ephemeral range (what bind to port 0 hands out) is free for every
+# outgoing connection while its replica is down -- a client's reconnect after the kill can
+# take it, and the restart fails "address already in use" (seen once in a loaded bench).
+# So ports come from below that range, where the kernel never assigns one by itself, each
+# checked free by binding it; each process walks the range from its own random start.
+_PORT_LOW = 10_000
+_next_port = None
+_port_lock = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, outside the kernel's ephemeral range (bind to port 0 when
+    the range leaves no room below it)."""
+    global _next_port
+    high = _ephemeral_low()
+    if high - _PORT_LOW < 1000:
+        return _bound_port(host, 0)
+    span = high - _PORT_LOW
+    with _port_lock:
+        if _next_port is None:
+            _next_port = _PORT_LOW + secrets.randbelow(span)
+        for _ in range(span):
+            port = _next_port
+            _next_port = _PORT_LOW + (_next_port + 1 - _PORT_LOW) % span
+            try:
+                return _bound_port(host, port)
+            except OSError:
+                continue
+    return _bound_port(host, 0)
+
+
+def _bound_port(host: str, port: int) -> int:
     s = socket.socket()
     try:
-        s.bind((host, 0))
+        s.bind((host, port))
         return s.getsockname()[1]
     finally:
         s.close()

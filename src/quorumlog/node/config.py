@@ -19,6 +19,7 @@ from ..config import ENV_PREFIX, FIELDS as STORE_FIELDS, StoreConfig, load_confi
 from ..errors import ConfigError
 from ..net.messages import MAX_GROUPS, MAX_PRODUCER_IN_FLIGHT
 from ..raft.core import RaftConfig
+from .flusher import MAX_FLUSHES_IN_FLIGHT
 
 __all__ = ["NodeConfig", "load_node_config", "parse_address", "parse_peers", "split_settings"]
 
@@ -68,6 +69,10 @@ class NodeConfig:
     groups: int = 1
     # G > 1: idle groups stop ticking and heartbeating (raft/quiesce.py, node/host.py)
     quiesce: bool = True
+    # flush = "sync", one group: flushes of the log in flight at once (node/flusher.py); 2
+    # starts a flush while another runs. 1: it measured no better in a loaded 3-replica
+    # group on one disk (docs/benchmarks.md)
+    flushes_in_flight: int = 1
 
 
 NODE_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig)}
@@ -83,7 +88,7 @@ _INT_LIMITS = {"tick_ms": (1, 1000), "max_pending_puts": (1, 1 << 24),
                "max_client_buffered_bytes": (1 << 16, 1 << 40),
                "client_frame_timeout_ms": (1, 3_600_000),
                "client_idle_evict_ms": (1, 86_400_000),
-               "groups": (1, MAX_GROUPS)}
+               "groups": (1, MAX_GROUPS), "flushes_in_flight": (1, MAX_FLUSHES_IN_FLIGHT)}
 
 
 def parse_address(text, what: str = "address") -> tuple[str, int]:

@@ -12,9 +12,10 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     is a lost message, which Raft tolerates). A leader may send entries it has not flushed:
     its own copy counts towards commit only once duty 3 reported it.
  3. flush_to: make the log durable and then call core.on_persisted(index, flush_gen).
-    flush = "sync": the Flusher thread runs one CommitLog.flush() (msync, GIL released) for
-    everything appended so far -- group commit: every Ready that asked while a flush ran is
-    covered by the next one -- and posts the report back to the loop. A follower therefore
+    flush = "sync": a Flusher thread runs one CommitLog.flush() (msync, GIL released) for
+    everything appended so far and posts the report back to the loop; a request that arrives
+    during a flush is covered by the next one (group commit), which starts at once on a
+    second thread with NodeConfig.flushes_in_flight = 2. A follower therefore
     acknowledges an entry only once it is on its disk, and a put returns only after a
     majority flushed it. flush = "async": report at once (the entry is in the page cache);
     the log's own background thread flushes every flush_interval_ms (DLedger's behaviour).
@@ -238,7 +239,7 @@ class Node:
                      hs.term, hs.voted_for, hist[-1][1])
             self.flusher = self._given_flusher
             if self.flusher is PRODUCTION_FLUSHER:
-                self.flusher = thread_flusher(self.store_cfg.flush)
+                self.flusher = thread_flusher(self.store_cfg.flush, self.cfg.flushes_in_flight)
             if self.flusher is not None:
                 self.flusher.start(cl, self.loop, self._on_flushed, self._on_flush_error)
             self.seam.on_log_replaced = self._on_log_replaced

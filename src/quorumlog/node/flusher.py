@@ -1,9 +1,15 @@
-"""Group commit for flush = "sync": one thread makes the log durable off the event loop.
+"""Group commit for flush = "sync": threads make the log durable off the event loop.
 
-The driver asks for `request(index, gen)` whenever a Ready says flush_to; the thread runs one
-CommitLog.flush() (msync with the GIL released) for everything appended so far -- every
-request that arrived while the previous flush ran is covered by the next one -- and reports
-`on_flushed(index, gen)` on the event loop through call_soon_threadsafe. The index reported is
+The driver asks for `request(index, gen)` whenever a Ready says flush_to; a thread runs one
+CommitLog.flush() (msync with the GIL released) for everything appended so far and reports
+`on_flushed(index, gen)` on the event loop through call_soon_threadsafe. Flushes may
+overlap: with `in_flight` = 2 (NodeConfig.flushes_in_flight) two threads take requests, so a
+request that arrives while a flush runs starts the next flush at once instead of waiting for
+the running one to end (a message then waits about one flush, not one and a half); with 1
+(the default) a request waits for the running flush and the next one covers it. The native log publishes overlapping flushes in start
+order and never past a failed one (commitlog_flush.pxi); a report that arrives after a
+higher one is ignored by the core. A request for no more than a flush in flight already
+took (same gen) starts nothing: that flush's report covers it. The index reported is
 the log's last index captured on the loop when the request was made (so it never names an
 entry appended after the flush began), and gen is the Ready's flush_gen (the core ignores a
 report that raced a truncation). An install that replaces the log closes the old one; the
@@ -29,7 +35,7 @@ from ..errors import LogClosedError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FlushService", "Flusher", "SharedFlusher"]
+__all__ = ["FLUSHES_IN_FLIGHT", "FlushService", "Flusher", "MAX_FLUSHES_IN_FLIGHT", "SharedFlusher"]
 
 
 class FlushService(Protocol):
@@ -44,43 +50,77 @@ class FlushService(Protocol):
     async def close(self) -> None: ...
 
 
+# Flushes of one log in flight at once (NodeConfig.flushes_in_flight). 2: a request that
+# arrives during a flush starts its own at once -- shorter waits for the flush alone
+# (bench/sync_flush_overlap.py), no gain measured in a loaded 3-replica group, where every
+# extra flush is CPU (a report, a drain) on 2 busy cores: 1 by default (docs/benchmarks.md).
+FLUSHES_IN_FLIGHT = 1
+MAX_FLUSHES_IN_FLIGHT = 4
+
+
 class Flusher:
-    def __init__(self, name="quorumlog-flusher"):
+    def __init__(self, name="quorumlog-flusher", in_flight: int = FLUSHES_IN_FLIGHT):
+        if not 1 <= in_flight <= MAX_FLUSHES_IN_FLIGHT:
+            raise ValueError(f"in_flight must be 1..{MAX_FLUSHES_IN_FLIGHT}, got {in_flight}")
         self.name = name
+        self.in_flight = in_flight
         self.cl = self.loop = self.on_flushed = self.on_error = None
         self._cv = threading.Condition()
         self._want: tuple | None = None     # (index, gen) of the newest request
+        self._taken: tuple | None = None    # (index, gen) of the newest flush started
+        self._running = 0                   # flushes in flight
         self._stop = False
         self.flushes = 0
-        self._thread: threading.Thread | None = None
+        self.overlapped = 0                 # flushes started while another one ran
+        self._threads: list[threading.Thread] = []
 
     def start(self, commitlog, loop, on_flushed, on_error) -> None:
         self.cl = commitlog
         self.loop = loop
         self.on_flushed = on_flushed
         self.on_error = on_error
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=f"{self.name}-{k}", daemon=True)
+                         for k in range(self.in_flight)]
+        for t in self._threads:
+            t.start()
 
     def request(self, index: int, gen: int) -> None:
         with self._cv:
+            t = self._taken
+            if self._running and t is not None and gen == t[1] and index <= t[0]:
+                return      # a flush in flight took this much already: its report covers it
             w = self._want
             if w is None or gen != w[1] or index > w[0]:
                 self._want = (index, gen)
             self._cv.notify()
 
+    def _take(self) -> tuple | None:
+        """The newest request, once there is one (None: stop)."""
+        with self._cv:
+            while self._want is None and not self._stop:
+                self._cv.wait()
+            if self._stop:
+                return None
+            want, self._want = self._want, None
+            self._taken = want
+            if self._running:
+                self.overlapped += 1
+            self._running += 1
+            return want
+
     def _run(self) -> None:
         while True:
-            with self._cv:
-                while self._want is None and not self._stop:
-                    self._cv.wait()
-                if self._stop:
-                    return
-                index, gen = self._want
-                self._want = None
+            want = self._take()
+            if want is None:
+                return
+            index, gen = want
             cl = self.cl
             try:
-                cl.flush()
+                try:
+                    cl.flush()
+                finally:
+                    with self._cv:
+                        self._running -= 1
             except LogClosedError as e:
                 if self._replaced(cl):
                     continue      # an install replaced the log: this request was for the old one
@@ -91,7 +131,8 @@ class Flusher:
                 log.critical("flush of %s failed: %s", getattr(self.cl, "path", "?"), e)
                 self._post(self.on_error, e)
                 return
-            self.flushes += 1
+            with self._cv:
+                self.flushes += 1
             self._post(self.on_flushed, index, gen)
 
     def retarget(self, commitlog) -> None:
@@ -120,10 +161,10 @@ class Flusher:
     def stop(self) -> None:
         with self._cv:
             self._stop = True
-            self._cv.notify()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=30)
+            self._cv.notify_all()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=30)
 
 
 class SharedFlusher:

@@ -37,7 +37,7 @@ def tcp_transport(cfg: NodeConfig, *, transport_config: TransportConfig | None =
                          rng=rng)
 
 
-def thread_flusher(store_flush_mode: str) -> Flusher | None:
-    """Group commit on a thread for flush = "sync"; None for "async" (the driver reports a
-    flush at once: the log's own thread flushes in the background)."""
-    return Flusher() if store_flush_mode == "sync" else None
+def thread_flusher(store_flush_mode: str, in_flight: int = 1) -> Flusher | None:
+    """Group commit on `in_flight` threads for flush = "sync"; None for "async" (the driver
+    reports a flush at once: the log's own thread flushes in the background)."""
+    return Flusher(in_flight=in_flight) if store_flush_mode == "sync" else None
