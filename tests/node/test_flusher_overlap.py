@@ -4,6 +4,7 @@ index the flush that made it did not cover, a request no bigger than a flush in 
 already took starts nothing (that flush reports it), and a failed flush reports an error,
 never an index. The log is a stand-in whose flush() blocks until the test lets it go."""
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -47,17 +48,26 @@ async def _until(cond, what):
         await asyncio.sleep(0.001)
 
 
-async def _started(fl, cl, *, reports, errors):
-    loop = asyncio.get_running_loop()
-    fl.start(cl, loop, lambda i, g: reports.append((i, g)), errors.append)
+@contextlib.asynccontextmanager
+async def _gated(in_flight, fail=None):
+    """A Flusher over a GatedLog -> (log, flusher, reports, errors); every gate is released
+    and the flusher closed at the end, whatever the test did."""
+    cl, reports, errors = GatedLog(), [], []
+    cl.fail.update(fail or {})
+    fl = Flusher(in_flight=in_flight)
+    fl.start(cl, asyncio.get_running_loop(), lambda i, g: reports.append((i, g)),
+             errors.append)
+    try:
+        yield cl, fl, reports, errors
+    finally:
+        for g in cl.gates:
+            g.set()
+        await fl.close()
 
 
 def test_a_request_during_a_flush_starts_the_next_one_at_once():
     async def main():
-        cl, reports, errors = GatedLog(), [], []
-        fl = Flusher(in_flight=2)
-        await _started(fl, cl, reports=reports, errors=errors)
-        try:
+        async with _gated(2) as (cl, fl, reports, errors):
             cl.last = 5
             fl.request(5, 0)
             await _until(lambda: len(cl.started) == 1, "the first flush")
@@ -73,19 +83,12 @@ def test_a_request_during_a_flush_starts_the_next_one_at_once():
             for index, _gen in reports:
                 assert index in (5, 9)
             assert sorted(reports) == [(5, 0), (9, 0)] and not errors
-        finally:
-            for g in cl.gates:
-                g.set()
-            await fl.close()
     asyncio.run(main())
 
 
 def test_one_flush_in_flight_waits_as_before():
     async def main():
-        cl, reports, errors = GatedLog(), [], []
-        fl = Flusher(in_flight=1)
-        await _started(fl, cl, reports=reports, errors=errors)
-        try:
+        async with _gated(1) as (cl, fl, reports, errors):
             cl.last = 5
             fl.request(5, 0)
             await _until(lambda: len(cl.started) == 1, "the first flush")
@@ -98,19 +101,12 @@ def test_one_flush_in_flight_waits_as_before():
             cl.gates[1].set()
             await _until(lambda: len(reports) == 2, "both reports")
             assert reports == [(5, 0), (9, 0)] and fl.overlapped == 0
-        finally:
-            for g in cl.gates:
-                g.set()
-            await fl.close()
     asyncio.run(main())
 
 
 def test_a_request_covered_by_a_flush_in_flight_starts_nothing():
     async def main():
-        cl, reports, errors = GatedLog(), [], []
-        fl = Flusher(in_flight=2)
-        await _started(fl, cl, reports=reports, errors=errors)
-        try:
+        async with _gated(2) as (cl, fl, reports, errors):
             cl.last = 7
             fl.request(7, 3)
             await _until(lambda: len(cl.started) == 1, "the first flush")
@@ -124,31 +120,19 @@ def test_a_request_covered_by_a_flush_in_flight_starts_nothing():
             cl.gates[1].set()
             await _until(lambda: len(reports) == 2, "both reports")
             assert sorted(reports) == [(7, 3), (7, 4)]
-        finally:
-            for g in cl.gates:
-                g.set()
-            await fl.close()
     asyncio.run(main())
 
 
 def test_a_failed_flush_reports_an_error_not_an_index():
     async def main():
-        cl, reports, errors = GatedLog(), [], []
         boom = OSError(5, "EIO")
-        cl.fail[0] = boom
-        fl = Flusher(in_flight=2)
-        await _started(fl, cl, reports=reports, errors=errors)
-        try:
+        async with _gated(2, fail={0: boom}) as (cl, fl, reports, errors):
             cl.last = 5
             fl.request(5, 0)
             await _until(lambda: len(cl.started) == 1, "the flush")
             cl.gates[0].set()
             await _until(lambda: errors, "the error report")
             assert errors == [boom] and reports == []
-        finally:
-            for g in cl.gates:
-                g.set()
-            await fl.close()
     asyncio.run(main())
 
 

@@ -533,3 +533,30 @@ def test_explain_of_a_driver_answer_reads_nothing(spark, index_store):
                      "FROM qlog_explain GROUP BY topic, queue_id").collect()
     assert _files_opened(spark) == before
     assert "from consume queues, complete" in rows[0][0], rows[0][0]
+
+
+def test_driver_answers_through_any_projection_equal_the_log_walk(spark, index_store):
+    """A driver answer's rows go through the Project Spark puts over the scan: copied by
+    ordinal into UnsafeRows when it only names or renames columns (string, int, bigint,
+    timestamp: every aggregate this source answers), through Spark's projection when it
+    computes something (arithmetic, casts, literals). Both equal the log walk's rows."""
+    _jar_or_skip(spark)
+    from pyspark.sql import functions as F
+
+    queries = {
+        "renamed (copied)": lambda df: df.groupBy("queue_id", "topic").agg(
+            F.max("store_timestamp").alias("last"), F.count(F.lit(1)).alias("n"),
+            F.min("queue_offset")),
+        "computed (projected)": lambda df: df.groupBy("topic", "queue_id").agg(
+            (F.max("queue_offset") - F.min("queue_offset") + 1).alias("span"),
+            F.count(F.lit(1)).cast("string"), F.lit("x")),
+        "selective, renamed": lambda df: df.where(F.col("tags") == "tag4").agg(
+            F.sum(F.length("body")).alias("bytes"), F.count(F.lit(1)).alias("n")),
+        "selective, computed": lambda df: df.where(F.col("tags") == "tag4").agg(
+            (F.sum(F.length("body")) * 2).alias("twice"), F.max("queue_id").cast("long")),
+    }
+    for name, q in queries.items():
+        pushed = q(_pushed(spark, index_store))
+        assert _explain(pushed).startswith("DriverAnswer"), (name, _explain(pushed))
+        want = sorted(map(tuple, q(_walk(spark, index_store)).collect()))
+        assert want and sorted(map(tuple, pushed.collect())) == want, name
