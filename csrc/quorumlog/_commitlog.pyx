@@ -582,10 +582,12 @@ cdef class CommitLog:
         that end at or before `limit_position` -> (RECORD_INFO array, next_position)."""
         return scan_headers(self, from_position, limit_position, max_records)
 
-    def indexes_of_type(self, int rtype):
-        """The raft indexes (int64 array, ascending) in [first_index, last_index] whose
-        record is of type `rtype`, from the raft index alone (no record is read)."""
-        return indexes_of_type(self, rtype)
+    def indexes_of_type(self, int rtype, lo=None, hi=None):
+        """The raft indexes (int64 array, ascending) in [lo, hi] (default and at most
+        [first_index, last_index]) whose record is of type `rtype`, from the raft index
+        alone (no record is read)."""
+        return indexes_of_type(self, rtype, self._first_index if lo is None else lo,
+                               self._next_index - 1 if hi is None else hi)
 
     def verify(self, from_position=None):
         """CRC-check every record from `from_position` (default min_position) to the end;

@@ -141,13 +141,12 @@ cdef tuple scan_headers(CommitLog self, int64_t from_position, int64_t limit_pos
     return (out[:count], pos)
 
 
-cdef object indexes_of_type(CommitLog self, int rtype):
+cdef object indexes_of_type(CommitLog self, int rtype, int64_t lo, int64_t hi):
     """The raft indexes in [first_index, last_index] whose record is of type `rtype`, read
     from the raft index (24 bytes an entry) instead of the records: a replica's start looks
     for its CONFIG records this way (node/driver.py config_history), where a scan of the
     whole log read every byte of it -- 9.5 GB, 8-16 s from disk -- at every restart
     (docs/benchmarks.md, session 22)."""
-    cdef int64_t lo = self._first_index, hi = self._next_index - 1
     cdef int64_t N = self.index_file_entries, f, a, b, j, n = 0, cap = 16
     cdef const IdxEntry *e
     cdef int64_t *found
@@ -157,6 +156,8 @@ cdef object indexes_of_type(CommitLog self, int rtype):
     _check_open(self)
     if rtype < 0 or rtype > 255:
         raise InvalidArgumentError(f"record type {rtype} outside 0..255")
+    lo = max(lo, self._first_index)
+    hi = min(hi, self._next_index - 1)
     if hi < lo:
         return np.empty(0, dtype=np.int64)
     found = <int64_t *>malloc(cap * sizeof(int64_t))

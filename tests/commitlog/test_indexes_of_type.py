@@ -39,6 +39,11 @@ def test_agrees_with_a_scan_of_the_records(tmp_path):
         for rtype in (CONFIG, NOOP, MESSAGE):
             assert log.indexes_of_type(rtype).tolist() == _scanned(log, rtype)
         assert len(log.indexes_of_type(CONFIG)) == 80
+        # a range (retention asks only for the segments it deletes), clipped to the log
+        every = _scanned(log, CONFIG)
+        for lo, hi in ((1, 300), (257, 513), (400, 400), (-5, 10 ** 9), (600, 500)):
+            assert log.indexes_of_type(CONFIG, lo, hi).tolist() == \
+                [i for i in every if lo <= i <= hi], (lo, hi)
     finally:
         log.close()
 

@@ -424,7 +424,7 @@ def keep_head(cl: CommitLog, position: int) -> None:
     end = cl.end_position
     first = (int(cl.scan(position, end, 1)[0]["index"][0]) if position < end
              else cl.last_index + 1)
-    below = [i for i in cl.indexes_of_type(CONFIG).tolist() if i < first]
+    below = cl.indexes_of_type(CONFIG, cl.first_index, first - 1).tolist()   # (those going)
     if not below:
         return
     p = cl.position_of(below[-1])
