@@ -169,6 +169,7 @@ class NodeHost:
         self._quiet_listed: dict = {}       # peer -> the groups its last QuietBeat listed
         self._next_quiet_ms = 0
         self._quiet_since = None        # since when every group is quiesced (-1: logged)
+        self._woke = False              # a follower group quiesced again since the last round
         self._out: dict = {}       # (peer, batch class) -> entries waiting for this turn's end
         self._listeners: list = []
         self._events = RateLimitedLog(log, f"node {cfg.node_id!r} groups", 10.0, 5,
@@ -430,6 +431,7 @@ class NodeHost:
         if t is None or t.closed:
             return True
         awake = False
+        woke, self._woke = self._woke, False    # a group quiesced since the last round
         me = self.cfg.node_id
         oldest = now - _WAKE_UNHEARD_INTERVALS * self.raft_cfg.heartbeat_interval_ms
         heard = self._quiet_heard
@@ -449,11 +451,14 @@ class NodeHost:
                 continue
             else:
                 self.stats["quiesced"] += 1
+                woke = True
             if core.role == Role.LEADER:
                 led.append((g, core.term, core.commit_index))
         if awake:
             self._quiet_since = None
-        elif self._quiet_since is None:
+        elif self._quiet_since is None or woke:
+            # (a group that woke and quiesced again between two rounds -- an election or a
+            # transfer can -- ends the stretch too: the next one is logged again)
             self._quiet_since = now
         elif self._quiet_since >= 0 and now - self._quiet_since >= _QUIET_LOGGED_AFTER_MS:
             self._quiet_since = -1      # (once per quiet stretch: an operator's sign that the
@@ -478,8 +483,10 @@ class NodeHost:
         for g, term, commit in msg.groups:          # quiet heartbeats from `peer`
             if g in nodes:
                 listed.add(g)
+                was = nodes[g].core.quiesced
                 if nodes[g].quiet_heartbeat(peer, term, commit, now):
                     held.append(g)
+                    self._woke |= not was
         # a group quiesced following `peer` was listed in its last beat (quiet_heartbeat is
         # the only way a follower quiesces, and each beat not listing it wakes it): those
         # not listed now wake -- O(listed), not a look at every group
