@@ -127,9 +127,8 @@ def test_a_follower_left_in_truncate_with_nothing_to_send_does_not_keep_the_grou
     """A stale GAP answer (reordered, below the follower's match) sets its dispatch state to
     TRUNCATE at the leader's end: no batch to send, so no answer ever moves it back to APPEND
     while the group is idle -- Q1 required APPEND and the group never quiesced (nodesim seed
-    35 with 4 groups; the real-process test_kill_minus_9_of_the_leader_of_quiesced_groups
-    timed out waiting for a quiet group once in ~100 runs). Matched to the end with nothing
-    in flight, it is whole: the leader quiesces, and the follower holds it quiesced."""
+    35 with 4 groups). Matched to the end with nothing in flight, it is whole: the leader
+    quiesces, and the follower holds it quiesced."""
     cl = ManualCluster()
     cl.elect("n1")
     cl.settle(cl.now + 3 * IV)
