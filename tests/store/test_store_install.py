@@ -6,7 +6,6 @@ the old log or the new one, and the next open finishes the job."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -18,6 +17,8 @@ from quorumlog.errors import InstallError, ReplicationError
 from quorumlog.raft.errors import InstallRefusedError, NotSupportedByLogError
 from quorumlog.raft.log import InstallImage
 from quorumlog.store.nativeinstall import HEAD_FILE, INSTALL_DIR, READY_FILE
+
+from store_support import run_killed_at
 
 SEGMENT = 1 << 16
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
@@ -240,17 +241,7 @@ AFTER_READY = ("derived-removed", "before-move-index", "moved-index", "before-mo
 @pytest.mark.parametrize("point", BEFORE_READY + AFTER_READY)
 def test_a_crash_at_any_step_leaves_the_old_log_or_the_new_one(tmp_path, point):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    script = CRASH_SCRIPT.format(tests=os.path.dirname(__file__), a=a, b=b)
-    env = dict(os.environ, QUORUMLOG_INSTALL_CRASH_AT=point)
-    p = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    try:
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == -9, (p.returncode, out, err[-2000:])   # SIGKILLed at `point`
+    run_killed_at(CRASH_SCRIPT.format(tests=os.path.dirname(__file__), a=a, b=b), point)
     with open(a + ".image") as fh:
         first, last = map(int, fh.read().split())
     s = qs.open(b, **SETTINGS)

@@ -7,7 +7,6 @@ deletion: the next open completes the deletion and the history is the same."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +18,8 @@ from quorumlog.commitlog import CommitLog
 from quorumlog.node.driver import config_history
 from quorumlog.raft.log import EntryKind, encode_config
 from quorumlog.store.nativeinstall import HEAD_FILE, read_head
+
+from store_support import run_killed_at
 
 SEGMENT = 1 << 16
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
@@ -125,17 +126,7 @@ CRASH_SCRIPT = textwrap.dedent("""
 def test_a_crash_between_the_head_and_the_deletion_keeps_the_history(tmp_path, point):
     path = str(tmp_path / "s")
     before = build(path)
-    script = CRASH_SCRIPT.format(tests=os.path.dirname(__file__), path=path)
-    env = dict(os.environ, QUORUMLOG_INSTALL_CRASH_AT=point)
-    p = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    try:
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == -9, (p.returncode, out, err[-2000:])   # SIGKILLed at `point`
+    run_killed_at(CRASH_SCRIPT.format(tests=os.path.dirname(__file__), path=path), point)
     head = read_head(path)
     assert head is not None
     cl = CommitLog(path)                        # the log alone: its CONFIG records below the
