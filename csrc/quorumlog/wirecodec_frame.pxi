@@ -170,6 +170,9 @@ cdef class FrameCodec:
 
     def decode(self, payload, src, dst):
         """The message of a frame payload (bytes or a contiguous byte memoryview), or None."""
+        return self._decode(payload, src, dst)
+
+    cdef object _decode(self, object payload, object src, object dst):
         cdef Py_buffer view
         cdef Py_ssize_t n, fixed_size = self.fixed.size, i
         cdef list vals
@@ -223,18 +226,29 @@ cdef class FrameCodec:
 
 def scan_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame_bytes,
                 known_types, bint allow_groups, Py_ssize_t large_payload_bytes,
-                bint one_at_a_time, frame_cls):
+                bint one_at_a_time, frame_cls, tuple codecs=None, src=None, dst=None):
     """The complete small frames in buf[start:end] (net/framing.py FrameDecoder._parse's
     loop, in C) -> (frames, new start). Stops before anything it does not take exactly: a
     header that fails a check (the caller's loop raises the precise FrameError), a large
     payload (the caller receives it into its own buffer), an incomplete frame; after one
     frame with one_at_a_time. Each frame is frame_cls(type, flags, request_id, payload
-    bytes, group)."""
+    bytes, group, message).
+
+    codecs: None, or a tuple of 256 entries, one per frame type: None, or the type's whole
+    frame decoder (a FrameCodec, or any object with decode(payload, src, dst) -> message or
+    None, codec.py's `spec.frame`). A frame of a type that has one comes out with its
+    `message` already decoded (src, dst: a Raft message's sender and receiver), so the
+    caller makes no Python call per frame to decode it; a frame it declines (None, or an
+    exception: the reference decides, and raises that again) has message None and the
+    caller's reference decode (codec.decode) runs, with its precise error."""
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef list out = []
     cdef uint64_t length, rid
     cdef int ftype, flags, group
+    cdef object payload, dec, msg
+    if codecs is not None and len(codecs) != 256:
+        raise ValueError("codecs: a tuple of 256 entries (one per frame type) or None")
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         if start < 0 or end > view.len or start > end:
@@ -260,12 +274,27 @@ def scan_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame_byte
                 break
             if end - start - FRAME_HEADER < <Py_ssize_t>length:
                 break
-            out.append(tuple.__new__(frame_cls, (
-                ftype, flags, rid,
-                PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER, length), group)))
+            payload = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER, length)
+            msg = None
+            if codecs is not None:
+                dec = codecs[ftype]
+                if dec is not None:
+                    msg = _decode_or_none(dec, payload, src, dst)
+            out.append(tuple.__new__(frame_cls, (ftype, flags, rid, payload, group, msg)))
             start += FRAME_HEADER + length
             if one_at_a_time:
                 break
     finally:
         PyBuffer_Release(&view)
     return out, start
+
+
+cdef object _decode_or_none(object dec, object payload, object src, object dst):
+    """dec's message of payload, or None when it declines or raises (the caller's reference
+    decode then runs and decides: the same message, or the precise error)."""
+    try:
+        if type(dec) is FrameCodec:
+            return (<FrameCodec>dec)._decode(payload, src, dst)
+        return dec.decode(payload, src, dst)
+    except Exception:
+        return None

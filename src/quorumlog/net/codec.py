@@ -34,7 +34,8 @@ from . import messages as m
 from .errors import CodecError, EncodeError, FrameTooLargeError
 from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, encode_header
 
-__all__ = ["register", "encode", "encode_payload", "decode", "decode_frame", "spec_for",
+__all__ = ["register", "encode", "encode_payload", "decode", "decode_frame", "frame_decoders",
+           "frame_encoders", "spec_for",
            "spec_of_type", "types_of_channel", "AUTH", "RAFT", "CLIENT", "MessageSpec"]
 
 AUTH, RAFT, CLIENT = "auth", "raft", "client"   # which connection state allows a type
@@ -458,6 +459,22 @@ def spec_of_type(type_code: int) -> MessageSpec | None:
 def types_of_channel(*channels: str) -> frozenset:
     """Frame type codes a connection in the given state may receive (FrameDecoder.known_types)."""
     return frozenset(c for c, s in _BY_CODE.items() if s.channel in channels)
+
+
+def frame_decoders(*channels: str) -> tuple:
+    """256 entries by frame type: the whole-frame decoder (`spec.frame`: FrameCodec, the
+    produce frames') of each type of `channels` that has one, else None -- the table the C
+    frame scan decodes with (FrameDecoder.codecs). What they decline, decode() decides."""
+    return tuple(s.frame if s is not None and s.frame is not None and s.channel in channels
+                 else None for s in (_BY_CODE.get(t) for t in range(256)))
+
+
+def frame_encoders(*channels: str) -> dict:
+    """{message class: its whole-frame encoder} of the types of `channels` that have one:
+    encode(msg, request_id, group, max_frame_bytes, zero_copy_min_bytes) -> the frame's
+    parts as encode() returns them, or None (declined: encode() decides, with its error)."""
+    return {s.cls: s.frame for s in _BY_CODE.values()
+            if s.frame is not None and s.channel in channels}
 
 
 def encode_payload(msg) -> tuple[int, list]:
