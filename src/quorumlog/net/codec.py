@@ -379,8 +379,9 @@ class Tuple(Var):
 try:
     from .._clientframe import ack_positions as _ack_positions
     from .._clientframe import split_blobs as _split_blobs
+    from .._clientframe import OneBodyProduce as _OneBodyProduce
 except ImportError:   # the extension is not built: the Python loop below does the same
-    _split_blobs = _ack_positions = None
+    _split_blobs = _ack_positions = _OneBodyProduce = None
 try:
     from .._wirecodec import FixedLayout as _FixedLayout
     from .._wirecodec import FrameCodec as _FrameCodec
@@ -822,7 +823,12 @@ class _OneAckFrame:
         return m.ProduceResponse(fi, q, fo, ts, (p,))
 
 
-_BY_CODE[0x41].frame = _OneAckFrame(0x41)
+ONE_ACK_PY = _OneAckFrame(0x41)       # (checks the spec's layout)
+# the same in one C call each way when built (the client service's encode of every
+# acknowledgement, the client's frame scan's decode); the Python one stays the twin
+# tests/net/test_produce_frames.py holds it equal to
+_BY_CODE[0x41].frame = ONE_ACK_PY if _FrameCodec is None else _wirecodec.OneAckFrame(
+    m.ProduceResponse, 0x41, m.MAX_QUEUE_ID, m.MAX_BATCH_MESSAGES)
 
 
 class _OneBodyProduceFrame:
@@ -883,7 +889,12 @@ class _OneBodyProduceFrame:
         return m.ProduceRequest(topic, [buf[off:end]], q, tags, delay, pid, seq, base)
 
 
-_BY_CODE[0x40].frame = _OneBodyProduceFrame(0x40)
+ONE_BODY_PRODUCE_PY = _OneBodyProduceFrame(0x40)     # (checks the spec's layout)
+# the same decoder in one C call when built (the frame scan calls it per produce frame); the
+# Python one stays the twin tests/net/test_produce_frames.py holds it equal to
+_BY_CODE[0x40].frame = ONE_BODY_PRODUCE_PY if _OneBodyProduce is None else _OneBodyProduce(
+    m.ProduceRequest, ONE_BODY_PRODUCE_PY._max_topic, ONE_BODY_PRODUCE_PY._max_tags,
+    ONE_BODY_PRODUCE_PY._max_body, m.MAX_QUEUE_ID)
 
 register(0x42, m.FetchRequest, [("queue_id", QUEUE_ID), ("offset", INDEX),
                                 ("max_messages", Fixed("I", 1, m.MAX_BATCH_MESSAGES)),
