@@ -895,8 +895,10 @@ class Simulator:
                 if not n.alive or n.incarnation != b:
                     continue
                 n.flush_pending = False
-                if f_fail and self.rng.random() < f_fail:
-                    # EIO: the driver's Flusher stops the node (never retried into success)
+                if f_fail and not self.healed and self.rng.random() < f_fail:
+                    # EIO: the driver's Flusher stops the node (never retried into success);
+                    # a fault like the others, so none after the heal (each one crashes a
+                    # node, and the liveness check measures a healed cluster)
                     self.stats["flush_failures"] = self.stats.get("flush_failures", 0) + 1
                     self._crash(n)
                     self._push(self.now + self.rng.randint(50, 800), RESTART, n.id)
