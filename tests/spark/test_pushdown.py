@@ -506,6 +506,27 @@ def _files_opened(spark) -> int:
     return spark.sparkContext._jvm.io.quorumlog.spark.QuorumlogSpark.filesOpened()
 
 
+def test_own_time_counts_the_readers_reads(spark, index_store):
+    """QuorumlogSpark.ownNanos (what bench/spark_query_phases.py subtracts to tell the
+    reader's share of a query from Spark's) grows by the reads of a driver answer and of a
+    job's aggregate, and by no more than the query's wall time."""
+    _jar_or_skip(spark)
+    import time
+
+    from pyspark.sql import functions as F
+
+    own = spark.sparkContext._jvm.io.quorumlog.spark.QuorumlogSpark.ownNanos
+    agg = [F.count(F.lit(1)), F.sum(F.length("body"))]
+    skipping = spark.read.format("quorumlog").option("onCorrupt", "skip")
+    for name, q in (("driver answer", lambda: _pushed(spark, index_store).agg(*agg)),
+                    ("job", lambda: skipping.load(index_store).agg(*agg))):
+        before = own()
+        t0 = time.perf_counter_ns()
+        assert q().collect()[0][0] > 0
+        took = time.perf_counter_ns() - t0
+        assert 0 < own() - before <= took, name
+
+
 def test_explain_of_a_driver_answer_reads_nothing(spark, index_store):
     """explain() / EXPLAIN of a query the driver answers (DriverAnswerExec) plans it and
     names what was pushed down without reading a store file (the reader's count of files
