@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from cl_support import example_dir
 from quorumlog import format as qf
 from quorumlog._commitlog import encode_producer_properties
 from quorumlog.commitlog import CommitLog, ProducerProperties
@@ -55,8 +56,12 @@ def test_native_encoding_equals_the_python_codec(batch):
 @SETTINGS
 @given(producer_batches())
 def test_records_read_back_as_the_dicts(tmp_path_factory, batch):
+    with example_dir(tmp_path_factory, "log") as path:
+        _read_back_as_the_dicts(str(path), batch)
+
+
+def _read_back_as_the_dicts(path, batch):
     pid, seq, count, first, user = batch
-    path = str(tmp_path_factory.mktemp("log"))
     cl = CommitLog(path, segment_size_bytes=1 << 16, index_file_entries=1024)
     try:
         want = reference(*batch)
@@ -116,19 +121,20 @@ def test_producer_tag_fuzzed_returns_a_tag_or_none(props):
 def test_vector_decoder_agrees_with_producer_tag(tmp_path_factory, props):
     # NativeRaftLog.producers reads the reserved properties with vector operations over
     # every record; any layout of them must give what producer_tag gives one by one
-    cl = CommitLog(str(tmp_path_factory.mktemp("log")), segment_size_bytes=1 << 16)
-    try:
-        cl.append_batch("t", [b"b"] * len(props), term=1, properties=props)
-        tags = {}
-        for i in range(1, cl.last_index + 1):
-            t = producer_tag(cl.record_at(cl.position_of(i)))
-            if t is not None and all(v is None or v < 1 << 64 for v in t):
-                tags[i] = t
-        runs = NativeRaftLog(cl).producers(1, cl.last_index)
-        seen = {}
-        for first, last, pid, seq, count, ordinal in runs:
-            for k, i in enumerate(range(first, last + 1)):
-                seen[i] = (pid, seq, count, None if ordinal is None else ordinal + k)
-        assert seen == tags
-    finally:
-        cl.close()
+    with example_dir(tmp_path_factory, "log") as path:
+        cl = CommitLog(str(path), segment_size_bytes=1 << 16)
+        try:
+            cl.append_batch("t", [b"b"] * len(props), term=1, properties=props)
+            tags = {}
+            for i in range(1, cl.last_index + 1):
+                t = producer_tag(cl.record_at(cl.position_of(i)))
+                if t is not None and all(v is None or v < 1 << 64 for v in t):
+                    tags[i] = t
+            runs = NativeRaftLog(cl).producers(1, cl.last_index)
+            seen = {}
+            for first, last, pid, seq, count, ordinal in runs:
+                for k, i in enumerate(range(first, last + 1)):
+                    seen[i] = (pid, seq, count, None if ordinal is None else ordinal + k)
+            assert seen == tags
+        finally:
+            cl.close()

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from quorumlog import errors
 from quorumlog.commitlog import CommitLog
 from quorumlog.store.nativelog import NativeRaftLog, producer_properties
+from cl_support import example_dir
 from producers_numpy import producers_numpy
 
 U64 = st.integers(0, (1 << 64) - 1)
@@ -66,18 +67,19 @@ def _append(cl, a):
 @given(st.lists(appends(), min_size=1, max_size=12), st.data())
 def test_producers_equal_the_numpy_reading(tmp_path_factory, log, data):
     # small segments: windows that span several reads
-    cl = CommitLog(str(tmp_path_factory.mktemp("log")), segment_size_bytes=1 << 16)
-    try:
-        for a in log:
-            _append(cl, a)
-        last = cl.last_index
-        lo = data.draw(st.integers(1, max(last, 1)))
-        hi = data.draw(st.integers(lo - 1, last + 2))
-        rl = NativeRaftLog(cl)
-        assert rl.producers(lo, hi) == producers_numpy(rl, lo, hi)
-        assert rl.producers(1, last) == producers_numpy(rl, 1, last)
-    finally:
-        cl.close()
+    with example_dir(tmp_path_factory, "log") as path:
+        cl = CommitLog(str(path), segment_size_bytes=1 << 16)
+        try:
+            for a in log:
+                _append(cl, a)
+            last = cl.last_index
+            lo = data.draw(st.integers(1, max(last, 1)))
+            hi = data.draw(st.integers(lo - 1, last + 2))
+            rl = NativeRaftLog(cl)
+            assert rl.producers(lo, hi) == producers_numpy(rl, lo, hi)
+            assert rl.producers(1, last) == producers_numpy(rl, 1, last)
+        finally:
+            cl.close()
 
 
 def test_a_damaged_record_is_the_same_error(tmp_path):

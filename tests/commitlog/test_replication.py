@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 
 from quorumlog import errors, format as qf
 
-from cl_support import (SEG, hsettings, log_files, open_log, recrc)
+from cl_support import (SEG, example_dir, hsettings, log_files, open_log, recrc)
 
 
 KW = dict(preallocate_next=False)
@@ -82,13 +82,13 @@ def test_follower_is_byte_identical(pair):
 @given(st.integers(1, 4 * SEG), st.integers(0, 1000), st.integers(40, 120))
 @hsettings(10)
 def test_any_chunking_is_byte_identical(tmp_path_factory, max_bytes, seed, n):
-    tmp = tmp_path_factory.mktemp("repl")
-    with open_log(tmp / "leader", **KW) as leader, open_log(tmp / "follower", **KW) as follower:
-        fill_leader(leader, n, seed=seed)
-        replicate(leader, follower, max_bytes)
-        leader.flush()
-        follower.flush()
-        assert log_files(tmp / "follower") == log_files(tmp / "leader")
+    with example_dir(tmp_path_factory, "repl") as tmp:
+        with open_log(tmp / "leader", **KW) as leader, open_log(tmp / "follower", **KW) as follower:
+            fill_leader(leader, n, seed=seed)
+            replicate(leader, follower, max_bytes)
+            leader.flush()
+            follower.flush()
+            assert log_files(tmp / "follower") == log_files(tmp / "leader")
 
 
 def test_follower_continues_after_reopen_and_truncate(pair):
@@ -358,16 +358,16 @@ def test_big_range_is_accepted_byte_identical(tmp_path, big_range):
 @hsettings(25)
 def test_big_range_with_a_flipped_byte_is_rejected_naming_the_record(
         tmp_path_factory, big_range, k, at, xor):
-    tmp = tmp_path_factory.mktemp("bigflip")
-    raw = bytearray(big_range)
-    off = 0
-    for _ in range(k):                       # the k-th record's offset (sizes tile the range)
-        off += struct.unpack_from("<I", raw, off + 4)[0]
-    size = struct.unpack_from("<I", raw, off + 4)[0]
-    raw[off + min(at, size - 1)] ^= xor      # a byte of its body (the CRC does not cover it now)
-    with open_log(tmp / "f", segment_size_bytes=BIG_SEG, **KW) as f:
-        before = (f.last_index, f.end_position)
-        with pytest.raises(errors.ReplicationError, match=f"index {k + 1}\\b"):
-            f.append_replicated(raw)
-        assert (f.last_index, f.end_position) == before
-        assert f.append_replicated(big_range) == 300      # the intact range still goes in
+    with example_dir(tmp_path_factory, "bigflip") as tmp:
+        raw = bytearray(big_range)
+        off = 0
+        for _ in range(k):                       # the k-th record's offset (sizes tile the range)
+            off += struct.unpack_from("<I", raw, off + 4)[0]
+        size = struct.unpack_from("<I", raw, off + 4)[0]
+        raw[off + min(at, size - 1)] ^= xor      # a byte of its body (the CRC does not cover it now)
+        with open_log(tmp / "f", segment_size_bytes=BIG_SEG, **KW) as f:
+            before = (f.last_index, f.end_position)
+            with pytest.raises(errors.ReplicationError, match=f"index {k + 1}\\b"):
+                f.append_replicated(raw)
+            assert (f.last_index, f.end_position) == before
+            assert f.append_replicated(big_range) == 300      # the intact range still goes in
