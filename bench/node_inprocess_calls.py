@@ -41,6 +41,8 @@ def _party_of(leader, leader_transports):
             if isinstance(s, transport.PeerTransport):
                 return "L" if id(s) in leader_transports else "F"
             if isinstance(s, transport._Conn):
+                if not isinstance(s.owner, transport.PeerTransport):
+                    return "?"      # the client's own connection (a client-side owner)
                 return "L" if id(s.owner) in leader_transports else "F"
             frame = frame.f_back
             depth += 1

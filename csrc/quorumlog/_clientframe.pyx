@@ -9,7 +9,8 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
                              PyBUF_C_CONTIGUOUS)
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from libc.stdint cimport int64_t, uint32_t, uint8_t
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint8_t
 from libc.string cimport memcpy, memset
 
 
@@ -282,3 +283,70 @@ cdef bint _native_i64(const char *fmt) noexcept:
     if fmt[0] == b'@' or fmt[0] == b'=' or fmt[0] == b'<':
         fmt += 1
     return (fmt[0] == b'q' or fmt[0] == b'l') and fmt[1] == 0
+
+
+cdef class OneBodyProduce:
+    """The decoder of a ProduceRequest frame of one message (every single-message produce)
+    in one C call: codec.py's _OneBodyProduceFrame (the Python twin, used when this module is
+    not built) without its Python frame and its ~8 struct and slicing calls. The same
+    message -- its body a view of the payload -- or None for anything else (more or fewer
+    bodies, a field out of its bounds, text that is not UTF-8, a short or long payload): the
+    reference decides, with its precise errors. tests/net/test_produce_frames.py holds the
+    three equal."""
+    cdef object cls
+    cdef Py_ssize_t max_topic, max_tags, max_body
+    cdef int64_t max_queue_id
+
+    def __cinit__(self, cls, Py_ssize_t max_topic, Py_ssize_t max_tags, Py_ssize_t max_body,
+                  int64_t max_queue_id):
+        self.cls = cls
+        self.max_topic, self.max_tags, self.max_body = max_topic, max_tags, max_body
+        self.max_queue_id = max_queue_id
+
+    @staticmethod
+    def encode(*_args):
+        return None             # (clients encode produces with client.encode_produce)
+
+    def decode(self, payload, _src, _dst):
+        cdef Py_buffer b
+        cdef const uint8_t *p
+        cdef Py_ssize_t end, off = 29, n, tn, count
+        cdef int32_t q
+        cdef object topic, tags = None
+        if type(payload) is memoryview:
+            if payload.ndim != 1 or payload.itemsize != 1:
+                return None
+        elif type(payload) is not bytes:
+            return None
+        PyObject_GetBuffer(payload, &b, PyBUF_SIMPLE)
+        try:
+            p = <const uint8_t *>b.buf
+            end = b.len
+            if end < off + 10:
+                return None
+            q = <int32_t>ld32(p)
+            n = p[off]
+            if q < -1 or q > self.max_queue_id or n < 1 or n > self.max_topic or \
+                    off + 1 + n + 9 > end:
+                return None
+            try:
+                topic = PyUnicode_DecodeUTF8(<const char *>p + off + 1, n, NULL)
+                off += 1 + n
+                tn = p[off]
+                if tn > self.max_tags or off + 1 + tn + 8 > end:
+                    return None
+                if tn:
+                    tags = PyUnicode_DecodeUTF8(<const char *>p + off + 1, tn, NULL)
+            except UnicodeDecodeError:
+                return None
+            off += 1 + tn
+            count = ld32(p + off)
+            n = ld32(p + off + 4)
+            off += 8
+            if count != 1 or off + n != end or n > self.max_body:
+                return None
+            return self.cls(topic, [memoryview(payload)[off:end]], q, tags, p[4],
+                            <uint64_t>ld64(p + 5), <uint64_t>ld64(p + 13),
+                            <uint64_t>ld64(p + 21))
+        finally:
+            PyBuffer_Release(&b)

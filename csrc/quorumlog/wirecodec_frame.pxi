@@ -11,7 +11,7 @@
 # same bytes or raises the precise error. tests/net/test_wirecodec.py holds the two equal.
 
 from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS
-from libc.stdint cimport uint32_t
+from libc.stdint cimport int32_t, uint32_t
 from libc.string cimport memcpy
 
 cdef uint32_t _CRC_TABLE[256]
@@ -170,6 +170,9 @@ cdef class FrameCodec:
 
     def decode(self, payload, src, dst):
         """The message of a frame payload (bytes or a contiguous byte memoryview), or None."""
+        return self._decode(payload, src, dst)
+
+    cdef object _decode(self, object payload, object src, object dst):
         cdef Py_buffer view
         cdef Py_ssize_t n, fixed_size = self.fixed.size, i
         cdef list vals
@@ -223,18 +226,29 @@ cdef class FrameCodec:
 
 def scan_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame_bytes,
                 known_types, bint allow_groups, Py_ssize_t large_payload_bytes,
-                bint one_at_a_time, frame_cls):
+                bint one_at_a_time, frame_cls, tuple codecs=None, src=None, dst=None):
     """The complete small frames in buf[start:end] (net/framing.py FrameDecoder._parse's
     loop, in C) -> (frames, new start). Stops before anything it does not take exactly: a
     header that fails a check (the caller's loop raises the precise FrameError), a large
     payload (the caller receives it into its own buffer), an incomplete frame; after one
     frame with one_at_a_time. Each frame is frame_cls(type, flags, request_id, payload
-    bytes, group)."""
+    bytes, group, message).
+
+    codecs: None, or a tuple of 256 entries, one per frame type: None, or the type's whole
+    frame decoder (a FrameCodec, or any object with decode(payload, src, dst) -> message or
+    None, codec.py's `spec.frame`). A frame of a type that has one comes out with its
+    `message` already decoded (src, dst: a Raft message's sender and receiver), so the
+    caller makes no Python call per frame to decode it; a frame it declines (None, or an
+    exception: the reference decides, and raises that again) has message None and the
+    caller's reference decode (codec.decode) runs, with its precise error."""
     cdef Py_buffer view
     cdef const uint8_t *p
     cdef list out = []
     cdef uint64_t length, rid
     cdef int ftype, flags, group
+    cdef object payload, dec, msg
+    if codecs is not None and len(codecs) != 256:
+        raise ValueError("codecs: a tuple of 256 entries (one per frame type) or None")
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         if start < 0 or end > view.len or start > end:
@@ -260,12 +274,128 @@ def scan_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame_byte
                 break
             if end - start - FRAME_HEADER < <Py_ssize_t>length:
                 break
-            out.append(tuple.__new__(frame_cls, (
-                ftype, flags, rid,
-                PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER, length), group)))
+            payload = PyBytes_FromStringAndSize(<const char *>p + FRAME_HEADER, length)
+            msg = None
+            if codecs is not None:
+                dec = codecs[ftype]
+                if dec is not None:
+                    msg = _decode_or_none(dec, payload, src, dst)
+            out.append(tuple.__new__(frame_cls, (ftype, flags, rid, payload, group, msg)))
             start += FRAME_HEADER + length
             if one_at_a_time:
                 break
     finally:
         PyBuffer_Release(&view)
     return out, start
+
+
+cdef object _decode_or_none(object dec, object payload, object src, object dst):
+    """dec's message of payload, or None when it declines or raises (the caller's reference
+    decode then runs and decides: the same message, or the precise error)."""
+    try:
+        if type(dec) is FrameCodec:
+            return (<FrameCodec>dec)._decode(payload, src, dst)
+        return dec.decode(payload, src, dst)
+    except Exception:
+        return None
+
+
+try:
+    from quorumlog._clientframe import ack_positions as _ack_positions
+except ImportError:       # (built together; without it a batch's array is declined)
+    _ack_positions = None
+
+cdef enum:
+    ACK_FIXED = 28            # ProduceResponse: first_index q, queue_id i, offset q, ts q
+
+
+cdef class OneAckFrame:
+    """A ProduceResponse frame in one C call each way: codec.py's _OneAckFrame (its Python
+    twin, used when this is not built) without its Python frames -- encode: one message's
+    acknowledgement, or a batch's whose positions are the leader's int64 array (packed by
+    _clientframe.ack_positions); decode: one message's. The same bytes and message, or None
+    for anything else (a field out of bounds or not an int, positions in another form, a
+    frame over the limit, another payload), and the reference decides with its precise
+    errors. tests/net/test_produce_frames.py holds the three equal."""
+    cdef object cls
+    cdef int type_code
+    cdef int64_t max_q
+    cdef Py_ssize_t max_count
+
+    def __cinit__(self, cls, int type_code, int64_t max_q, Py_ssize_t max_count):
+        self.cls = cls
+        self.type_code = type_code
+        self.max_q = max_q
+        self.max_count = max_count
+
+    def encode(self, msg, request_id, group, Py_ssize_t max_frame_bytes, _zero_copy_min_bytes):
+        cdef uint64_t u[4]
+        cdef int64_t one = 0
+        cdef Py_ssize_t k, blen
+        cdef object items = None
+        cdef bytes out
+        cdef uint8_t *p
+        fi, q, fo, ts = msg.first_index, msg.queue_id, msg.first_queue_offset, \
+            msg.store_timestamp_ms
+        pos = msg.positions
+        if type(fi) is not int or type(q) is not int or type(fo) is not int or \
+                type(ts) is not int or type(request_id) is not int or type(group) is not int:
+            return None
+        if not (0 <= fi <= 0x7FFFFFFFFFFFFFFF and 0 <= q <= self.max_q and
+                0 <= fo <= 0x7FFFFFFFFFFFFFFF and
+                -0x8000000000000000 <= ts <= 0x7FFFFFFFFFFFFFFF and
+                0 <= request_id <= 0xFFFFFFFFFFFFFFFF and 0 <= group <= MAX_GROUP):
+            return None
+        if type(pos) is tuple:
+            if len(pos) != 1 or type(pos[0]) is not int or \
+                    not 0 <= pos[0] <= 0x7FFFFFFFFFFFFFFF:
+                return None
+            one = pos[0]
+            k = 1
+        else:
+            items = _ack_positions(pos, self.max_count) if _ack_positions is not None else None
+            if items is None:
+                return None
+            k = len(items) >> 3
+        blen = ACK_FIXED + 4 + 8 * k
+        if blen + FRAME_HEADER > max_frame_bytes:
+            return None
+        out = PyBytes_FromStringAndSize(NULL, FRAME_HEADER + blen)
+        p = <uint8_t *>PyBytes_AS_STRING(out) + FRAME_HEADER
+        _st(p, <uint64_t><int64_t>fi, 8)
+        _st(p + 8, <uint64_t><int64_t>q, 4)
+        _st(p + 12, <uint64_t><int64_t>fo, 8)
+        _st(p + 20, <uint64_t><int64_t>ts, 8)
+        _st(p + 28, <uint64_t>k, 4)
+        if items is None:
+            _st(p + 32, <uint64_t>one, 8)
+        else:
+            memcpy(p + 32, PyBytes_AS_STRING(items), 8 * k)
+        _header(<uint8_t *>PyBytes_AS_STRING(out), self.type_code, group, request_id, blen)
+        return [out]
+
+    def decode(self, payload, _src, _dst):
+        cdef Py_buffer view
+        cdef const uint8_t *p
+        cdef int64_t fi, fo, ts, one
+        cdef int32_t q
+        if type(payload) is memoryview:
+            if payload.ndim != 1 or payload.itemsize != 1:
+                return None
+        elif type(payload) is not bytes:
+            return None
+        PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        try:
+            if view.len != ACK_FIXED + 12:
+                return None
+            p = <const uint8_t *>view.buf
+            fi = <int64_t>_ld(p, 8)
+            q = <int32_t><uint32_t>_ld(p + 8, 4)
+            fo = <int64_t>_ld(p + 12, 8)
+            ts = <int64_t>_ld(p + 20, 8)
+            one = <int64_t>_ld(p + 32, 8)
+            if _ld(p + 28, 4) != 1 or fi < 0 or fo < 0 or one < 0 or q < 0 or q > self.max_q:
+                return None
+        finally:
+            PyBuffer_Release(&view)
+        return self.cls(fi, q, fo, ts, (one,))

@@ -237,3 +237,54 @@ def _hand_made(queue=-1, topic=b"t", tags=b"", count=1, body=b"abc", extra=b""):
 def test_hand_made_requests_decode_as_the_reference_does(payload):
     fast = _outcome(codec.decode, 0x40, payload)
     assert fast == _reference(codec.decode, 0x40, payload, spec=REQ)
+
+
+@CHECK
+@given(st.one_of(requests(), st.sampled_from([
+    _hand_made(topic=b""), _hand_made(queue=-2), _hand_made(queue=1 << 16),
+    _hand_made(topic=b"\xc3"), _hand_made(tags=b"\xff"), _hand_made(count=0),
+    _hand_made(count=2), _hand_made(extra=b"!"), _hand_made()[:-1], _hand_made(),
+    _hand_made(tags=b"x" * 255), _hand_made(topic=b"y" * 255)])),
+       st.sampled_from([bytes, memoryview]))
+def test_the_c_request_decoder_equals_its_python_twin(payload, kind):
+    """_clientframe.OneBodyProduce (the frame scan's decoder of a one-message produce) and
+    codec._OneBodyProduceFrame (its twin when the extension is not built) take and decline
+    the same payloads, and decode them to the same request."""
+    pytest.importorskip("quorumlog._clientframe")
+    assert type(REQ.frame).__name__ == "OneBodyProduce"
+    payload = kind(payload)
+    c, py = REQ.frame.decode(payload, None, None), \
+        codec.ONE_BODY_PRODUCE_PY.decode(payload, None, None)
+    assert (c is None) == (py is None)
+    if c is not None:
+        c = _outcome(lambda: c)
+        assert c == _outcome(lambda: py)
+        assert c == _reference(codec.decode, 0x40, bytes(payload), spec=REQ)
+
+
+@CHECK
+@given(acks(), st.one_of(st.none(), array_positions()),
+       st.sampled_from([0, 1, 7, (1 << 64) - 1, 1 << 64, -1]), st.sampled_from([0, 3]),
+       st.sampled_from([codec.DEFAULT_MAX_FRAME_BYTES, 64, 63, 2100]))
+def test_the_c_ack_codec_equals_its_python_twin(msg, positions, rid, group, limit):
+    """_wirecodec.OneAckFrame (the ack's codec when built) and codec._OneAckFrame (its twin)
+    encode the same acknowledgements to the same frame and decline the same ones."""
+    pytest.importorskip("quorumlog._wirecodec")
+    assert type(SPEC.frame).__name__ == "OneAckFrame"
+    if positions is not None:
+        msg.positions = positions
+    c = SPEC.frame.encode(msg, rid, group, limit, 0)
+    py = codec.ONE_ACK_PY.encode(msg, rid, group, limit, 0) if 0 <= rid < 1 << 64 and \
+        type(rid) is int else None
+    assert (c is None) == (py is None), (c, py)
+    if c is not None:
+        assert b"".join(c) == b"".join(py)
+
+
+@CHECK
+@given(payloads())
+def test_the_c_ack_decoder_equals_its_python_twin(payload):
+    pytest.importorskip("quorumlog._wirecodec")
+    c, py = SPEC.frame.decode(payload, None, None), codec.ONE_ACK_PY.decode(payload, None, None)
+    assert (c is None) == (py is None)
+    assert c == py

@@ -330,13 +330,53 @@ def test_follower_commit_index_never_runs_ahead_of_its_flushed_log():
     assert c2.persisted_index == last and c2.commit_index == last
 
 
-def test_leader_commit_index_never_runs_ahead_of_its_flushed_log():
+def test_leader_commits_on_a_quorum_of_durable_copies_before_its_own_flush():
+    # Raft §5.3 (a majority of copies), counted durable (flush = "sync"): two followers that
+    # flushed and acknowledged are a quorum without the leader's own flush. Failed before
+    # (commit stayed at the leader's flushed index 1: docs/raft.md deviation 19).
     cl = elected()
     cl.manual_persist("n1")
     first, last = cl.propose("n1", 3)
     cl.settle(cl.now + 150)  # both followers flushed and acknowledged: committed on a quorum
     c1 = cl.core("n1")
-    assert c1.persisted_index < last and c1.commit_index <= c1.persisted_index
+    assert c1.persisted_index < last and c1.commit_index == last
+    # the followers learn it (each capped at its own flushed index, which is `last`)
+    cl.settle(cl.now + 150)
+    assert cl.core("n2").commit_index == last and cl.core("n3").commit_index == last
+    cl.persist("n1")
+    assert c1.persisted_index == last and c1.commit_index == last
+
+
+def test_leader_counts_no_copy_that_is_not_durable():
+    # The leader's log end and a follower's unflushed append are copies, but not durable
+    # ones: with only n3 flushed (1 of 3), nothing commits -- not even when n2 holds the
+    # entries in its page cache and n1 appended them. A rule that counted the leader's log
+    # end (or a follower's append before its flush) would commit here.
+    cl = elected()
+    cl.manual_persist("n1")
+    cl.manual_persist("n2")
+    cl.take_output()
+    first, last = cl.propose("n1", 3)
+    cl.settle(cl.now + 150)
+    c1 = cl.core("n1")
+    assert cl.logs["n2"].last_index() == last and cl.core("n2").persisted_index < first
+    assert cl.core("n3").persisted_index == last
+    assert c1.commit_index < first
+    assert not [m for m in cl.take_output() if m.startswith("n1 commit=")]
+    cl.persist("n2")           # n2 + n3 durable: a quorum without the leader's flush
+    cl.settle(cl.now + 20)
+    assert c1.persisted_index < first and c1.commit_index == last
+
+
+def test_leader_own_flush_counts_as_its_vote():
+    # n1 flushed, n3 flushed, n2 not: n1's persisted index is one of the two durable copies.
+    cl = elected()
+    cl.manual_persist("n1")
+    cl.manual_persist("n2")
+    first, last = cl.propose("n1", 3)
+    cl.settle(cl.now + 150)
+    c1 = cl.core("n1")
+    assert c1.commit_index < first
     cl.persist("n1")
     assert c1.commit_index == last
 

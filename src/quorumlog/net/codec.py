@@ -34,7 +34,8 @@ from . import messages as m
 from .errors import CodecError, EncodeError, FrameTooLargeError
 from .framing import DEFAULT_MAX_FRAME_BYTES, HEADER_SIZE, encode_header
 
-__all__ = ["register", "encode", "encode_payload", "decode", "decode_frame", "spec_for",
+__all__ = ["register", "encode", "encode_payload", "decode", "decode_frame", "frame_decoders",
+           "frame_encoders", "spec_for",
            "spec_of_type", "types_of_channel", "AUTH", "RAFT", "CLIENT", "MessageSpec"]
 
 AUTH, RAFT, CLIENT = "auth", "raft", "client"   # which connection state allows a type
@@ -378,8 +379,9 @@ class Tuple(Var):
 try:
     from .._clientframe import ack_positions as _ack_positions
     from .._clientframe import split_blobs as _split_blobs
+    from .._clientframe import OneBodyProduce as _OneBodyProduce
 except ImportError:   # the extension is not built: the Python loop below does the same
-    _split_blobs = _ack_positions = None
+    _split_blobs = _ack_positions = _OneBodyProduce = None
 try:
     from .._wirecodec import FixedLayout as _FixedLayout
     from .._wirecodec import FrameCodec as _FrameCodec
@@ -458,6 +460,22 @@ def spec_of_type(type_code: int) -> MessageSpec | None:
 def types_of_channel(*channels: str) -> frozenset:
     """Frame type codes a connection in the given state may receive (FrameDecoder.known_types)."""
     return frozenset(c for c, s in _BY_CODE.items() if s.channel in channels)
+
+
+def frame_decoders(*channels: str) -> tuple:
+    """256 entries by frame type: the whole-frame decoder (`spec.frame`: FrameCodec, the
+    produce frames') of each type of `channels` that has one, else None -- the table the C
+    frame scan decodes with (FrameDecoder.codecs). What they decline, decode() decides."""
+    return tuple(s.frame if s is not None and s.frame is not None and s.channel in channels
+                 else None for s in (_BY_CODE.get(t) for t in range(256)))
+
+
+def frame_encoders(*channels: str) -> dict:
+    """{message class: its whole-frame encoder} of the types of `channels` that have one:
+    encode(msg, request_id, group, max_frame_bytes, zero_copy_min_bytes) -> the frame's
+    parts as encode() returns them, or None (declined: encode() decides, with its error)."""
+    return {s.cls: s.frame for s in _BY_CODE.values()
+            if s.frame is not None and s.channel in channels}
 
 
 def encode_payload(msg) -> tuple[int, list]:
@@ -805,7 +823,12 @@ class _OneAckFrame:
         return m.ProduceResponse(fi, q, fo, ts, (p,))
 
 
-_BY_CODE[0x41].frame = _OneAckFrame(0x41)
+ONE_ACK_PY = _OneAckFrame(0x41)       # (checks the spec's layout)
+# the same in one C call each way when built (the client service's encode of every
+# acknowledgement, the client's frame scan's decode); the Python one stays the twin
+# tests/net/test_produce_frames.py holds it equal to
+_BY_CODE[0x41].frame = ONE_ACK_PY if _FrameCodec is None else _wirecodec.OneAckFrame(
+    m.ProduceResponse, 0x41, m.MAX_QUEUE_ID, m.MAX_BATCH_MESSAGES)
 
 
 class _OneBodyProduceFrame:
@@ -866,7 +889,12 @@ class _OneBodyProduceFrame:
         return m.ProduceRequest(topic, [buf[off:end]], q, tags, delay, pid, seq, base)
 
 
-_BY_CODE[0x40].frame = _OneBodyProduceFrame(0x40)
+ONE_BODY_PRODUCE_PY = _OneBodyProduceFrame(0x40)     # (checks the spec's layout)
+# the same decoder in one C call when built (the frame scan calls it per produce frame); the
+# Python one stays the twin tests/net/test_produce_frames.py holds it equal to
+_BY_CODE[0x40].frame = ONE_BODY_PRODUCE_PY if _OneBodyProduce is None else _OneBodyProduce(
+    m.ProduceRequest, ONE_BODY_PRODUCE_PY._max_topic, ONE_BODY_PRODUCE_PY._max_tags,
+    ONE_BODY_PRODUCE_PY._max_body, m.MAX_QUEUE_ID)
 
 register(0x42, m.FetchRequest, [("queue_id", QUEUE_ID), ("offset", INDEX),
                                 ("max_messages", Fixed("I", 1, m.MAX_BATCH_MESSAGES)),

@@ -67,7 +67,7 @@ assert _PREFIX.size == 20 and _HEADER.size == HEADER_SIZE
 
 try:
     from .._wirecodec import scan_frames as _scan_frames
-except ImportError:   # not built: FrameDecoder._parse's loop does it all
+except ImportError:   # not built: FrameDecoder._parse_loop does it all
     _scan_frames = None
 
 
@@ -77,6 +77,9 @@ class Frame(NamedTuple):
     request_id: int
     payload: bytes | memoryview
     group: int = 0           # header bytes 6..7: the Raft group of a peer frame
+    # the decoded message, when the C scan decoded it (FrameDecoder.codecs); None: not
+    # decoded yet -- codec.decode (the reference) decides
+    message: object = None
 
 
 def encode_header(ftype: int, length: int, request_id: int = 0, flags: int = 0,
@@ -232,7 +235,7 @@ class FrameDecoder:
     """
 
     __slots__ = ("max_frame_bytes", "known_types", "limit_name", "large_payload_bytes",
-                 "allow_groups", "pool",
+                 "allow_groups", "pool", "codecs", "src", "dst",
                  "one_at_a_time", "reserve", "waiting", "lazy_big_buffers", "_buf", "_mv",
                  "_start", "_end", "_big", "_big_view", "_big_filled", "_big_head", "_after_big",
                  "_error",
@@ -255,6 +258,12 @@ class FrameDecoder:
         # connection of a process that hosts many groups; otherwise a nonzero group is refused
         self.allow_groups = False
         self.one_at_a_time = False
+        # codecs: None, or a tuple of 256 whole-frame decoders by frame type (codec.py
+        # frame_decoders: the hot Raft frames', a one-message produce's): the C scan then
+        # hands out those frames with `message` decoded (src, dst: a Raft message's sender
+        # and receiver); anything else, and whatever a decoder declines, has message None
+        self.codecs = None
+        self.src = self.dst = None
         # reserve(n) -> bool, asked before a large payload's buffer is allocated: False
         # leaves the header unparsed and sets `waiting` (the caller stops reading, and calls
         # parse_buffered() once it can grant the bytes) -- a budget across connections
@@ -345,16 +354,31 @@ class FrameDecoder:
             # (the view handed out was this body only: the small buffer is empty)
             return [self._finish_big()]
         self._end += nbytes
-        return self._parse()
+        if _scan_frames is not None:
+            # the usual read -- whole small frames only -- taken by one C call here, without
+            # the loop's call (the per-frame Python of a single message's path)
+            out, start = _scan_frames(self._buf, self._start, self._end, self.max_frame_bytes,
+                                      self.known_types, self.allow_groups,
+                                      self.large_payload_bytes, self.one_at_a_time, Frame,
+                                      self.codecs, self.src, self.dst)
+            if out:
+                self.frames += len(out)
+                self.waiting = self._after_big = False
+            if start == self._end:
+                self._start = self._end = 0
+                return out
+            self._start = start
+            if out and self.one_at_a_time:
+                return out
+            return self._parse_loop(out)
+        return self._parse_loop([])
 
     def parse_buffered(self) -> list[Frame]:
         """Frames already received but not returned yet (after a call in `one_at_a_time`
         mode), checked against the current limits."""
-        if self._error is not None:
-            raise self._error
-        if self._big is not None:
-            return []
-        return self._parse()
+        # (a partial large payload is still being received: nothing to parse; else the same
+        # path as a read of 0 bytes)
+        return self.buffer_updated(0)
 
     def feed(self, data) -> list[Frame]:
         """Copying entry point: the same path as get_buffer/buffer_updated."""
@@ -378,21 +402,11 @@ class FrameDecoder:
         self.frames += 1
         return Frame(ftype, flags, rid, payload, group)
 
-    def _parse(self) -> list[Frame]:
+    def _parse_loop(self, out: list) -> list[Frame]:
+        """The reference loop: the frames from self._start on, appended to `out` (the C
+        scan's), and the precise FrameError of a bad header; large payloads."""
         buf, mv = self._buf, self._mv
         start, end = self._start, self._end
-        if _scan_frames is not None:
-            # the small complete frames in one C call; what it stops at (a large payload, a
-            # bad header: raised below with its precise error, a partial frame) is the
-            # loop's below
-            out, start = _scan_frames(buf, start, end, self.max_frame_bytes, self.known_types,
-                                      self.allow_groups, self.large_payload_bytes,
-                                      self.one_at_a_time, Frame)
-            if out:
-                self.frames += len(out)
-                self.waiting = self._after_big = False
-        else:
-            out = []
         try:
             while end - start >= HEADER_SIZE and not (out and self.one_at_a_time):
                 ftype, flags, rid, length, group = parse_group_header(

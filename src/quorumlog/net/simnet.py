@@ -36,6 +36,9 @@ from .framing import FrameDecoder
 from .messages import check_node_id
 from .seam import report_peer_lost
 
+# the hot Raft frames' C decoders, as the transport's (wire=True)
+_RAFT_DECODERS = codec.frame_decoders(codec.RAFT)
+
 log = logging.getLogger(__name__)
 
 __all__ = ["SimNetwork", "SimTransport"]
@@ -170,6 +173,9 @@ class SimNetwork:
             # through the real encoder and frame decoder, as on a socket
             dec = FrameDecoder()
             dec.allow_groups = True
+            # (the transport's C decoding of the hot frames too; the rest at delivery)
+            dec.codecs = _RAFT_DECODERS
+            dec.src, dec.dst = src.node_id, dst_id
             (item,) = dec.feed(b"".join(bytes(p) for p in codec.encode(message, group=group)))
         else:
             item = (group, _sent_copy(message))
@@ -246,7 +252,8 @@ class SimNetwork:
             return
         if self.wire:
             group = item.group
-            msg = codec.decode_frame(item, src_id, dst_id, channels=(codec.RAFT,))
+            msg = item.message if item.message is not None else \
+                codec.decode_frame(item, src_id, dst_id, channels=(codec.RAFT,))
         else:
             group, msg = item
         self.delivered += 1

@@ -167,6 +167,13 @@ _PEER_TYPES = codec.types_of_channel(codec.RAFT)
 _CLIENT_REQ_TYPES = codec.types_of_channel(codec.CLIENT)
 _CONTROL_TYPES = frozenset(t for t in _PEER_TYPES if codec.spec_of_type(t).cls.lane == CONTROL)
 _CH_AUTH, _CH_RAFT, _CH_CLIENT = (codec.AUTH,), (codec.RAFT,), (codec.CLIENT,)
+# the whole-frame decoders the C frame scan runs per channel (FrameDecoder.codecs): a hot
+# frame reaches _on_frames decoded, with no Python call of its own
+_DECODERS = {_CH_RAFT: codec.frame_decoders(codec.RAFT),
+             _CH_CLIENT: codec.frame_decoders(codec.CLIENT)}
+# and the whole-frame encoders of the Raft messages that have one (codec.encode's fast
+# path, called without codec.encode's frame): a message class -> its encoder
+_ENCODERS = codec.frame_encoders(codec.RAFT)
 
 
 def _nbytes(parts) -> int:
@@ -309,6 +316,10 @@ class _Conn(asyncio.BufferedProtocol):
             self.last_heard = self.owner.loop.time()
         try:
             frames = self.decoder.buffer_updated(nbytes)
+            if self.authenticated and len(frames) == 1 and frames[0].message is not None:
+                # the usual read of a replica or a client: one frame, decoded by the C scan
+                self.owner._deliver(self, frames)
+                frames = None
             while frames:
                 handshake = not self.authenticated
                 self._on_frames(frames)
@@ -320,15 +331,47 @@ class _Conn(asyncio.BufferedProtocol):
         except (ProtocolError, AuthError) as e:
             self._reject(e)
             return
-        self._frame_budget_check()
+        if self.reserved:
+            self._frame_budget_check()
 
     def _on_frames(self, frames) -> None:
-        for fr in frames:
-            if self.closed:
-                return
-            if not self.authenticated:
+        """Hand a read's frames on, in order: decoded ones (the C scan's) go to the owner as
+        one list (one call per read, not per frame); a frame not decoded yet is decoded by
+        the reference (codec.decode), which raises the precise CodecError."""
+        if not self.authenticated:
+            for i, fr in enumerate(frames):
+                if self.closed:
+                    return
+                if self.authenticated:      # (one_at_a_time: the handshake's last frame
+                    frames = frames[i:]     # ends its list; the rest, if any, as any read)
+                    break
                 self._on_handshake_frame(fr)
+            else:
+                return
+        ready = frames
+        for i, fr in enumerate(frames):
+            if fr.message is None:
+                ready = self._decode_each(frames, i)
+                break
+        if ready and not self.closed:
+            self.owner._deliver(self, ready)
+
+    def _decode_each(self, frames, i: int) -> list:
+        """_on_frames from frame i, the first one not decoded: the frames before it are
+        delivered first, each not-decoded one alone after its reference decode (a bad
+        client request answered with an error in its turn); -> the decoded rest."""
+        if i:
+            self.owner._deliver(self, frames[:i])
+        ready: list = []
+        for fr in frames[i:]:
+            if self.closed:
+                return []
+            if fr.message is not None:
+                ready.append(fr)
                 continue
+            if ready:
+                self.owner._deliver(self, ready)
+                ready = []
             try:
                 msg = codec.decode(fr.type, fr.payload, self.peer_id, self.owner.node_id,
                                    channels=self.channels)
@@ -338,7 +381,9 @@ class _Conn(asyncio.BufferedProtocol):
                 # a client's bad request: answered with an error, the stream is intact
                 self._bad_request(fr.request_id, e)
                 continue
-            self.owner._deliver(self, fr, msg, nbytes=len(fr.payload) + HEADER_SIZE)
+            if not self.closed:
+                self.owner._deliver(self, [fr._replace(message=msg)])
+        return ready
 
     def _bad_request(self, request_id: int, err: CodecError) -> None:
         self.owner._count("malformed request")
@@ -423,6 +468,8 @@ class _Conn(asyncio.BufferedProtocol):
         self.decoder.limit_name = limit_name
         self.decoder.one_at_a_time = False
         self.decoder.allow_groups = self.cfg.allow_groups and self.role != Role.CLIENT
+        self.decoder.codecs = _DECODERS[self.channels]
+        self.decoder.src, self.decoder.dst = self.peer_id, self.owner.node_id
         if not self.finished.done():
             self.finished.set_result(True)
         self.owner._conn_authenticated(self)
@@ -539,8 +586,10 @@ class _Conn(asyncio.BufferedProtocol):
         if self.closed or self.retired:
             return False
         if n < 0:
-            n = _nbytes(parts)
-        held = self.held_bytes()
+            n = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else \
+                _nbytes(parts)
+        t = self.transport          # (held_bytes(), inline: a call per frame sent)
+        held = self.queued_bytes + (t.get_write_buffer_size() if t is not None else 0)
         budget, reserve = self.send_budget
         if held + n > budget + (reserve if control else 0):
             return False
@@ -575,11 +624,11 @@ class _Conn(asyncio.BufferedProtocol):
         if not self.closed:
             self._write(parts, n)
 
-    def write_turn(self) -> None:
-        """Write what this loop turn sent here now instead of at the turn's end: for a caller
-        that sends nothing more here this turn (the client service after a commit's
-        acknowledgements: they leave in the commit's loop turn, not the next)."""
-        self._flush_turn()
+    # Write what this loop turn sent here now instead of at the turn's end: for a caller
+    # that sends nothing more here this turn (the client service after a commit's
+    # acknowledgements: they leave in the commit's loop turn, not the next). (The same
+    # method: a call less per acknowledgement.)
+    write_turn = _flush_turn
 
     def _drain(self) -> None:
         self._flush_turn()
@@ -593,7 +642,9 @@ class _Conn(asyncio.BufferedProtocol):
         t = self.transport
         self.writes += 1
         if len(parts) == 1:
-            t.write(_owned(parts)[0] if self._keeps_views else parts[0])
+            p = parts[0]
+            # (_owned, inline: one small frame per write is the single message's case)
+            t.write(bytes(p) if self._keeps_views and type(p) is memoryview else p)
             return
         if n < 0:
             n = _nbytes(parts)
@@ -904,19 +955,25 @@ class PeerTransport:
             if c is not None:
                 lane = p.ctrl
         if c is None:
-            c = p.data.live()
+            c = p.data.conn             # (_Lane.live, inline: a call per frame sent)
+            if c is not None and c.closed:
+                c = None
         st = lane.stats
         if c is None:
             st["dropped_no_connection"] += 1
             return False
-        try:
-            parts = codec.encode(message, max_frame_bytes=self.config.max_frame_bytes,
-                                 group=group)
-        except NetError as e:
-            st["dropped_encode"] += 1
-            log.error("cannot send %s to %r: %s", type(message).__name__, peer_id, e)
-            return False
-        n = _nbytes(parts)
+        enc = _ENCODERS.get(type(message))
+        parts = None if enc is None else enc.encode(
+            message, 0, group, self.config.max_frame_bytes, codec.ZERO_COPY_MIN_BYTES)
+        if parts is None:       # (not a hot frame, or declined: the reference decides)
+            try:
+                parts = codec.encode(message, max_frame_bytes=self.config.max_frame_bytes,
+                                     group=group)
+            except NetError as e:
+                st["dropped_encode"] += 1
+                log.error("cannot send %s to %r: %s", type(message).__name__, peer_id, e)
+                return False
+        n = len(parts[0]) if len(parts) == 1 and type(parts[0]) is bytes else _nbytes(parts)
         if lane is p.ctrl and n > self.config.control_max_frame_bytes:
             lane, c = p.data, p.data.live()   # (never for a Raft control message)
             st = lane.stats
@@ -1187,29 +1244,40 @@ class PeerTransport:
         p.changed.set()
         p.changed = asyncio.Event()
 
-    def _deliver(self, c: _Conn, frame, msg, nbytes: int) -> None:
+    def _deliver(self, c: _Conn, frames: list) -> None:
+        """A read's decoded frames (`message` set), in order, to on_client_request or
+        on_message / on_group_message; each checked as it comes (a callback may close the
+        connection, retire it or remove the peer)."""
+        peer_id = c.peer_id
         if c.role == Role.CLIENT:
-            try:
-                self.on_client_request(c, frame.request_id, msg)
-            except Exception:
-                log.exception("on_client_request failed for client %r", c.peer_id)
+            for fr in frames:
+                if c.closed:
+                    return
+                try:
+                    self.on_client_request(c, fr.request_id, fr.message)
+                except Exception:
+                    log.exception("on_client_request failed for client %r", peer_id)
             return
-        p = self._peers.get(c.peer_id)
+        peers = self._peers
+        p = peers.get(peer_id)
         if p is None:
             return
-        lane = p.lane_of(c)
-        if lane.conn is not c and not c.retired:
-            return   # (not the peer's connection now, nor its retired duplicate)
+        lane = p.ctrl if c.role == Role.PEER_CONTROL else p.data     # (_Peer.lane_of)
         st = lane.stats
-        st["received"] += 1
-        st["received_bytes"] += nbytes
-        try:
-            if self.on_group_message is not None:
-                self.on_group_message(c.peer_id, frame.group, msg)
-            else:
-                self.on_message(c.peer_id, msg)
-        except Exception:
-            log.exception("on_message failed for a message from %r", c.peer_id)
+        for fr in frames:
+            if c.closed or peers.get(peer_id) is not p:
+                return
+            if lane.conn is not c and not c.retired:
+                continue   # (not the peer's connection now, nor its retired duplicate)
+            st["received"] += 1
+            st["received_bytes"] += len(fr.payload) + HEADER_SIZE
+            try:
+                if self.on_group_message is not None:
+                    self.on_group_message(peer_id, fr.group, fr.message)
+                else:
+                    self.on_message(peer_id, fr.message)
+            except Exception:
+                log.exception("on_message failed for a message from %r", peer_id)
 
     # -- dialling ----------------------------------------------------------------------------
 
@@ -1376,9 +1444,11 @@ class _ClientOwner:
         # so a client that retries does not flood its application's log
         log.debug(msg, *args)
 
-    def _deliver(self, c, frame, msg, nbytes) -> None:
-        if self.channel is not None:
-            self.channel._on_response(frame.request_id, msg)
+    def _deliver(self, c, frames: list) -> None:
+        for fr in frames:
+            if self.channel is None or c.closed:
+                return
+            self.channel._on_response(fr.request_id, fr.message)
 
 
 async def connect_client(host: str, port: int, auth: AuthConfig, *, server_id: str | None = None,

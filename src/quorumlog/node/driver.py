@@ -25,10 +25,11 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     in the log, applies META records and dispatches (consume queues); then
     pipeline.on_applied(i) completes the clients' requests waiting on those indexes (the
     pipeline's tracker, node/pipeline.py) -- then core.on_dispatched(dispatched).
-    Only entries that are both committed and durable here are applied:
-    i = min(commit_index, core.persisted_index) (a follower learns the commit index from its
-    leader and may hold it before its own flush finished); a later on_persisted applies the
-    rest.
+    The commit index is durable on a quorum: a follower's never runs ahead of its own
+    flush (the core caps it), a leader's counts the followers' durable copies and may run
+    ahead of its own flush (docs/raft.md deviation 19) -- it applies and answers then, as
+    in async mode: the checkpoint never records a committed or dispatched position past the
+    flushed one, and a power loss of this replica alone loses nothing acknowledged.
  5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
     BehindRetention / LogInstalled go to the listeners (the embedding API runs them on a
     thread of its own). Leaving LEADER fails every request still waiting for a commit
@@ -512,17 +513,13 @@ class Node:
         self._fail(e)
 
     def _apply(self) -> None:
-        core = self.core
         upto = self._commit_target
-        p = core.persisted_index
-        if p < upto:
-            upto = p
         if upto <= self._applied:
             return
         d = self.seam.apply_committed(upto)
         self._applied = upto
         self.pipeline.on_applied(upto)
-        core.on_dispatched(d)
+        self.core.on_dispatched(d)
         ev = self._applied_changed
         ev.set()
         self._applied_changed = asyncio.Event()

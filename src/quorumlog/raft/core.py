@@ -35,7 +35,9 @@ THE DRIVER CONTRACT (what a driver must do with each Ready, in this order):
     at page-cache level) and then call on_persisted(flushed_index, ready.flush_gen) --
     flushed_index is what log.flush() returned. The gen lets the core discard a report that
     raced with a truncation of the tail.
- 4. commit_index: entries up to it are committed. With a MessageStore as the log
+ 4. commit_index: entries up to it are committed -- durable on a quorum (a leader's may run
+    ahead of its own flush: any quorum of durable copies counts; a follower's never runs
+    ahead of its own flushed index). With a MessageStore as the log
     (`log = store.raft_log()`, data proposed as `core.propose(req, req.count, req.nbytes)` with
     `req = store.prepare_put(...)`, whose append_as_leader is the store's one append path) this
     is one call: `upto = store.apply_committed(commit_index)` commits the store's log,
@@ -60,7 +62,8 @@ valid; either way the driver serves the read when dispatch reaches the index.
 Deviations from DLedger, on purpose (docs/raft.md lists all, with the test or simulation seed
 that needed each): a follower commits min(leader_commit, highest index known to match *this*
 leader, its flushed index) -- not min(leader_commit, its end index), which could commit a stale
-or unflushed tail; a leader that sees a bigger term in any response steps down at once; a member
+or unflushed tail; a leader commits on any quorum of durable copies (its own flushed index
+is one vote, not a cap); a leader that sees a bigger term in any response steps down at once; a member
 that heard from a live leader within max_heartbeat_leak x heartbeat_interval_ms rejects vote
 requests (seed 002) unless they come from a transferee; votes go to candidates outside the
 latest configuration; pre-vote; check-quorum from every answer; a leader lease; learners in

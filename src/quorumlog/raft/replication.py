@@ -414,15 +414,17 @@ class ReplicationRules:
         self._send_probe(pr, prev)
 
     def _maybe_commit(self) -> None:
-        """Commit index = highest index durable on a quorum of voters, in the current term."""
+        """Commit index = highest index durable on a quorum of voters, in the current term.
+        Each voter counts only its durable copy: the leader's vote is its own flushed index
+        (persisted_index, never its log end), a follower's the match it acknowledged, which it
+        reports only from on_persisted. Any quorum of durable copies commits -- the leader's
+        own flush need not be one of them (docs/raft.md deviation 19)."""
         voters = self._voters            # (the property's own field: once per commit)
         me = self.id
         prog = self.progress
         matches = [self.persisted_index if v == me else prog[v].match for v in voters]
         matches.sort(reverse=True)
         n = matches[self.quorum - 1]
-        if n > self.persisted_index:
-            n = self.persisted_index  # (committed on a quorum, but reported once flushed here)
         if n > self.commit_index and self.log.term_at(n) == self.term:
             self.commit_index = n
             self._commit_changed = True

@@ -484,16 +484,38 @@ class Simulator:
                 self._fail(f"acked proposal {pid} at {idx}/t{term} (committed in term {cterm}) "
                            f"missing from new leader {n.id}")
 
+    def _check_durable_commit(self, n: _Node, c: int):
+        """Sync mode (docs/raft.md deviation 19): a leader's commit index counts durable
+        copies only -- entry c (of the leader's term there) is flushed on a quorum of its
+        voters, itself counted only if flushed; a follower's never runs ahead of its own
+        flushed log."""
+        lg = n.log
+        if n.core.role != Role.LEADER:
+            if c > lg.flushed_index():
+                self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
+            return
+        t = lg.term_at(c)
+        voters = n.core.voters
+        holders = [v for v in voters if self._holds_durably(self.nodes[v].log, c, t)]
+        if len(holders) * 2 <= len(voters):
+            self._fail(f"leader {n.id} commit {c} (t{t}) flushed on {holders} only of "
+                       f"{sorted(voters)}")
+
+    @staticmethod
+    def _holds_durably(lg: MemLog, index: int, term: int) -> bool:
+        if index < lg.first_index():
+            return True        # (dropped by retention: flushed and committed long since)
+        return index <= lg.flushed_index() and lg.term_at(index) == term
+
     def _on_commit(self, n: _Node, c: int):
         if c < n.commit_seen:
             self._fail(f"{n.id} commit index decreased {n.commit_seen} -> {c}")
         lg = n.log
         if c > lg.last_index():
             self._fail(f"{n.id} commit {c} beyond its log end {lg.last_index()}")
-        if c > lg.flushed_index() and self.faults.flush == "sync" and not self.faults.lying_flush:
+        if self.faults.flush == "sync" and not self.faults.lying_flush:
             # (a lying disk is invisible to the driver: what it costs shows in the checks below)
-            # the driver dispatches and checkpoints up to the commit index: never past the disk
-            self._fail(f"{n.id} commit {c} beyond its flushed log {lg.flushed_index()}")
+            self._check_durable_commit(n, c)
         committed = self.committed
         for i in range(max(n.commit_seen + 1, lg.first_index()), c + 1):
             e = lg.entry(i)
