@@ -440,19 +440,22 @@ def test_consume_queue_reads_in_slices_of_the_log_equal_the_log_walk(spark, inde
 def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(spark,
                                                                                index_store):
     """count / sum(length(body)) / min / max over what an index selects (key index, consume
-    queues, a time-cut walk) is computed on the driver while the query is planned, in local
-    mode (QueueAnswerStrategy: a DriverAnswer, no Spark job) and equals the log walk's
-    answer; an aggregate over the whole log (a full walk) stays a Spark job."""
+    queues, a time-cut walk) and over the whole log (a full walk) is computed on the driver
+    when the query runs, in local mode (QueueAnswerStrategy: a DriverAnswer, no Spark job)
+    and equals the log walk's answer; a full walk that skips corrupt records stays a Spark
+    job (its skipped-record count is a task metric)."""
     _jar_or_skip(spark)
     from pyspark.sql import functions as F
 
     agg = [F.count(F.lit(1)), F.sum(F.length("body")), F.min("queue_offset"),
            F.max("store_timestamp")]
     sc = spark.sparkContext
-    for name, (cond, via) in _queries(F, index_store).items():
-        pushed = _pushed(spark, index_store).where(cond).agg(*agg)
+    queries = dict(_queries(F, index_store), **{"all": (None, "")})
+    for name, (cond, via) in queries.items():
+        sel = lambda df, c=cond: df if c is None else df.where(c)  # noqa: E731
+        pushed = sel(_pushed(spark, index_store)).agg(*agg)
         plan = _explain(pushed)
-        want = _walk(spark, index_store).where(cond).agg(*agg).collect()
+        want = sel(_walk(spark, index_store)).agg(*agg).collect()
         if name == "offset IN":     # not exact (narrowed to a range): Spark aggregates
             assert "PushedAggregation" not in plan and not plan.startswith("DriverAnswer")
             assert pushed.collect() == want
@@ -460,14 +463,15 @@ def test_selective_complete_aggregates_are_answered_on_the_driver_without_a_job(
         assert plan.startswith("DriverAnswer") and "complete" in plan, (name, plan)
         sc.setJobGroup("driver-answer", name)
         try:
-            got = _pushed(spark, index_store).where(cond).agg(*agg).collect()
+            got = sel(_pushed(spark, index_store)).agg(*agg).collect()
             assert list(sc.statusTracker().getJobIdsForGroup("driver-answer")) == [], name
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
         assert got == want and want[0][0] > 0, name
-    whole = _pushed(spark, index_store).agg(*agg)
-    assert not _explain(whole).startswith("DriverAnswer")
-    assert whole.collect() == _walk(spark, index_store).agg(*agg).collect()
+    skipping = spark.read.format("quorumlog").option("onCorrupt", "skip").load(index_store)
+    plan = _explain(skipping.agg(*agg))
+    assert not plan.startswith("DriverAnswer") and "complete" in plan, plan
+    assert skipping.agg(*agg).collect() == _walk(spark, index_store).agg(*agg).collect()
 
 
 def test_a_store_replaced_at_the_same_path_is_read_anew(spark, index_store, tmp_path):
@@ -500,6 +504,27 @@ def test_a_store_replaced_at_the_same_path_is_read_anew(spark, index_store, tmp_
 
 def _files_opened(spark) -> int:
     return spark.sparkContext._jvm.io.quorumlog.spark.QuorumlogSpark.filesOpened()
+
+
+def test_own_time_counts_the_readers_reads(spark, index_store):
+    """QuorumlogSpark.ownNanos (what bench/spark_query_phases.py subtracts to tell the
+    reader's share of a query from Spark's) grows by the reads of a driver answer and of a
+    job's aggregate, and by no more than the query's wall time."""
+    _jar_or_skip(spark)
+    import time
+
+    from pyspark.sql import functions as F
+
+    own = spark.sparkContext._jvm.io.quorumlog.spark.QuorumlogSpark.ownNanos
+    agg = [F.count(F.lit(1)), F.sum(F.length("body"))]
+    skipping = spark.read.format("quorumlog").option("onCorrupt", "skip")
+    for name, q in (("driver answer", lambda: _pushed(spark, index_store).agg(*agg)),
+                    ("job", lambda: skipping.load(index_store).agg(*agg))):
+        before = own()
+        t0 = time.perf_counter_ns()
+        assert q().collect()[0][0] > 0
+        took = time.perf_counter_ns() - t0
+        assert 0 < own() - before <= took, name
 
 
 def test_explain_of_a_driver_answer_reads_nothing(spark, index_store):

@@ -42,9 +42,14 @@ final class QueueAnswerStrategy extends SparkStrategy {
 
     @Override
     public Seq<SparkPlan> apply(LogicalPlan plan) {
-        QuorumlogSource.StoreScan scan = driverScan(plan);
-        if (scan == null) return seq(List.of());
-        return seq(List.of(answer((Project) plan, scan)));
+        long t0 = OwnTime.enter();
+        try {
+            QuorumlogSource.StoreScan scan = driverScan(plan);
+            if (scan == null) return seq(List.of());
+            return seq(List.of(answer((Project) plan, scan)));
+        } finally {
+            OwnTime.exit(t0);
+        }
     }
 
     /** The scan of a Project over a quorumlog scan the driver answers, or null. */

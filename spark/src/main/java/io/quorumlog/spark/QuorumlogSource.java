@@ -170,6 +170,7 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         private final boolean multiGroup;
 
         StoreTable(CaseInsensitiveStringMap options) {
+            long t0 = OwnTime.enter();
             dirs = storeRoots(options);
             Configuration conf = SparkSession.active().sparkContext().hadoopConfiguration();
             try {
@@ -186,6 +187,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                 throw new UncheckedIOException(e);
             } catch (AnalysisException e) {
                 throw StoreMeta.<RuntimeException>sneakyThrow(e);
+            } finally {
+                OwnTime.exit(t0);
             }
         }
 
@@ -254,6 +257,15 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * the reader compares it (RecordFilter.firstKey), so it is exact too.
          */
         @Override public Predicate[] pushPredicates(Predicate[] predicates) {
+            long t0 = OwnTime.enter();
+            try {
+                return pushV2(predicates);
+            } finally {
+                OwnTime.exit(t0);
+            }
+        }
+
+        private Predicate[] pushV2(Predicate[] predicates) {
             List<Filter> used = new ArrayList<>();
             List<Predicate> usedV2 = new ArrayList<>();
             List<Predicate> left = new ArrayList<>();
@@ -357,11 +369,16 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
         @Override public boolean pushAggregation(Aggregation aggregation) {
             // every store pruned: Spark's own aggregate gives the empty input's answer
             if (!pushdown() || roots.length == 0) return false;
-            agg = AggregatePushdown.of(aggregation);
-            if (agg == null) return false;
-            aggFromQueues = queuesAnswer(agg);
-            aggComplete = supportCompletePushDown(aggregation);
-            return true;
+            long t0 = OwnTime.enter();
+            try {
+                agg = AggregatePushdown.of(aggregation);
+                if (agg == null) return false;
+                aggFromQueues = queuesAnswer(agg);
+                aggComplete = supportCompletePushDown(aggregation);
+                return true;
+            } finally {
+                OwnTime.exit(t0);
+            }
         }
 
         /** Can the consume queues alone answer a (every store's queues cover its log)? */
@@ -401,20 +418,22 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
          * consume queues, a walk cut to a time range). In local mode that aggregate is one
          * task on defaultParallelism threads in this JVM anyway: on the driver it is the same
          * reads without a job's fixed cost (broadcasting the Hadoop configuration, scheduling,
-         * a task's round trip), most of a selective query's time. A full walk stays a task:
-         * explain() of a full scan reads nothing.
+         * a task's round trip), most of a selective query's time. A full walk too (its
+         * reads are the task's, on the same threads): only a read that skips corrupt
+         * records or reads past the committed position stays a task (its skipped-record
+         * count is a task metric).
          */
         boolean answersOnDriver() {
             if (agg == null || !aggComplete) return false;
             if (aggFromQueues) return metas.length == 1;
             return agg.groupBy.length == 0 && useIndexes()
-                && (filter.keys != null || filter.narrowsQueues() || filter.hasStoreTs())
                 && SparkSession.active().sparkContext().isLocal();
         }
 
         /** The rows of that aggregate: each queue's first and last entry (binary search) and
          *  the two records they name, or the planned reads aggregated on this JVM's threads. */
         InternalRow[] driverRows() {
+            long t0 = OwnTime.enter();
             try {
                 if (aggFromQueues) {
                     answered = agg.fromQueues(conf(), roots[0].toString(), metas[0],
@@ -429,6 +448,8 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
                 return answered;
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
+            } finally {
+                OwnTime.exit(t0);
             }
         }
 
@@ -523,6 +544,15 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
 
         @Override
         public InputPartition[] planInputPartitions() {
+            long t0 = OwnTime.enter();
+            try {
+                return planParts();
+            } finally {
+                OwnTime.exit(t0);
+            }
+        }
+
+        private InputPartition[] planParts() {
             // answered on the driver already: the scan under the DriverAnswer (planned for
             // explain()) is its rows, not a second planning of the reads
             if (answered != null) return new InputPartition[] { new AnsweredPart(answered) };
@@ -745,20 +775,26 @@ public class QuorumlogSource implements TableProvider, DataSourceRegister {
             }
             if (p instanceof AggregatePushdown.QueuePart) {
                 AggregatePushdown.QueuePart q = (AggregatePushdown.QueuePart) p;
+                long t0 = OwnTime.enter();
                 try {
                     return AggregatePushdown.rowsReader(q.agg.fromQueues(conf(),
                         q.root, q.meta, Arrays.asList(q.ranges)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
+                } finally {
+                    OwnTime.exit(t0);
                 }
             }
             if (p instanceof AggregatePushdown.WalkPart) {
                 AggregatePushdown.WalkPart w = (AggregatePushdown.WalkPart) p;
+                long t0 = OwnTime.enter();
                 try {
                     Configuration c = conf();
                     return AggregatePushdown.rowsReader(w.agg.aggregate(w, x -> open(x, c)));
                 } catch (IOException e) {
                     throw new UncheckedIOException(e);
+                } finally {
+                    OwnTime.exit(t0);
                 }
             }
             PartitionReader<ColumnarBatch> batches = createColumnarReader(p);

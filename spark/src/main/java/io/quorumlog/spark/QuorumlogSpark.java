@@ -22,6 +22,10 @@ public final class QuorumlogSpark {
      *  read nothing. */
     public static long filesOpened() { return ReadCount.files(); }
 
+    /** Wall nanoseconds spent in the reader's own code on queries' paths (OwnTime): for
+     *  benchmarks that tell the reader's share of a query from Spark's. */
+    public static long ownNanos() { return OwnTime.nanos(); }
+
     /** Version string the Python side checks so a stale jar is noticed, not misused. */
     public static final String VERSION = "4";
 

@@ -221,6 +221,11 @@ final class StoreIndexes {
                     throw new java.io.EOFException("consume queue file " + f.path
                         + " is shorter than listed");
                 }
+                if (one) {      // one tag (a tag filter): a stride over the tag hashes
+                    scanOneTag(bb, base, o, end, tag, r, out);
+                    o = end + 1;
+                    continue;
+                }
                 for (; o <= end; o++) {
                     int at = (int) (o - base) * CQ_ENTRY;
                     if (tags != null) {
@@ -234,6 +239,23 @@ final class StoreIndexes {
                     out.add(pos, size, o);
                 }
             }
+        }
+    }
+
+    /** scanSpan's loop for one tag hash: entries [o, end] of bb (offset base at index 0),
+     *  compared on the tag hash alone, by byte index. A tag of 20 matches one entry in 20:
+     *  this loop is the consume-queue read of a tag filter, and the fewer operations per
+     *  entry, the sooner the JIT compiles it and the less the compiled loop costs. */
+    private static void scanOneTag(ByteBuffer bb, long base, long o, long end, long tag,
+            CqRange r, Entries out) {
+        int first = (int) (o - base) * CQ_ENTRY, last = (int) (end - base) * CQ_ENTRY;
+        for (int at = first; at <= last; at += CQ_ENTRY) {
+            if (bb.getLong(at + 12) != tag) continue;
+            long pos = bb.getLong(at);
+            int size = bb.getInt(at + 8);
+            // (cannot happen inside a span; checked so an entry is never taken blind)
+            if (size <= 0 || pos < r.minPos || pos >= r.limit) continue;
+            out.add(pos, size, base + at / CQ_ENTRY);
         }
     }
 
