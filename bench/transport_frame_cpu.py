@@ -13,7 +13,6 @@ are the same on both).
 """
 import asyncio
 import sys
-import time
 
 import uvloop
 
@@ -22,17 +21,11 @@ from quorumlog.net.auth import AuthConfig
 from quorumlog.net.transport import PeerTransport, TransportConfig
 from quorumlog.raft.messages import Append, AppendResponse, Code, Heartbeat
 
+from frame_codec_cpu import _best     # (bench/ is the script's own directory: on sys.path)
+
 SECRET = b"s" * 32
 
 
-def _best(fn, n: int) -> float:
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.thread_time()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.thread_time() - t0) / n)
-    return best * 1e6
 
 
 async def _pair():

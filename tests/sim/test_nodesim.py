@@ -6,6 +6,7 @@ A failing seed prints its replay command (`python -m quorumlog.testing.nodesim -
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -220,3 +221,22 @@ def test_a_stop_for_recovery_is_reported_apart_and_is_not_a_violation():
     assert res.mode == "async" and res.stats.get("power_losses", 0) >= 2
     assert res.ok, res.violations
     assert res.stopped.startswith("stopped for recovery: recovering ["), res.stopped
+
+
+def test_a_killed_runs_seed_directories_are_swept(tmp_path):
+    # a killed nodesim leaves its members' stores on /dev/shm (memory): the next run removes
+    # the directories whose process is gone, and only those
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(gone.stdout)
+    for name in (f"nodesim-5-p{dead}-abc", f"nodesim-6-p{os.getpid()}-def", "nodesim-7-xyz",
+                 "other"):
+        (tmp_path / name / "n1").mkdir(parents=True)
+    assert nodesim.sweep_stale_roots(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        sorted([f"nodesim-6-p{os.getpid()}-def", "nodesim-7-xyz", "other"])
+    sim = nodesim.NodeSim(3)
+    try:
+        assert os.path.basename(sim.root).startswith(f"nodesim-3-p{os.getpid()}-")
+    finally:
+        shutil.rmtree(sim.root, ignore_errors=True)

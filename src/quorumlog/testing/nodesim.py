@@ -45,6 +45,7 @@ import logging
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -192,6 +193,31 @@ def _why_awake(node) -> str:
             f"{st['pending_puts']} (followers: state, match, in flight, ms since answer)")
 
 
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+_ROOT_NAME = re.compile(r"nodesim-\d+-p(\d+)-")
+
+
+def sweep_stale_roots(scratch: str = SCRATCH) -> int:
+    """Remove the seed directories of nodesim processes that are gone: a killed run (SIGKILL,
+    a session's end) leaves its members' stores behind, on /dev/shm that is memory. Returns
+    how many were removed."""
+    removed = 0
+    for name in os.listdir(scratch):
+        m = _ROOT_NAME.match(name)
+        if m is None:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                      # alive (its own or another run's)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue                      # alive, another user's
+        shutil.rmtree(os.path.join(scratch, name), ignore_errors=True)
+        removed += 1
+    return removed
+
+
 class NodeSim:
     """One seed's run (see the module docstring)."""
 
@@ -210,8 +236,8 @@ class NodeSim:
         self.res = SeedResult(seed, self.mode, self.window, groups=groups)
         self.stats = self.res.stats
         self.net = SimNetwork(seed=rng.getrandbits(32), delay_ms=(1, rng.choice((3, 10))))
-        root = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        self.root = tempfile.mkdtemp(prefix=f"nodesim-{seed}-", dir=root)
+        # (the pid in the name: sweep_stale_roots removes what a killed run left behind)
+        self.root = tempfile.mkdtemp(prefix=f"nodesim-{seed}-p{os.getpid()}-", dir=SCRATCH)
         self.members = {i: _Member(i, os.path.join(self.root, i), SimDisk(
             random.Random(rng.getrandbits(32)), flush_ms=(0, rng.choice((1, 3, 10)))),
             1.0 + rng.uniform(-0.02, 0.02)) for i in IDS}
@@ -704,6 +730,7 @@ def main(argv=None) -> int:
         os.execv(sys.executable, [sys.executable, "-m", "quorumlog.testing.nodesim",
                                   *(argv if argv is not None else sys.argv[1:])])
     logging.basicConfig(level=logging.WARNING if a.verbose else logging.CRITICAL + 1)
+    sweep_stale_roots()
     seeds = [(s, a.groups) for s in range(a.start, a.start + a.seeds)]
     t0 = time.monotonic()
     viol = acked = nem = 0
