@@ -56,26 +56,22 @@ def test_native_encoding_equals_the_python_codec(batch):
 @SETTINGS
 @given(producer_batches())
 def test_records_read_back_as_the_dicts(tmp_path_factory, batch):
-    with example_dir(tmp_path_factory, "log") as path:
-        _read_back_as_the_dicts(str(path), batch)
-
-
-def _read_back_as_the_dicts(path, batch):
     pid, seq, count, first, user = batch
-    cl = CommitLog(path, segment_size_bytes=1 << 16, index_file_entries=1024)
-    try:
-        want = reference(*batch)
-        f, _, _ = cl.append_batch("t", [b"m%d" % j for j in range(len(want))], term=1,
-                                  properties=producer_properties(*batch))
-        got = [cl.record(f + j).properties for j in range(len(want))]
-        assert got == want
-        assert [producer_tag(cl.record_at(cl.position_of(f + j)))
-                for j in range(len(want))] == [(pid, seq, count, first + j)
-                                               for j in range(len(want))]
-        assert NativeRaftLog(cl).producers(f, cl.last_index) == \
-            [(f, cl.last_index, pid, seq, count, first)]
-    finally:
-        cl.close()
+    with example_dir(tmp_path_factory, "log") as path:
+        cl = CommitLog(str(path), segment_size_bytes=1 << 16, index_file_entries=1024)
+        try:
+            want = reference(*batch)
+            f, _, _ = cl.append_batch("t", [b"m%d" % j for j in range(len(want))], term=1,
+                                      properties=producer_properties(*batch))
+            got = [cl.record(f + j).properties for j in range(len(want))]
+            assert got == want
+            assert [producer_tag(cl.record_at(cl.position_of(f + j)))
+                    for j in range(len(want))] == [(pid, seq, count, first + j)
+                                                   for j in range(len(want))]
+            assert NativeRaftLog(cl).producers(f, cl.last_index) == \
+                [(f, cl.last_index, pid, seq, count, first)]
+        finally:
+            cl.close()
 
 
 def test_bad_producer_properties_are_refused_and_change_nothing(tmp_path):

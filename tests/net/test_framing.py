@@ -308,6 +308,16 @@ _ODD_FRAMES = st.builds(_raw_frame, st.sampled_from([framing.MAGIC, framing.MAGI
                         st.sampled_from([0, 0, 0, 1, 1 << 20]))
 
 
+def _edited(stream: bytes, edits) -> bytes:
+    """`stream` with each (position modulo its length, byte value) of `edits` written in:
+    the corruptions of the C scan's differential tests (here and test_scan_decode.py)."""
+    out = bytearray(stream)
+    for pos, val in edits:
+        if out:
+            out[pos % len(out)] = val
+    return bytes(out)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(
            st.tuples(st.integers(0x10, 0x1B), st.integers(0, (1 << 64) - 1),
@@ -321,13 +331,9 @@ def test_c_scan_decodes_as_the_python_loop(frames, edits, chunks, types, groups,
     a correct checksum, and every chunking: the same frames, the same error, the same
     counters with and without the C scan."""
     pytest.importorskip("quorumlog._wirecodec")
-    stream = bytearray(b"".join(f if isinstance(f, bytes) else
-                                encode_frame(f[0], f[3], request_id=f[1], group=f[2])
-                                for f in frames))
-    for pos, val in edits:
-        if stream:
-            stream[pos % len(stream)] = val
-    stream = bytes(stream)
+    stream = _edited(b"".join(f if isinstance(f, bytes) else
+                              encode_frame(f[0], f[3], request_id=f[1], group=f[2])
+                              for f in frames), edits)
     sizes = (chunks * (len(stream) // max(1, sum(chunks)) + 1))
     kw = dict(known_types=types, large_payload_bytes=large, max_frame_bytes=limit,
               recv_buffer_bytes=4096)

@@ -93,13 +93,9 @@ def _check_messages(frames, channel):
 def test_the_scan_decodes_as_the_reference(channel, data, edits, chunks, groups, large, limit):
     items = data.draw(st.lists(st.one_of(_frames(channel), test_framing._ODD_FRAMES),
                                max_size=6))
-    stream = bytearray(b"".join(f if isinstance(f, bytes) else
-                                encode_frame(f[0], f[1], request_id=f[2], group=f[3])
-                                for f in items))
-    for pos, val in edits:
-        if stream:
-            stream[pos % len(stream)] = val
-    stream = bytes(stream)
+    stream = test_framing._edited(b"".join(f if isinstance(f, bytes) else
+                                           encode_frame(f[0], f[1], request_id=f[2], group=f[3])
+                                           for f in items), edits)
     sizes = chunks * (len(stream) // sum(chunks) + 1)
     kw = dict(groups=groups, large=large, limit=limit)
     fast, fast_err = _run(stream, sizes, channel, decoders=True, **kw)
