@@ -597,8 +597,13 @@ class _Conn(asyncio.BufferedProtocol):
             self.last_sent = self.owner.loop.time()
         if not self._paused and not self._ctrl and not self._bulk:
             # written at the end of the loop turn with whatever else this turn sends here
+            # (or when the owner's hold_writes ends: release_writes)
             if not self._turn:
-                self.owner.loop.call_soon(self._flush_turn)
+                hold = self.owner._held
+                if hold is not None:
+                    hold.append(self)
+                else:
+                    self.owner.loop.call_soon(self._flush_turn)
             self._turn.extend(parts)
             self._turn_bytes += n
             self.queued_bytes += n
@@ -826,6 +831,12 @@ class PeerTransport:
         self.on_group_message: Callable | None = None
         # on_peer_lost(peer_id, refused), when set: see the module docstring
         self.on_peer_lost: Callable | None = None
+        # on_read_end(), when set: called after the peer messages of one read were handed
+        # to on_message (a driver drains its Raft core then: net/seam.py)
+        self.on_read_end: Callable | None = None
+        # hold_writes() .. release_writes(): connections sent to meanwhile, written at the
+        # release (None: not holding; each connection's turn is written at the turn's end)
+        self._held: list | None = None
         self.on_client_request = on_client_request
         if on_client_request is None:
             auth.accept_clients = False
@@ -986,6 +997,24 @@ class PeerTransport:
         st["sent"] += 1
         st["sent_bytes"] += n
         return True
+
+    def hold_writes(self) -> bool:
+        """From now until release_writes(), what is sent is written at the release, one
+        write per connection, instead of at the end of the loop turn (a driver's drain:
+        its messages leave when it ends, not a loop turn later). False (and nothing
+        changes) while a hold is on already: its release writes."""
+        if self._held is not None:
+            return False
+        self._held = []
+        return True
+
+    def release_writes(self) -> None:
+        """Write what was sent since hold_writes(), in the order the connections were
+        first sent to."""
+        held, self._held = self._held, None
+        if held:
+            for c in held:
+                c._flush_turn()
 
     def pause_reading(self, peer_id: str) -> bool:
         """Stop reading the peer's data connection (its control connection keeps reading:
@@ -1264,20 +1293,27 @@ class PeerTransport:
             return
         lane = p.ctrl if c.role == Role.PEER_CONTROL else p.data     # (_Peer.lane_of)
         st = lane.stats
-        for fr in frames:
-            if c.closed or peers.get(peer_id) is not p:
-                return
-            if lane.conn is not c and not c.retired:
-                continue   # (not the peer's connection now, nor its retired duplicate)
-            st["received"] += 1
-            st["received_bytes"] += len(fr.payload) + HEADER_SIZE
-            try:
-                if self.on_group_message is not None:
-                    self.on_group_message(peer_id, fr.group, fr.message)
-                else:
-                    self.on_message(peer_id, fr.message)
-            except Exception:
-                log.exception("on_message failed for a message from %r", peer_id)
+        try:
+            for fr in frames:
+                if c.closed or peers.get(peer_id) is not p:
+                    return
+                if lane.conn is not c and not c.retired:
+                    continue   # (not the peer's connection now, nor its retired duplicate)
+                st["received"] += 1
+                st["received_bytes"] += len(fr.payload) + HEADER_SIZE
+                try:
+                    if self.on_group_message is not None:
+                        self.on_group_message(peer_id, fr.group, fr.message)
+                    else:
+                        self.on_message(peer_id, fr.message)
+                except Exception:
+                    log.exception("on_message failed for a message from %r", peer_id)
+        finally:
+            if self.on_read_end is not None:
+                try:
+                    self.on_read_end()
+                except Exception:
+                    log.exception("on_read_end failed after a read from %r", peer_id)
 
     # -- dialling ----------------------------------------------------------------------------
 
@@ -1421,6 +1457,7 @@ class _ClientOwner:
         self.channel: ClientChannel | None = None
         self.rejects: collections.Counter = collections.Counter()
         self.rx_pool = BufferPool(max_buffers=2)
+        self._held = None       # (never holds: a connection's turn ends with the loop's)
 
     def _conn_opened(self, c) -> bool:
         return True
