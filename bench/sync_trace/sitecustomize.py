@@ -15,6 +15,21 @@ outbound, bytes), Y the driver's apply (start, end), D a drain of the core (star
 """
 import os, sys, time, atexit
 D = os.environ.get("QL_TRACE_DIR")
+PD = os.environ.get("QL_PROFILE_DIR")
+if PD:
+    # QL_PROFILE_DIR=dir: every process of the run also writes a cProfile (thread CPU time)
+    # to dir/prof-<pid>.out at exit (the leader's and the bench client's split per call)
+    import cProfile
+    import signal as _signal
+    _prof = cProfile.Profile(time.thread_time)
+    _prof.enable()
+
+    def _dump_prof():
+        _prof.disable()
+        _prof.dump_stats(os.path.join(PD, f"prof-{os.getpid()}.out"))
+    atexit.register(_dump_prof)
+    if not D:
+        _signal.signal(_signal.SIGTERM, lambda *a: (_dump_prof(), os._exit(0)))
 if D:
     ev = []
     ids = []
@@ -97,5 +112,8 @@ if D:
             json.dump(ev, fh)
     atexit.register(dump)
     def _term(*a):
-        dump(); os._exit(0)
+        dump()
+        if PD:
+            _dump_prof()
+        os._exit(0)
     signal.signal(signal.SIGTERM, _term)
