@@ -265,16 +265,7 @@ class Node:
             self.transport = self._given_transport or tcp_transport(
                 cfg, transport_config=self.transport_config, rng=self.rng,
                 segment_size_bytes=cl.segment_size_bytes)
-            self.transport.on_message = self._on_message
-            self.transport.on_peer_lost = self.on_peer_lost
-            t = self.transport
-            # optional seam parts (net/seam.py): a drain at the end of each read, and the
-            # messages of one drain written at its end
-            self._reads_end = hasattr(t, "on_read_end")
-            if self._reads_end:
-                t.on_read_end = self._on_read_end
-            self._hold_writes = getattr(t, "hold_writes", None)
-            self._release_writes = getattr(t, "release_writes", None)
+            self._listen_to(self.transport)
             await self.transport.start()
             if cfg.metrics_addr is not None:
                 from ..metrics import serve
@@ -289,6 +280,18 @@ class Node:
                 await self.transport.close()
             self.store.close()
             raise
+
+    def _listen_to(self, t: Transport) -> None:
+        """Take the transport's inputs; and its optional parts (net/seam.py): a drain at
+        the end of each read (on_read_end), the messages of a drain written at its end
+        (hold_writes / release_writes)."""
+        t.on_message = self._on_message
+        t.on_peer_lost = self.on_peer_lost
+        self._reads_end = hasattr(t, "on_read_end")
+        if self._reads_end:
+            t.on_read_end = self._on_read_end
+        self._hold_writes = getattr(t, "hold_writes", None)
+        self._release_writes = getattr(t, "release_writes", None)
 
     @property
     def peer_address(self):
