@@ -2,10 +2,9 @@
 waits for and in which loop callback it leaves.
 
 * Over TCP (three Nodes in one process, a client service on the leader): a follower writes
-  its acknowledgement in the callback of the read that brought the APPEND, the leader writes
-  the APPENDs in the callback that proposed the put and the client's answer in the callback
-  of the read that brought the acknowledgement -- no loop turn between a hop's input and its
-  output (transport on_read_end, hold_writes / release_writes).
+  its acknowledgement inside the drain that took the APPEND, the leader its APPENDs inside
+  the drain of the proposal and the client's answer inside the drain of the acknowledgement
+  -- not in a write callback a loop turn later (transport hold_writes / release_writes).
 * Over the simulated network (real Nodes, virtual time): a follower sends its
   acknowledgement before it applies what the leader's commit index brought, and the leader
   completes a put before the store applies (dispatches) its entry.
@@ -28,9 +27,10 @@ from quorumlog.raft.messages import Append, AppendResponse
 
 @pytest.fixture
 def callbacks(monkeypatch):
-    """Records every socket write with the loop callback it happened in: ("read", node) for
-    a connection's buffer_updated, ("propose", node) for the pipeline's proposal turn,
-    ("tick", node) for a tick; None for anything else (a call_soon of the transport's)."""
+    """Records every socket write with the call it happened in (the innermost of those
+    wrapped): ("drain", node) for a drain of the node's core, ("read", node) for a
+    connection's buffer_updated; None for anything else (the transport's own write turn,
+    a call_soon)."""
     stack: list = []
     writes: list = []
 
@@ -46,8 +46,7 @@ def callbacks(monkeypatch):
         monkeypatch.setattr(cls, name, wrapped)
 
     wrap(transport._Conn, "buffer_updated", "read", lambda c: c.owner.node_id)
-    wrap(pipeline.Pipeline, "_propose_queued", "propose", lambda p: p._node.id)
-    wrap(driver.Node, "_on_tick", "tick", lambda n: n.id)
+    wrap(driver.Node, "_drain", "drain", lambda n: n.id)
     orig_write = transport._Conn._write
 
     def _write(self, parts, n=-1):
@@ -57,7 +56,7 @@ def callbacks(monkeypatch):
     return writes
 
 
-def test_each_hop_writes_in_the_callback_that_read_its_input(tmp_path, callbacks):
+def test_each_hop_writes_inside_the_drain_that_made_its_messages(tmp_path, callbacks):
     async def run():
         nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
         try:
@@ -77,15 +76,15 @@ def test_each_hop_writes_in_the_callback_that_read_its_input(tmp_path, callbacks
     acks = [w for w in writes if w[0] != lid and w[1] in peer]
     appends = [w for w in writes if w[0] == lid and w[1] in peer]
     answers = [w for w in writes if w[0] == lid and w[1] == ConnRole.CLIENT]
-    # a follower: each acknowledgement (and heartbeat answer) in the read of its input
+    # a follower: each acknowledgement (and heartbeat answer) inside its drain
     assert len(acks) >= 2 * 30, len(acks)
-    assert all(w[2] == ("read", w[0]) for w in acks), [w for w in acks if w[2] != ("read", w[0])]
-    # the leader: the APPENDs in the proposal's callback (heartbeats: in a tick)
-    assert sum(w[2] == ("propose", lid) for w in appends) >= 2 * 30
-    assert all(w[2] in (("propose", lid), ("tick", lid)) for w in appends), appends
-    # ... and each answer in the read of the acknowledgement that committed it
+    assert all(w[2] == ("drain", w[0]) for w in acks), [w for w in acks if w[2] != ("drain", w[0])]
+    # the leader: the APPENDs (and heartbeats) inside its drains
+    assert len(appends) >= 2 * 30, len(appends)
+    assert all(w[2] == ("drain", lid) for w in appends), appends
+    # ... and each answer inside the drain of the acknowledgement that committed it
     assert len(answers) == 30, answers
-    assert all(w[2] == ("read", lid) for w in answers), answers
+    assert all(w[2] == ("drain", lid) for w in answers), answers
 
 
 async def _order_scenario(sim):

@@ -24,12 +24,9 @@ class Transport(Protocol):
     new one was refused (True: nothing listens at its address, its process is gone -- a
     partition, a stalled process or a dead host never says so).
 
-    Optional (a driver looks for them; the host's GroupLink has neither): `on_read_end`, an
-    attribute the driver may set, called with no arguments after the messages of one read
-    (PeerTransport) or one delivery (SimTransport) were handed to on_message -- a driver
-    drains its core then instead of a loop turn later; `hold_writes()` -> bool and
-    `release_writes()` (PeerTransport): what is sent in between is written at the release,
-    not at the end of the loop turn."""
+    Optional (a driver looks for them; PeerTransport has them, SimTransport and the host's
+    GroupLink not): `hold_writes()` -> bool and `release_writes()`: what is sent in between
+    is written at the release, not at the end of the loop turn."""
 
     on_message: Callable
     on_peer_lost: Callable | None

@@ -287,7 +287,6 @@ class SimTransport:
         # a process hosting many Raft groups (node/host.py) sets this: (peer, group, msg)
         self.on_group_message = None
         self.on_peer_lost = None      # (peer, refused): net/seam.py
-        self.on_read_end = None       # () after each message delivered: net/seam.py
         self.address = ("sim", node_id)
         self._peers: set = set()
         self._init_peers = dict(peers or {})
@@ -369,11 +368,6 @@ class SimTransport:
                 self.on_message(src_id, msg)
         except Exception:
             log.exception("on_message failed for a message from %r", src_id)
-        if self.on_read_end is not None:     # (each delivery is one "read")
-            try:
-                self.on_read_end()
-            except Exception:
-                log.exception("on_read_end failed after a message from %r", src_id)
 
     def _lost(self, peer_id: str, refused: bool) -> None:
         report_peer_lost(self, peer_id, refused)

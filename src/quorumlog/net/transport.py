@@ -831,9 +831,6 @@ class PeerTransport:
         self.on_group_message: Callable | None = None
         # on_peer_lost(peer_id, refused), when set: see the module docstring
         self.on_peer_lost: Callable | None = None
-        # on_read_end(), when set: called after the peer messages of one read were handed
-        # to on_message (a driver drains its Raft core then: net/seam.py)
-        self.on_read_end: Callable | None = None
         # hold_writes() .. release_writes(): connections sent to meanwhile, written at the
         # release (None: not holding; each connection's turn is written at the turn's end)
         self._held: list | None = None
@@ -1293,27 +1290,20 @@ class PeerTransport:
             return
         lane = p.ctrl if c.role == Role.PEER_CONTROL else p.data     # (_Peer.lane_of)
         st = lane.stats
-        try:
-            for fr in frames:
-                if c.closed or peers.get(peer_id) is not p:
-                    return
-                if lane.conn is not c and not c.retired:
-                    continue   # (not the peer's connection now, nor its retired duplicate)
-                st["received"] += 1
-                st["received_bytes"] += len(fr.payload) + HEADER_SIZE
-                try:
-                    if self.on_group_message is not None:
-                        self.on_group_message(peer_id, fr.group, fr.message)
-                    else:
-                        self.on_message(peer_id, fr.message)
-                except Exception:
-                    log.exception("on_message failed for a message from %r", peer_id)
-        finally:
-            if self.on_read_end is not None:
-                try:
-                    self.on_read_end()
-                except Exception:
-                    log.exception("on_read_end failed after a read from %r", peer_id)
+        for fr in frames:
+            if c.closed or peers.get(peer_id) is not p:
+                return
+            if lane.conn is not c and not c.retired:
+                continue   # (not the peer's connection now, nor its retired duplicate)
+            st["received"] += 1
+            st["received_bytes"] += len(fr.payload) + HEADER_SIZE
+            try:
+                if self.on_group_message is not None:
+                    self.on_group_message(peer_id, fr.group, fr.message)
+                else:
+                    self.on_message(peer_id, fr.message)
+            except Exception:
+                log.exception("on_message failed for a message from %r", peer_id)
 
     # -- dialling ----------------------------------------------------------------------------
 

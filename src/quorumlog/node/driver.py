@@ -41,12 +41,11 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     retained log): the store already reopened on the new log inside core.step (the flush
     thread follows it at once); the driver applies what is committed of it.
 
-Inputs, each followed by draining the core (the inputs of a socket read full of appends, or
-of several puts in one loop iteration, share one Ready, one flush request and one cumulative
-acknowledgement):
-  * transport on_message(peer, msg) -> core.step(msg), drained when the transport's
-    on_read_end says the read's messages are all in (a transport without it: at the end of
-    the loop iteration); on_peer_lost(peer, refused=True)
+Inputs, each followed by draining the core (at most once per loop iteration: the inputs of
+one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
+request and one cumulative acknowledgement; the drain's messages are written when it ends,
+not a loop iteration later: transport.hold_writes / release_writes):
+  * transport on_message(peer, msg) -> core.step(msg); on_peer_lost(peer, refused=True)
     (nothing listens at the peer's address) -> core.on_peer_down(peer)
   * a tick every tick_ms of the node's clock (node/clock.py; time.monotonic in production)
     -> core.tick(now_ms) -- only when the core's next deadline is due (core.next_tick_ms():
@@ -178,10 +177,6 @@ class Node:
         self._metrics_server = None
         self._listeners: list = []
         self._drain_pending = False
-        # a transport that says when a read's messages are all handed on (on_read_end):
-        # the drain runs then, in the read's callback, not a loop turn later
-        self._drain_at_read_end = False
-        self._reads_end = False
         self._hold_writes = self._release_writes = None     # (transport.hold_writes, ...)
         self._duties: Duties | None = None
         self._ticker: asyncio.TimerHandle | None = None   # the next tick (own_ticker)
@@ -282,14 +277,10 @@ class Node:
             raise
 
     def _listen_to(self, t: Transport) -> None:
-        """Take the transport's inputs; and its optional parts (net/seam.py): a drain at
-        the end of each read (on_read_end), the messages of a drain written at its end
-        (hold_writes / release_writes)."""
+        """Take the transport's inputs; and its optional part (net/seam.py): the messages
+        of a drain written when it ends (hold_writes / release_writes)."""
         t.on_message = self._on_message
         t.on_peer_lost = self.on_peer_lost
-        self._reads_end = hasattr(t, "on_read_end")
-        if self._reads_end:
-            t.on_read_end = self._on_read_end
         self._hold_writes = getattr(t, "hold_writes", None)
         self._release_writes = getattr(t, "release_writes", None)
 
@@ -445,18 +436,7 @@ class Node:
                 self._fail(e)
             return
         if core.has_ready():     # (a leader's second acknowledgement of an entry: nothing)
-            if self._reads_end:
-                self._drain_at_read_end = True     # (the read's other messages first)
-            else:
-                self._schedule_drain()
-
-    def _on_read_end(self) -> None:
-        """The transport handed on every message of one read: drain now, in the read's
-        callback (a follower's acknowledgement, a leader's commit and answers leave in this
-        loop turn, not the next one -- a call_soon cost each hop a loop turn)."""
-        if self._drain_at_read_end:
-            self._drain_at_read_end = False
-            self._drain_now()
+            self._schedule_drain()
 
     def on_peer_lost(self, peer: str, refused: bool) -> None:
         """The transport lost `peer`; refused: its process is gone (the core may give up
