@@ -77,7 +77,8 @@ def main(seconds, batch, window):
                     t.send_signal(signal.SIGINT)
                 for t in tracers:
                     t.wait(timeout=30)
-            calls = sum((strace_counts(f"{d}/strace.{p}") for p in pids), collections.Counter())
+            per = {p: strace_counts(f"{d}/strace.{p}") for p in pids}
+            calls = sum(per.values(), collections.Counter())
             c0 = ctx_switches(pids)
             plain = asyncio.run(produce(d, seconds, batch, window))
             cs = ctx_switches(pids) - c0
@@ -86,6 +87,8 @@ def main(seconds, batch, window):
     print(f"per request of {batch} message(s), 3 replicas (strace phase: {traced} requests): "
           + ", ".join(f"{k} {calls[k] / traced:.2f}" for k in CALLS)
           + f"; context switches {cs / plain:.2f} ({plain} requests without strace)")
+    for k, (p, c) in enumerate(per.items()):       # (the leader: the one with the most reads)
+        print(f"  replica {k + 1}: " + ", ".join(f"{n} {c[n] / traced:.2f}" for n in CALLS))
 
 
 if __name__ == "__main__":

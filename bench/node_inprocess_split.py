@@ -20,7 +20,7 @@ import uvloop
 from node_inprocess_cpu import _start, _stop
 from quorumlog.client import AsyncClient
 from quorumlog.net import transport
-from quorumlog.node import driver
+from quorumlog.node import driver, pipeline, storebridge
 from quorumlog.raft import core
 from quorumlog.raft.messages import Role
 from quorumlog.store import nativelog
@@ -28,6 +28,7 @@ from quorumlog.store import nativelog
 ACC = collections.Counter()
 CALLS = collections.Counter()
 NODES: dict = {}
+SEAMS: dict = {}
 
 
 def _wrap(cls, name, key_of) -> None:
@@ -59,11 +60,19 @@ def _install() -> None:
     _wrap(core.RaftCore, "step", lambda c: "L" if c.role == Role.LEADER else "F")
     _wrap(nativelog.NativeRaftLog, "append_replicated", lambda _: "F")
     _wrap(nativelog.NativeRaftLog, "read", lambda _: "L")
+    # the single message's critical path: the proposal's loop turn, the APPEND and answer
+    # writes, and what an apply does before and after the answers
+    _wrap(pipeline.Pipeline, "_propose_queued", lambda _: "L")
+    _wrap(pipeline.Pipeline, "on_applied", lambda p: _role(p._node))
+    _wrap(storebridge.MetaSeam, "apply_committed", lambda s: _role(SEAMS.get(id(s))))
+    _wrap(transport._Conn, "_write", conn)
+    _wrap(driver.Node, "_drain", _role)
 
 
 async def main(tmp, n, batch, window):
     nodes, services, addrs = await _start(tmp)
     NODES.update((x.id, x) for x in nodes)
+    SEAMS.update((id(x.seam), x) for x in nodes)
     client = AsyncClient(addrs, secret="s" * 16)
     body = os.urandom(1024)
     one = body if batch == 1 else [body] * batch

@@ -4,7 +4,10 @@ process of the run wraps a few driver, core, flusher and client-service calls an
 events (perf_counter_ns) to QL_TRACE_DIR/trace-<pid>.json at exit; analyze.py turns them into
 where a sync put's latency goes. Events: R flush request, F one CommitLog.flush (start, end),
 P flush report run on the loop, C commit, A AppendResponse received (src, match), a Append
-received (last index), p propose (last index), q / r a client request in / answered.
+received (last index), p propose (last index), q / r a client request in / answered; and for
+the single-message path (bench/sync_trace/single.py): i a read's bytes handed to a connection
+(buffer_updated: role, peer, outbound, bytes), o a write to a socket (start, end, role, peer,
+outbound, bytes), Y the driver's apply (start, end), D a drain of the core (start, end).
 
     QL_TRACE_DIR=/tmp/tr PYTHONPATH=bench/sync_trace quorumlog bench cluster --duration 5 \\
         --no-references --warm-gib 0 --producers 64 --batch 1 --window 1 --flush sync
@@ -12,13 +15,30 @@ received (last index), p propose (last index), q / r a client request in / answe
 """
 import os, sys, time, atexit
 D = os.environ.get("QL_TRACE_DIR")
+PD = os.environ.get("QL_PROFILE_DIR")
+if PD:
+    # QL_PROFILE_DIR=dir: every process of the run also writes a cProfile (thread CPU time)
+    # to dir/prof-<pid>.out at exit (the leader's and the bench client's split per call)
+    import cProfile
+    import signal as _signal
+    _prof = cProfile.Profile(time.thread_time)
+    _prof.enable()
+
+    def _dump_prof():
+        _prof.disable()
+        _prof.dump_stats(os.path.join(PD, f"prof-{os.getpid()}.out"))
+    atexit.register(_dump_prof)
+    if not D:
+        _signal.signal(_signal.SIGTERM, lambda *a: (_dump_prof(), os._exit(0)))
 if D:
     ev = []
+    ids = []
     T = time.perf_counter_ns
     import json
     import signal
     from quorumlog.node import flusher as F, driver as Dr, service as S
     from quorumlog.raft import core as C
+    from quorumlog.net import transport as Tr
 
     def _install():
         class Proxy:
@@ -63,6 +83,28 @@ if D:
         def _answer(self, fut, conn, rid, req):
             ev.append(("r", T(), id(conn), rid)); return o_ans(self, fut, conn, rid, req)
         S.ClientService._answer = _answer
+        o_bu = Tr._Conn.buffer_updated
+        def buffer_updated(self, n):
+            ev.append(("i", T(), int(self.role), self.peer_id, self.outbound, n))
+            return o_bu(self, n)
+        Tr._Conn.buffer_updated = buffer_updated
+        o_w = Tr._Conn._write
+        def _write(self, parts, n=-1):
+            t0 = T(); r = o_w(self, parts, n)
+            ev.append(("o", t0, T(), int(self.role), self.peer_id, self.outbound,
+                       n if n >= 0 else sum(len(p) for p in parts)))
+            return r
+        Tr._Conn._write = _write
+        o_ap = Dr.Node._apply
+        def _apply(self):
+            t0 = T(); r = o_ap(self); ev.append(("Y", t0, T())); return r
+        Dr.Node._apply = _apply
+        o_dr = Dr.Node._drain
+        def _drain(self):
+            if not ids:
+                ids.append(self.id); ev.append(("N", T(), self.id))
+            t0 = T(); r = o_dr(self); ev.append(("D", t0, T())); return r
+        Dr.Node._drain = _drain
     _install()
     def dump():
         if not ev: return
@@ -70,5 +112,8 @@ if D:
             json.dump(ev, fh)
     atexit.register(dump)
     def _term(*a):
-        dump(); os._exit(0)
+        dump()
+        if PD:
+            _dump_prof()
+        os._exit(0)
     signal.signal(signal.SIGTERM, _term)

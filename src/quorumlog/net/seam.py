@@ -22,7 +22,11 @@ class Transport(Protocol):
     `on_message(peer_id, message)`, an attribute the driver sets before `start()`; so is
     `on_peer_lost(peer_id, refused)`: a connection to the peer closed (refused False), or a
     new one was refused (True: nothing listens at its address, its process is gone -- a
-    partition, a stalled process or a dead host never says so)."""
+    partition, a stalled process or a dead host never says so).
+
+    Optional (a driver looks for them; PeerTransport has them, SimTransport and the host's
+    GroupLink not): `hold_writes()` -> bool and `release_writes()`: what is sent in between
+    is written at the release, not at the end of the loop turn."""
 
     on_message: Callable
     on_peer_lost: Callable | None

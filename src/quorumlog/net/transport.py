@@ -597,8 +597,13 @@ class _Conn(asyncio.BufferedProtocol):
             self.last_sent = self.owner.loop.time()
         if not self._paused and not self._ctrl and not self._bulk:
             # written at the end of the loop turn with whatever else this turn sends here
+            # (or when the owner's hold_writes ends: release_writes)
             if not self._turn:
-                self.owner.loop.call_soon(self._flush_turn)
+                hold = self.owner._held
+                if hold is not None:
+                    hold.append(self)
+                else:
+                    self.owner.loop.call_soon(self._flush_turn)
             self._turn.extend(parts)
             self._turn_bytes += n
             self.queued_bytes += n
@@ -826,6 +831,9 @@ class PeerTransport:
         self.on_group_message: Callable | None = None
         # on_peer_lost(peer_id, refused), when set: see the module docstring
         self.on_peer_lost: Callable | None = None
+        # hold_writes() .. release_writes(): connections sent to meanwhile, written at the
+        # release (None: not holding; each connection's turn is written at the turn's end)
+        self._held: list | None = None
         self.on_client_request = on_client_request
         if on_client_request is None:
             auth.accept_clients = False
@@ -986,6 +994,24 @@ class PeerTransport:
         st["sent"] += 1
         st["sent_bytes"] += n
         return True
+
+    def hold_writes(self) -> bool:
+        """From now until release_writes(), what is sent is written at the release, one
+        write per connection, instead of at the end of the loop turn (a driver's drain:
+        its messages leave when it ends, not a loop turn later). False (and nothing
+        changes) while a hold is on already: its release writes."""
+        if self._held is not None:
+            return False
+        self._held = []
+        return True
+
+    def release_writes(self) -> None:
+        """Write what was sent since hold_writes(), in the order the connections were
+        first sent to."""
+        held, self._held = self._held, None
+        if held:
+            for c in held:
+                c._flush_turn()
 
     def pause_reading(self, peer_id: str) -> bool:
         """Stop reading the peer's data connection (its control connection keeps reading:
@@ -1421,6 +1447,7 @@ class _ClientOwner:
         self.channel: ClientChannel | None = None
         self.rejects: collections.Counter = collections.Counter()
         self.rx_pool = BufferPool(max_buffers=2)
+        self._held = None       # (never holds: a connection's turn ends with the loop's)
 
     def _conn_opened(self, c) -> bool:
         return True

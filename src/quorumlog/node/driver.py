@@ -21,10 +21,13 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     the log's own background thread flushes every flush_interval_ms (DLedger's behaviour).
     The index reported is the log's last index when the Ready was drained; the core ignores
     a report whose gen predates a truncation.
- 4. commit_index: apply through the store's seam -- store.apply_committed(i) commits up to i
-    in the log, applies META records and dispatches (consume queues); then
-    pipeline.on_applied(i) completes the clients' requests waiting on those indexes (the
-    pipeline's tracker, node/pipeline.py) -- then core.on_dispatched(dispatched).
+ 4. commit_index: apply -- at the end of the drain, once the messages of its Readies are
+    written (a follower's acknowledgement does not wait for the apply), and before any event
+    of a Ready: pipeline.on_applied(i) completes the clients' requests waiting on those
+    indexes (the pipeline's tracker, node/pipeline.py; the client service writes their
+    answers then), then the store's seam -- store.apply_committed(i) commits up to i in the
+    log, applies META records and dispatches (consume queues) -- then
+    core.on_dispatched(dispatched).
     The commit index is durable on a quorum: a follower's never runs ahead of its own
     flush (the core caps it), a leader's counts the followers' durable copies and may run
     ahead of its own flush (docs/raft.md deviation 19) -- it applies and answers then, as
@@ -40,7 +43,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
 
 Inputs, each followed by draining the core (at most once per loop iteration: the inputs of
 one iteration -- a socket read full of appends, several puts -- share one Ready, one flush
-request and one cumulative acknowledgement):
+request and one cumulative acknowledgement; the drain's messages are written when it ends,
+not a loop iteration later: transport.hold_writes / release_writes):
   * transport on_message(peer, msg) -> core.step(msg); on_peer_lost(peer, refused=True)
     (nothing listens at the peer's address) -> core.on_peer_down(peer)
   * a tick every tick_ms of the node's clock (node/clock.py; time.monotonic in production)
@@ -173,11 +177,13 @@ class Node:
         self._metrics_server = None
         self._listeners: list = []
         self._drain_pending = False
+        self._hold_writes = self._release_writes = None     # (transport.hold_writes, ...)
         self._duties: Duties | None = None
         self._ticker: asyncio.TimerHandle | None = None   # the next tick (own_ticker)
         self._tick_due_ms = 0
         self._commit_target = 0
         self._applied = 0
+        # set by the next apply; made when someone waits for it (_applied_event), not per apply
         self._applied_changed: asyncio.Event | None = None
         self._stopped = False
         self._added_peers: set = set()     # members added after start (add_member, CONFIG)
@@ -194,7 +200,6 @@ class Node:
     async def start(self) -> None:
         from ..store import MessageStore
         self.loop = asyncio.get_running_loop()
-        self._applied_changed = asyncio.Event()
         cfg = self.cfg
         os.makedirs(self.path, exist_ok=True)
         if self.store_cfg is None:
@@ -255,8 +260,7 @@ class Node:
             self.transport = self._given_transport or tcp_transport(
                 cfg, transport_config=self.transport_config, rng=self.rng,
                 segment_size_bytes=cl.segment_size_bytes)
-            self.transport.on_message = self._on_message
-            self.transport.on_peer_lost = self.on_peer_lost
+            self._listen_to(self.transport)
             await self.transport.start()
             if cfg.metrics_addr is not None:
                 from ..metrics import serve
@@ -271,6 +275,14 @@ class Node:
                 await self.transport.close()
             self.store.close()
             raise
+
+    def _listen_to(self, t: Transport) -> None:
+        """Take the transport's inputs; and its optional part (net/seam.py): the messages
+        of a drain written when it ends (hold_writes / release_writes)."""
+        t.on_message = self._on_message
+        t.on_peer_lost = self.on_peer_lost
+        self._hold_writes = getattr(t, "hold_writes", None)
+        self._release_writes = getattr(t, "release_writes", None)
 
     @property
     def peer_address(self):
@@ -294,8 +306,8 @@ class Node:
             await self.flusher.close()
         if self.store is not None:
             self.store.close()
-        if self._applied_changed is not None:
-            self._applied_changed.set()
+        if self.loop is not None:
+            self._applied_event().set()     # (waiters see the stop; set from now on)
         log.info("node %s stopped", self.id)
 
     async def crash_for_testing(self) -> None:
@@ -314,8 +326,8 @@ class Node:
         self.pipeline.close(LogClosedError(f"node {self.id} crashed"))
         if self.flusher is not None:
             await self.flusher.close()
-        if self._applied_changed is not None:
-            self._applied_changed.set()
+        if self.loop is not None:
+            self._applied_event().set()     # (waiters see the stop; set from now on)
 
     # ---------------------------------------------------------------------------- inputs
     def _arm_tick(self, now: int, delay_ms: int) -> None:
@@ -461,7 +473,25 @@ class Node:
 
     # ---------------------------------------------------------------------------- duties
     def _drain(self) -> None:
-        self.stats["readies"] += run_readies(self.core, self._duties)
+        """Every Ready (duties 1-5), then what they committed applied: the messages of the
+        drain are written first (hold_writes .. release_writes: at the drain's end, not the
+        loop turn's), then the apply -- a leader answers its clients before the store
+        applies and dispatches (node/pipeline.py on_applied, then seam.apply_committed), a
+        follower acknowledges before it dispatches what the leader's commit index brought.
+        Neither waits for the other's work; the apply still precedes any event of a
+        Ready (_on_events), as it did in duty order."""
+        core = self.core
+        hold = self._hold_writes
+        while True:
+            held = hold is not None and hold()
+            try:
+                self.stats["readies"] += run_readies(core, self._duties)
+            finally:
+                if held:
+                    self._release_writes()
+            self._apply()
+            if not core.has_ready():
+                return
 
     def _save_hard_state(self, hs) -> None:                    # duty 1
         self.hsfile.save(hs)
@@ -475,17 +505,17 @@ class Node:
         self._flush(gen)
 
     def _commit(self, commit_index: int) -> None:              # duty 4
+        # applied at the end of the drain, after its messages are written (_drain)
         self._commit_target = commit_index
         self.metrics.set_commit_index(commit_index)
-        self._apply()
 
     def _flush(self, gen: int) -> None:
         last = self.core.log.last_index()
         self.stats["flush_requests"] += 1
         if self.flusher is None:
             # async: acknowledged at page-cache level; the log flushes in the background
+            # (what this commits is applied at the drain's end)
             self.core.on_persisted(last, gen)
-            self._apply()
         else:
             self.flusher.request(last, gen)
 
@@ -496,8 +526,7 @@ class Node:
             core = self.core
             core.set_clock(self.clock.now_ms())     # (ticks are sparse: _tick_delay_ms)
             core.on_persisted(index, gen)
-            self._apply()
-            self._drain()
+            self._drain()       # (applies what became committed)
         except Exception as e:
             self._fail(e)
 
@@ -513,18 +542,30 @@ class Node:
         self._fail(e)
 
     def _apply(self) -> None:
+        """Apply what is committed (duty 4): the clients' puts are completed first (the
+        client service writes their answers: they are committed, durable on a quorum),
+        then the store commits its log and dispatches up to it."""
         upto = self._commit_target
         if upto <= self._applied:
             return
+        self.pipeline.on_applied(upto)
         d = self.seam.apply_committed(upto)
         self._applied = upto
-        self.pipeline.on_applied(upto)
         self.core.on_dispatched(d)
         ev = self._applied_changed
-        ev.set()
-        self._applied_changed = asyncio.Event()
+        if ev is not None:
+            self._applied_changed = None
+            ev.set()
+
+    def _applied_event(self) -> asyncio.Event:
+        """The event the next apply sets."""
+        ev = self._applied_changed
+        if ev is None:
+            ev = self._applied_changed = asyncio.Event()
+        return ev
 
     def _on_events(self, events) -> None:
+        self._apply()       # (what this Ready committed first, as in duty order)
         for ev in events:
             if isinstance(ev, RoleChanged):
                 log.info("node %s: %s in term %d (leader %s)", self.id, ev.role.name, ev.term,
@@ -644,14 +685,14 @@ class Node:
             if left <= 0:
                 raise TimeoutError(f"entry {index} not applied within {timeout} s")
             try:
-                await asyncio.wait_for(self._applied_changed.wait(), left)
+                await asyncio.wait_for(self._applied_event().wait(), left)
             except TimeoutError:
                 pass
 
     async def wait_for_data(self, timeout: float) -> None:
         """Wait (at most timeout s) until something more is applied (long polls)."""
         try:
-            await asyncio.wait_for(self._applied_changed.wait(), timeout)
+            await asyncio.wait_for(self._applied_event().wait(), timeout)
         except TimeoutError:
             pass
 
