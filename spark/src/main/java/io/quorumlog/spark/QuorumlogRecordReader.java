@@ -159,15 +159,15 @@ public class QuorumlogRecordReader extends RecordReader<LongWritable, QuorumlogR
                 throw new SegmentGoneException(fileName, pos - segBase, "no such file");
             }
             mapped = local.map();
-            if (mapped == null) {
+            if (mapped == null) {   // empty, or too long for a buffer: read as a stream
                 local.close();
-                local = null;
             } else {
                 segEnd = Math.min(segEnd, segBase + mapped.limit());
             }
         }
         if (mapped == null) {
-            ReadCount.opened();
+            if (local == null) ReadCount.opened();    // (PositionedFile.open counted it)
+            local = null;
             Object before = localFile == null ? null : PositionedFile.fileKey(localFile);
             try {
                 in = fs.open(file);
