@@ -4,7 +4,7 @@ it then), collect() (optimisation, planning, execution, the rows served to Pytho
 Spark's own analysis / optimization / planning durations (QueryPlanningTracker) and the
 py4j round trips of one query, and for read_store the wall time spent in the reader's own
 code (QuorumlogSpark.ownNanos: opening the store, push-down, planning the reads, the
-driver answer's or the job's reads) with the ratio the query would have with that at zero
+driver answer's or the job's reads) and the JVM's CPU time per query, with the ratio the query would have with that at zero
 (Parquet's total / read_store's total less its own code). Same data, queries and session settings as the scan
 workload; the store and its Parquet copy are kept in DIR between runs (written once).
 
@@ -25,6 +25,7 @@ import py4j.protocol
 
 from quorumlog import open as open_store
 from quorumlog import spark as qs
+from quorumlog.bench.measure import pid_cpu_seconds
 from quorumlog.bench.payload import Payload
 from quorumlog.bench.workloads import scan as W
 from quorumlog.bench.workloads.log import SEGMENT_BYTES
@@ -80,8 +81,9 @@ def timed(runs: list) -> list:
     return runs[2:] if len(runs) > 2 else runs
 
 
-def one(mk, build, own) -> tuple:
+def one(mk, build, own, jvm_cpu) -> tuple:
     n0 = own()
+    c0 = jvm_cpu()
     t0 = time.perf_counter()
     df = mk()
     t1 = time.perf_counter()
@@ -90,9 +92,11 @@ def one(mk, build, own) -> tuple:
     q.collect()
     t3 = time.perf_counter()
     own_ms = (own() - n0) / 1e6
+    cpu_ms = (jvm_cpu() - c0) * 1e3
     ph = q._jdf.queryExecution().tracker().phases()
     jvm = {p: ph.apply(p).durationMs() for p in PHASES if ph.contains(p)}
-    return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (t3 - t0) * 1e3, jvm, own_ms
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (t3 - t0) * 1e3, jvm, own_ms, \
+        cpu_ms
 
 
 def main() -> None:
@@ -121,6 +125,8 @@ def main() -> None:
     except py4j.protocol.Py4JError:     # a jar from before the counter: no split
         own = lambda: 0                 # noqa: E731
     calls = Py4jCalls()
+    pid = W._jvm_pid(spark)
+    jvm_cpu = (lambda: pid_cpu_seconds(pid) or 0.0) if pid else (lambda: 0.0)
     for letter, build in builders(F, data).items():
         if letter not in a.queries:
             continue
@@ -128,8 +134,8 @@ def main() -> None:
         for _ in range(a.rounds):
             for k, mk in readers.items():
                 before = calls.n
-                runs[k].append(one(mk, build, own if k == "read_store" else lambda: 0)
-                               + (calls.n - before,))
+                runs[k].append(one(mk, build, own if k == "read_store" else lambda: 0,
+                                   jvm_cpu) + (calls.n - before,))
         print(f"query {letter}, load average {os.getloadavg()[0]:.1f}")
         for k, v in runs.items():
             v = timed(v)
@@ -137,8 +143,9 @@ def main() -> None:
             jvm = {p: statistics.median(x[4].get(p, 0) for x in v) for p in PHASES}
             print(f"  {k:10s} DataFrame {med[0]:7.1f}  query {med[1]:7.1f}  collect "
                   f"{med[2]:7.1f}  total {med[3]:7.1f} ms  Spark's {jvm} ms  "
-                  f"py4j calls {v[-1][6]}  reader's own code "
-                  f"{statistics.median(x[5] for x in v):.1f} ms")
+                  f"py4j calls {v[-1][7]}  reader's own code "
+                  f"{statistics.median(x[5] for x in v):.1f} ms  JVM CPU "
+                  f"{statistics.median(x[6] for x in v):.0f} ms")
         pq_ms, ours_ms = (statistics.median(x[3] for x in timed(runs[k]))
                           for k in ("parquet", "read_store"))
         own_ms = statistics.median(x[3] - x[5] for x in timed(runs["read_store"]))

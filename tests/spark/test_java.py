@@ -22,6 +22,9 @@ import build_jar  # noqa: E402
 SPLITS = (1 << 40, 5003)
 
 
+CQ_SEEDS = (1, 2, 3)    # JavaTests cq-tags / merge: seeded random queues and ranges
+
+
 @pytest.fixture(scope="module")
 def java_run(engine_store, log_store, tmp_path_factory):
     if build_jar.find_tool("javac") is None or build_jar.pyspark_jars() is None:
@@ -40,6 +43,8 @@ def java_run(engine_store, log_store, tmp_path_factory):
             "selftest", GOLDEN_STORE, "--",
             "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE,
             "--", "cq-ends", tmp, "--", "positions-gone", recycled]
+    for seed in CQ_SEEDS:
+        args += ["--", "cq-tags", tmp, seed, "--", "merge", seed]
     dumps = {}
     for name, path in (("engine", engine_store), ("log", log_store), ("golden", GOLDEN_STORE)):
         for sb in SPLITS:
@@ -64,6 +69,9 @@ def test_java_tests_pass(java_run):
     assert res.stdout.count("records checked") == 3      # 2 engine stores + golden vector
     assert "expect-corrupt:" in res.stdout and "CRC32C mismatch" in res.stdout
     assert "positions-gone: quorumlog: segment " in res.stdout
+    for seed in CQ_SEEDS:      # the seeded consume-queue and merge checks ran (FAIL lines fail above)
+        assert f"cq-tags: seed {seed}, 300 cases" in res.stdout
+        assert f"merge: seed {seed}, 200 cases" in res.stdout
 
 
 @pytest.mark.parametrize("store", ["engine", "log", "golden"])

@@ -55,9 +55,17 @@ abstract class PositionedFile implements Closeable {
     }
 
     static PositionedFile open(FileSystem fs, Path p) throws IOException {
-        ReadCount.opened();
         File f = localFile(fs, p);
-        if (f == null) return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
+        if (f == null) {
+            ReadCount.opened();
+            return new Stream(fs.open(p), fs.getFileStatus(p).getLen());
+        }
+        return openLocal(f);
+    }
+
+    /** The local file f, read through a FileChannel (and map()). */
+    static PositionedFile openLocal(File f) throws IOException {
+        ReadCount.opened();
         Object before = fileKey(f);
         FileChannel ch = FileChannel.open(f.toPath(), StandardOpenOption.READ);
         Object after = fileKey(f);

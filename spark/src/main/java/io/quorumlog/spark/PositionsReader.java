@@ -144,33 +144,54 @@ final class PositionsReader implements RecordSource {
         size = new int[n];
         offset = new long[n];
         rangeOf = new int[n];
+        merge(es, pos, size, offset, rangeOf);
+    }
+
+    /** es merged into pos, size, offset and rangeOf (the index into es), by position. A
+     *  queue's entries come in runs (a batch of messages is one queue's), so each range at
+     *  the heap's top gives every entry below the least next position of the others at
+     *  once: one heap step per run, not per entry. */
+    static void merge(StoreIndexes.Entries[] es, long[] pos, int[] size, long[] offset,
+            int[] rangeOf) {
         int[] heap = new int[es.length], next = new int[es.length];
+        long[] head = new long[es.length];    // each range's next position
         int h = 0;
-        for (int r = 0; r < es.length; r++) if (es[r].n > 0) heap[h++] = r;
-        for (int i = h / 2 - 1; i >= 0; i--) siftDown(heap, h, i, es, next);
-        for (int k = 0; k < n; k++) {
-            int r = heap[0], j = next[r]++;
-            pos[k] = es[r].positions[j];
-            size[k] = es[r].sizes[j];
-            offset[k] = es[r].offsets[j];
-            rangeOf[k] = r;
-            if (next[r] == es[r].n) heap[0] = heap[--h];
-            if (h > 0) siftDown(heap, h, 0, es, next);
+        for (int r = 0; r < es.length; r++) {
+            if (es[r].n > 0) {
+                head[r] = es[r].positions[0];
+                heap[h++] = r;
+            }
+        }
+        for (int i = h / 2 - 1; i >= 0; i--) siftDown(heap, h, i, head);
+        int k = 0;
+        while (h > 0) {
+            int r = heap[0];
+            // the least next position of the other ranges: the root's children hold it
+            long bound = h > 1 ? head[heap[1]] : Long.MAX_VALUE;
+            if (h > 2) bound = Math.min(bound, head[heap[2]]);
+            StoreIndexes.Entries e = es[r];
+            int j = next[r];
+            do {
+                pos[k] = e.positions[j];
+                size[k] = e.sizes[j];
+                offset[k] = e.offsets[j];
+                rangeOf[k++] = r;
+            } while (++j < e.n && e.positions[j] < bound);
+            next[r] = j;
+            if (j == e.n) heap[0] = heap[--h];
+            else head[r] = e.positions[j];
+            if (h > 0) siftDown(heap, h, 0, head);
         }
     }
 
-    private static void siftDown(int[] heap, int h, int i, StoreIndexes.Entries[] es,
-            int[] next) {
+    private static void siftDown(int[] heap, int h, int i, long[] head) {
         int x = heap[i];
-        long key = es[x].positions[next[x]];
+        long key = head[x];
         while (true) {
             int c = 2 * i + 1;
             if (c >= h) break;
-            if (c + 1 < h && es[heap[c + 1]].positions[next[heap[c + 1]]]
-                    < es[heap[c]].positions[next[heap[c]]]) {
-                c++;
-            }
-            if (es[heap[c]].positions[next[heap[c]]] >= key) break;
+            if (c + 1 < h && head[heap[c + 1]] < head[heap[c]]) c++;
+            if (head[heap[c]] >= key) break;
             heap[i] = heap[c];
             i = c;
         }

@@ -96,35 +96,48 @@ final class StoreIndexes {
         return out.stream().mapToInt(Integer::intValue).sorted().toArray();
     }
 
-    /** One consume-queue file: its first offset, path and length. */
+    /** One consume-queue file: its first offset, path (a local file's: file) and length. */
     static final class CqFile {
         final long first;
-        final Path path;
+        final Path path;     // null for a local file
+        final File file;     // null on other file systems
         final long len;
 
-        CqFile(long first, Path path, long len) {
+        CqFile(long first, Path path, File file, long len) {
             this.first = first;
             this.path = path;
+            this.file = file;
             this.len = len;
         }
+
+        /** The file opened for positioned reads (a local one without a Hadoop Path: a
+         *  query opens each queue's files once per slice of the log). */
+        PositionedFile open(FileSystem fs) throws IOException {
+            return file != null ? PositionedFile.openLocal(file) : PositionedFile.open(fs, path);
+        }
+
+        @Override public String toString() { return file != null ? file.toString() : path.toString(); }
     }
 
     /** The numbered files of r's queue directory by first offset (listed once per read:
      *  the probes and the scan share the listing). Empty when the queue has none. */
     static List<CqFile> queueFiles(FileSystem fs, Path root, CqRange r) throws IOException {
-        Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
-            Integer.toString(r.queue));
         List<CqFile> out = new ArrayList<>();
-        File local = PositionedFile.localFile(fs, dir);
-        if (local != null) {
+        File cq = PositionedFile.localFile(fs, new Path(root, "consumequeue"));
+        if (cq != null) {
+            // the directory as topics() and queues() listed it: no Path per queue and file
+            // (each a URI parse and a normalising regex)
+            File local = new File(new File(cq, r.topic), Integer.toString(r.queue));
             String[] names = local.list();
             for (String n : names == null ? new String[0] : names) {
                 File f = new File(local, n);
                 if (Format.isNumberedName(n) && f.isFile()) {
-                    out.add(new CqFile(Long.parseLong(n), new Path(dir, n), f.length()));
+                    out.add(new CqFile(Long.parseLong(n), null, f, f.length()));
                 }
             }
         } else {
+            Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
+                Integer.toString(r.queue));
             FileStatus[] sts;
             try {
                 sts = fs.listStatus(dir);
@@ -134,7 +147,7 @@ final class StoreIndexes {
             for (FileStatus st : sts) {
                 String n = st.getPath().getName();
                 if (st.isFile() && Format.isNumberedName(n)) {
-                    out.add(new CqFile(Long.parseLong(n), st.getPath(), st.getLen()));
+                    out.add(new CqFile(Long.parseLong(n), st.getPath(), null, st.getLen()));
                 }
             }
         }
@@ -209,6 +222,7 @@ final class StoreIndexes {
             throws IOException {
         long[] tags = r.tagHashes;
         boolean one = tags != null && tags.length == 1;
+        byte[] chunk = null;
         long tag = one ? tags[0] : 0;
         for (int i = 0; i < e.files.size(); i++) {
             CqFile f = e.files.get(i);
@@ -218,11 +232,12 @@ final class StoreIndexes {
                 long base = e.bufFirst;
                 long end = Math.min(hi, base + bb.limit() / CQ_ENTRY - 1);
                 if (end < o) {
-                    throw new java.io.EOFException("consume queue file " + f.path
+                    throw new java.io.EOFException("consume queue file " + f
                         + " is shorter than listed");
                 }
                 if (one) {      // one tag (a tag filter): a stride over the tag hashes
-                    scanOneTag(bb, base, o, end, tag, r, out);
+                    if (chunk == null) chunk = new byte[TAG_CHUNK * CQ_ENTRY];
+                    scanOneTag(bb, base, o, end, tag, r, out, chunk);
                     o = end + 1;
                     continue;
                 }
@@ -242,20 +257,36 @@ final class StoreIndexes {
         }
     }
 
+    /** Entries scanOneTag copies out of a buffer at a time (64 KiB: stays in the cache). */
+    static final int TAG_CHUNK = 3276;
+
     /** scanSpan's loop for one tag hash: entries [o, end] of bb (offset base at index 0),
-     *  compared on the tag hash alone, by byte index. A tag of 20 matches one entry in 20:
-     *  this loop is the consume-queue read of a tag filter, and the fewer operations per
-     *  entry, the sooner the JIT compiles it and the less the compiled loop costs. */
-    private static void scanOneTag(ByteBuffer bb, long base, long o, long end, long tag,
-            CqRange r, Entries out) {
-        int first = (int) (o - base) * CQ_ENTRY, last = (int) (end - base) * CQ_ENTRY;
-        for (int at = first; at <= last; at += CQ_ENTRY) {
-            if (bb.getLong(at + 12) != tag) continue;
-            long pos = bb.getLong(at);
-            int size = bb.getInt(at + 8);
+     *  compared on the tag hash alone. A tag of 20 matches one entry in 20: this loop is
+     *  the consume-queue read of a tag filter. The entries are copied a chunk at a time
+     *  into a heap array (one bulk copy, no index or scope check per entry as a direct
+     *  buffer's getLong has) and compared there, by byte index. */
+    static void scanOneTag(ByteBuffer bb, long base, long o, long end, long tag,
+            CqRange r, Entries out, byte[] chunk) {
+        int per = chunk.length / CQ_ENTRY;
+        for (long c = o; c <= end; c += per) {
+            int k = (int) Math.min(per, end - c + 1), stop = k * CQ_ENTRY;
+            bb.get((int) (c - base) * CQ_ENTRY, chunk, 0, stop);
+            matchTag(chunk, stop, tag, c, r, out);
+        }
+    }
+
+    /** The entries of chunk[0, stop) (the first is offset first) with tag hash tag. A
+     *  method of its own, called per chunk: the JIT compiles a small method called often
+     *  sooner than a long loop inside a larger one (on-stack replacement). */
+    private static void matchTag(byte[] chunk, int stop, long tag, long first, CqRange r,
+            Entries out) {
+        for (int at = 0; at < stop; at += CQ_ENTRY) {
+            if (Format.i64(chunk, at + 12) != tag) continue;
+            long pos = Format.i64(chunk, at);
+            int size = Format.i32(chunk, at + 8);
             // (cannot happen inside a span; checked so an entry is never taken blind)
             if (size <= 0 || pos < r.minPos || pos >= r.limit) continue;
-            out.add(pos, size, base + at / CQ_ENTRY);
+            out.add(pos, size, first + at / CQ_ENTRY);
         }
     }
 
@@ -274,7 +305,7 @@ final class StoreIndexes {
             long lo = Math.max(first, r.offLo), hi = Math.min(first + st.len / CQ_ENTRY - 1,
                 r.offHi);
             if (lo > hi) continue;
-            try (PositionedFile in = PositionedFile.open(fs, st.path)) {
+            try (PositionedFile in = st.open(fs)) {
                 int reads = 0;
                 for (long o = lo; o <= hi; ) {
                     // small reads first: a queue's used entries usually end early in its
@@ -414,7 +445,7 @@ final class StoreIndexes {
         }
 
         private PositionedFile in(int i) throws IOException {
-            if (ins[i] == null) ins[i] = PositionedFile.open(fs, files.get(i).path);
+            if (ins[i] == null) ins[i] = files.get(i).open(fs);
             return ins[i];
         }
 

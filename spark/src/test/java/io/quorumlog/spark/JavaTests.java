@@ -56,6 +56,8 @@ public final class JavaTests {
             case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
             case "cq-ends": cqEnds(args[1]); break;
             case "positions-gone": positionsGone(args[1]); break;
+            case "cq-tags": cqTags(args[1], Long.parseLong(args[2])); break;
+            case "merge": merge(Long.parseLong(args[1])); break;
             default: throw new IllegalArgumentException(args[0]);
         }
     }
@@ -288,5 +290,125 @@ public final class JavaTests {
             }
         }
         check(cases == 4 * poss.length * poss.length * offs.length, "cq-ends ran every case");
+    }
+
+    /**
+     * StoreIndexes.read against a model of the entries written, on seeded random queues:
+     * one to three files each (a file's entries cross scanOneTag's chunks of
+     * StoreIndexes.TAG_CHUNK), some with holes first (the entry-by-entry scanAll) or unused
+     * slots after the last entry, tags from a few hashes; for random offset and position
+     * ranges and one tag (the chunked one-tag pass), two tags (the per-entry pass) or none:
+     * the same entries, in order.
+     */
+    static void cqTags(String tmp, long seed) throws Exception {
+        java.util.Random rnd = new java.util.Random(seed);
+        java.nio.file.Path root = java.nio.file.Paths.get(tmp, "cq-tags-" + seed);
+        java.nio.file.Path cq = root.resolve("consumequeue").resolve("t");
+        int queues = 6, cases = 0, chunked = 0;
+        long[][] modelPos = new long[queues][];
+        int[][] modelTag = new int[queues][];
+        long[] tagHash = { 0x1111L, -7L, 0x7FFF_FFFF_FFFF_FFFFL, 42L };
+        long nextPos = 1000;
+        for (int q = 0; q < queues; q++) {
+            int files = 1 + rnd.nextInt(3);
+            int per = StoreIndexes.TAG_CHUNK / 2 + rnd.nextInt(3 * StoreIndexes.TAG_CHUNK);
+            int slots = files * per;
+            int holes = q % 3 == 2 ? 1 + rnd.nextInt(per + 10) : 0;     // holes first
+            int used = Math.max(holes, slots - rnd.nextInt(per));         // unused tail
+            modelPos[q] = new long[slots];
+            modelTag[q] = new int[slots];
+            java.nio.ByteBuffer[] bufs = new java.nio.ByteBuffer[files];
+            for (int f = 0; f < files; f++) {
+                bufs[f] = java.nio.ByteBuffer.allocate(per * StoreIndexes.CQ_ENTRY)
+                    .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            }
+            for (int o = holes; o < used; o++) {
+                nextPos += 1 + rnd.nextInt(300);
+                modelPos[q][o] = nextPos;
+                modelTag[q][o] = rnd.nextInt(tagHash.length);
+                java.nio.ByteBuffer b = bufs[o / per];
+                int at = (o % per) * StoreIndexes.CQ_ENTRY;
+                b.putLong(at, nextPos);
+                b.putInt(at + 8, 100 + o % 7);
+                b.putLong(at + 12, tagHash[modelTag[q][o]]);
+            }
+            java.nio.file.Path dir = cq.resolve(Integer.toString(q));
+            java.nio.file.Files.createDirectories(dir);
+            for (int f = 0; f < files; f++) {
+                java.nio.file.Files.write(dir.resolve(Format.segmentName((long) f * per)),
+                    bufs[f].array());
+            }
+        }
+        Path r = new Path(root.toUri());
+        org.apache.hadoop.fs.FileSystem fs = r.getFileSystem(new Configuration());
+        for (int i = 0; i < 300; i++) {
+            int q = rnd.nextInt(queues);
+            long a = 900 + (long) (rnd.nextDouble() * (nextPos - 800));
+            long b = rnd.nextInt(4) == 0 ? Long.MAX_VALUE : a + (long) (rnd.nextDouble() * (nextPos - a + 200));
+            long offLo = rnd.nextInt(3) == 0 ? rnd.nextInt(modelPos[q].length + 5) : 0;
+            long offHi = rnd.nextInt(3) == 0 ? offLo + rnd.nextInt(modelPos[q].length + 5) : Long.MAX_VALUE;
+            int kind = rnd.nextInt(3);          // 0: one tag, 1: two tags, 2: any tag
+            int t0 = rnd.nextInt(tagHash.length), t1 = (t0 + 1) % tagHash.length;
+            long[] tags = kind == 0 ? new long[] { tagHash[t0] } : kind == 1
+                ? new long[] { Math.min(tagHash[t0], tagHash[t1]), Math.max(tagHash[t0], tagHash[t1]) }
+                : null;
+            StoreIndexes.Entries got = StoreIndexes.read(fs, r,
+                new StoreIndexes.CqRange("t", q, offLo, offHi, a, b, tags));
+            List<long[]> want = new ArrayList<>();
+            for (int o = 0; o < modelPos[q].length; o++) {
+                long p = modelPos[q][o];
+                if (p == 0 || o < offLo || o > offHi || p < a || p >= b) continue;
+                if (kind != 2 && modelTag[q][o] != t0 && (kind == 0 || modelTag[q][o] != t1)) continue;
+                want.add(new long[] { p, 100 + o % 7, o });
+            }
+            String what = "cq-tags seed " + seed + " case " + i + " q" + q + " kind " + kind
+                + " positions [" + a + ", " + b + ") offsets " + offLo + ".." + offHi;
+            boolean same = got.n == want.size();
+            for (int k = 0; same && k < got.n; k++) {
+                same = got.positions[k] == want.get(k)[0] && got.sizes[k] == want.get(k)[1]
+                    && got.offsets[k] == want.get(k)[2];
+            }
+            check(same, what + ": " + got.n + " entries, expected " + want.size());
+            if (kind == 0 && want.size() > StoreIndexes.TAG_CHUNK / tagHash.length) chunked++;
+            cases++;
+        }
+        check(cases == 300 && chunked > 0, "cq-tags ran every case (" + chunked
+            + " one-tag reads over more than one chunk)");
+        System.out.println("cq-tags: seed " + seed + ", " + cases + " cases");
+    }
+
+    /**
+     * PositionsReader.merge against a sort by position, on seeded random ranges whose
+     * positions interleave in runs (as a batch per queue writes them) or one by one.
+     */
+    static void merge(long seed) {
+        java.util.Random rnd = new java.util.Random(seed);
+        for (int c = 0; c < 200; c++) {
+            int ranges = rnd.nextInt(12);
+            StoreIndexes.Entries[] es = new StoreIndexes.Entries[ranges];
+            for (int r = 0; r < ranges; r++) es[r] = new StoreIndexes.Entries();
+            int total = rnd.nextInt(4000), run = 1 + rnd.nextInt(60);
+            long p = rnd.nextInt(1000);
+            int r = 0;
+            List<long[]> all = new ArrayList<>();
+            for (int i = 0; ranges > 0 && i < total; i++) {
+                if (i % run == 0) r = rnd.nextInt(ranges);
+                p += 1 + rnd.nextInt(500);
+                es[r].add(p, 96 + rnd.nextInt(200), es[r].n);
+                all.add(new long[] { p, es[r].sizes[es[r].n - 1], es[r].n - 1, r });
+            }
+            int n = all.size();
+            long[] pos = new long[n], off = new long[n];
+            int[] size = new int[n], of = new int[n];
+            PositionsReader.merge(es, pos, size, off, of);
+            boolean same = true;
+            for (int k = 0; same && k < n; k++) {
+                long[] w = all.get(k);   // written in position order
+                same = pos[k] == w[0] && size[k] == w[1] && off[k] == w[2] && of[k] == w[3];
+            }
+            check(same, "merge seed " + seed + " case " + c + " (" + ranges + " ranges, "
+                + n + " entries, runs of " + run + ")");
+        }
+        System.out.println("merge: seed " + seed + ", 200 cases");
     }
 }
