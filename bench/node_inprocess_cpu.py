@@ -25,7 +25,7 @@ from quorumlog.node.service import ClientService
 from quorumlog.raft.messages import Role
 
 
-async def _start(tmp):
+async def _start(tmp, flush: str = "async"):
     ids = ["n1", "n2", "n3"]
     peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
     clients = {i: f"127.0.0.1:{free_port()}" for i in ids}
@@ -34,7 +34,7 @@ async def _start(tmp):
         cfg, rcfg, scfg = load_node_config(
             None, {}, node_id=i, peers=peers, secret="s" * 16, client_addr=clients[i],
             client_addrs=clients, raft=dict(max_heartbeat_leak=30),
-            store=dict(segment_size_bytes=1 << 28, flush="async"))
+            store=dict(segment_size_bytes=1 << 28, flush=flush))
         n = Node(pathlib.Path(tmp) / i, cfg, rcfg, store_cfg=scfg)
         await n.start()
         nodes.append(n)

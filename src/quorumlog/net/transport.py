@@ -629,12 +629,6 @@ class _Conn(asyncio.BufferedProtocol):
         if not self.closed:
             self._write(parts, n)
 
-    # Write what this loop turn sent here now instead of at the turn's end: for a caller
-    # that sends nothing more here this turn (the client service after a commit's
-    # acknowledgements: they leave in the commit's loop turn, not the next). (The same
-    # method: a call less per acknowledgement.)
-    write_turn = _flush_turn
-
     def _drain(self) -> None:
         self._flush_turn()
         ctrl, bulk = self._ctrl, self._bulk
@@ -1011,7 +1005,10 @@ class PeerTransport:
         held, self._held = self._held, None
         if held:
             for c in held:
-                c._flush_turn()
+                try:        # (one connection's failure must not keep the others' frames)
+                    c._flush_turn()
+                except Exception:
+                    log.exception("cannot write to %s", c.peername)
 
     def pause_reading(self, peer_id: str) -> bool:
         """Stop reading the peer's data connection (its control connection keeps reading:

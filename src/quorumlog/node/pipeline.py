@@ -20,8 +20,9 @@ the term check at apply is the guard that a replaced entry is never answered as 
 The interface the driver (node/driver.py) uses: put_batch_future / create_topic /
 commit_offsets (the node's write API), check_writable / not_leader, on_applied, on_lost,
 close, pending_messages / pending_bytes. The client service passes put_batch_future a
-SyncFuture (its answer, built as the put completes) and sets on_completed (called after
-on_applied completed proposals: it writes their answers then).
+SyncFuture (its answer, built as the put completes) and sets on_completing / on_completed
+(called before and after on_applied completes proposals: it holds their answers' writes, then
+writes them).
 """
 from __future__ import annotations
 
@@ -188,7 +189,10 @@ class SyncFuture(asyncio.Future):
 
     def set_result(self, result) -> None:
         super().set_result(result)
-        self._act()
+        try:                # (_act, inline: once per answered put)
+            self._fn(self, *self._args)
+        except Exception:
+            log.exception("completing a proposal's future failed")
 
     def set_exception(self, exception) -> None:
         super().set_exception(exception)
@@ -221,8 +225,9 @@ class Pipeline:
         self._backlog_task: asyncio.Task | None = None
         self._queued: list = []
         self._queued_pending = False
-        # called after on_applied completed proposals (the client service writes their
-        # acknowledgements then, in this loop turn)
+        # called before and after on_applied completes proposals (the client service holds
+        # their acknowledgements' writes, then writes them, in this loop turn)
+        self.on_completing = None
         self.on_completed = None
 
     # -- what the driver calls -------------------------------------------------------------
@@ -238,9 +243,13 @@ class Pipeline:
         """The driver applied the log up to `upto`: complete the proposals it commits."""
         t = self.tracker
         if t._q:
-            t.on_applied(upto, self._node.seam.raft_log().term_at)
-            if self.on_completed is not None:
-                self.on_completed()
+            if self.on_completing is not None:
+                self.on_completing()
+            try:
+                t.on_applied(upto, self._node.seam.raft_log().term_at)
+            finally:
+                if self.on_completed is not None:
+                    self.on_completed()
 
     def on_lost(self, exc: BaseException) -> None:
         """Leadership lost (or the node failed): every proposal in flight fails with exc."""
@@ -382,8 +391,11 @@ class Pipeline:
         its set_result: the client service's reply) to complete instead of a new one, where
         the put takes the direct path (proposed or queued now); the caller tells by the
         future returned."""
-        self.check_writable()
-        self._check_topic(topic)
+        node = self._node
+        if node.core.role != Role.LEADER or node.closed_reason is not None:
+            self.check_writable()             # (raises the reason)
+        if type(topic) is not str or topic not in self._topic_names_ok:
+            self._check_topic(topic)
         props = kw.get("properties")
         if props is not None:
             ps = props if isinstance(props, list) else [props]
@@ -401,7 +413,9 @@ class Pipeline:
                 raise InvalidArgumentError("producer_id, sequence and base_sequence must be "
                                            "ints >= 0, base_sequence <= sequence")
             bodies = bodies if isinstance(bodies, list) else list(bodies)
-            table = self._producer_table()
+            table = self._producers       # (this term's: _producer_table's usual case)
+            if table is None or table.term != node.core.term:
+                table = self._producer_table()
             seq = (producer_id, sequence, base_sequence)
             if table.pending or self._backlog_task is not None:
                 # a new leader still reading its log's window into the table: wait in line
@@ -553,7 +567,8 @@ class Pipeline:
                     part, n, nbytes = [], 0, 0
                 part.append(it)
                 n += k
-                nbytes += sum(len(b) for b in it.bodies)
+                bs = it.bodies
+                nbytes += len(bs[0]) if k == 1 else sum(map(len, bs))
             self._propose_group(topic, qid, tags, part)
 
     def _propose_group(self, topic, qid, tags, items) -> None:
@@ -561,11 +576,13 @@ class Pipeline:
             bodies, props = items[0].bodies, items[0].props
         else:
             bodies = [b for it in items for b in it.bodies]
-            if any(it.props for it in items):
-                props = [p for it in items for p in (
-                    it.props if isinstance(it.props, PER_MESSAGE) else [it.props] * len(it.bodies))]
-            else:
-                props = None
+            props = None
+            for it in items:            # (any(), without a generator step per put)
+                if it.props:
+                    props = [p for it in items for p in (
+                        it.props if isinstance(it.props, PER_MESSAGE)
+                        else [it.props] * len(it.bodies))]
+                    break
         kw = {}
         if qid is not None:
             kw["queue_id"] = qid
@@ -575,19 +592,16 @@ class Pipeline:
             kw["properties"] = props
         try:
             self.check_writable()
-            if len(items) == 1:
-                t = items[0].table
-                # (this term's table, as _producer_table returns it when current: the
-                # leader's role was checked just above)
-                cur = self._producers
-                stale = t is not None and t is not (
-                    cur if cur is not None and cur.term == self._node.core.term
-                    else self._producer_table())
-            else:
-                stale = any(it.table is not None and it.table is not self._producer_table()
-                            for it in items)
-            if stale:           # (reserved under an earlier term's table)
-                raise self.not_leader()
+            # (this term's table, as _producer_table returns it when current: the leader's
+            # role was checked just above)
+            cur = self._producers
+            if cur is None or cur.term != self._node.core.term:
+                cur = None
+            for it in items:
+                t = it.table
+                if t is not None and t is not (cur if cur is not None else
+                                               self._producer_table()):
+                    raise self.not_leader()   # (reserved under an earlier term's table)
             self._ensure_topic(topic)
             req = self._node.seam.prepare_put(topic, bodies, **kw)
             # one put alone (one producer, one message at a time): the tracker completes its

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClientService", "records_next"]
 
+# the produce acknowledgement's whole-frame encoder (codec.encode's fast path, called without
+# codec.encode's frame): None -> codec.encode decides
+_ACK_ENCODE = codec.frame_encoders(codec.CLIENT)[m.ProduceResponse].encode
+
 
 class ClientService:
     """Serves client connections for one Node on its own listener (client_addr)."""
@@ -42,18 +46,17 @@ class ClientService:
         self._node = None if self.host is not None else node
         self.cfg = cfg
         self.transport: PeerTransport | None = None
-        self._rr: dict[str, int] = {}
+        self._rr: dict[str, list] = {}     # topic -> [requests that let us choose, queue]
         self._tasks: set = set()
         # the loop it serves on (start): asyncio.get_running_loop() makes a getpid() system
         # call on every call (Python 3.11), once per reply on the produce path
         self._loop: asyncio.AbstractEventLoop | None = None
-        # connections answered since the last _write_answers (at most one entry each)
-        self._answered: set = set()
         self.stats = {"requests": 0, "errors": 0}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         for node in (self.host.nodes if self.host is not None else [self._node]):
+            node.pipeline.on_completing = self._hold_answers
             node.pipeline.on_completed = self._write_answers
         cfg = self.cfg
         secret = read_secret(cfg)
@@ -99,58 +102,57 @@ class ClientService:
         log.warning("client listener: unexpected peer message from %r dropped", peer)
 
     def _on_request(self, conn, request_id: int, msg) -> None:
+        """A client request. A produce starts at once (the node's put_batch_future) and is
+        answered as its future completes (a SyncFuture: in the loop turn that applied it):
+        per request no task, no coroutine frames, no done-callback."""
         self.stats["requests"] += 1
-        if type(msg) is m.ProduceRequest:
-            self._produce_now(conn, request_id, msg)
+        if type(msg) is not m.ProduceRequest:
+            t = self._loop.create_task(self._serve(conn, request_id, msg))
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
             return
-        t = self._loop.create_task(self._serve(conn, request_id, msg))
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
-
-    # -- produce: no task per request, acknowledgements written once per loop turn ----------
-    def _produce_now(self, conn, request_id: int, req: m.ProduceRequest) -> None:
-        """Start a produce at once (Node.put_batch_future) and answer as its future completes
-        (a SyncFuture: in the loop turn that applied it): per request no task, no coroutine
-        frames, no done-callback."""
         # answered as the put completes (in the loop turn that applied it), however it does
-        reply = SyncFuture(self._answer, conn, request_id, req, loop=self._loop)
+        reply = SyncFuture(self._answer, conn, request_id, msg, loop=self._loop)
         try:
-            kw = self._produce_args(req)
-            node = self._node if self.host is None else \
-                self.host.node_for(req.topic, kw["queue_id"])
+            kw = self._produce_args(msg)
+            host = self.host
+            node = self._node if host is None else host.nodes[0] if host.groups == 1 else \
+                host.node_for(msg.topic, kw["queue_id"])
             # (the node's pipeline itself: Node.put_batch_future only passes the call on)
-            fut = node.pipeline.put_batch_future(req.topic, req.bodies, future=reply, **kw)
+            fut = node.pipeline.put_batch_future(msg.topic, msg.bodies, future=reply, **kw)
         except Exception as e:
-            self._reply_later(conn, request_id, self._error_response(conn, req, e))
+            self._reply_later(conn, request_id, self._error_response(conn, msg, e))
             return
         if fut is not reply:    # (a retry, or a new leader's table read: a future of its own)
-            fut.add_done_callback(lambda f: self._answer(f, conn, request_id, req))
+            fut.add_done_callback(lambda f: self._answer(f, conn, request_id, msg))
 
     def _answer(self, fut, conn, request_id: int, req) -> None:
         """Reply to a completed produce. Called from inside the node's apply (SyncFuture):
         it must not raise into it, whatever the result."""
         try:
-            if fut.cancelled():
-                resp = self._error_response(conn, req, asyncio.CancelledError())
-            elif fut.exception() is not None:
-                resp = self._error_response(conn, req, fut.exception())
-            else:
+            if not fut.cancelled() and fut.exception() is None:
                 resp = self._produce_response(fut.result())
+            else:
+                resp = self._error_response(conn, req, asyncio.CancelledError()
+                                            if fut.cancelled() else fut.exception())
             self._reply_later(conn, request_id, resp)
-            self._answered.add(conn)
         except Exception:
             log.exception("client %r: cannot answer a produce", conn.client_id)
+
+    def _hold_answers(self) -> None:
+        """The pipeline is about to complete proposals (Pipeline.on_completing): hold what
+        is sent to the clients until _write_answers, so that an answer leaves with no
+        end-of-turn write scheduled for it (a loop callback per answered connection, run in
+        a turn of its own after the answers were written)."""
+        if self.transport is not None:
+            self.transport.hold_writes()
 
     def _write_answers(self) -> None:
         """The pipeline completed proposals (Pipeline.on_completed, in the loop turn of the
         commit): write the acknowledgements queued since, one write per connection, now --
         not at the end of the turn, after the rest of the commit's work."""
-        answered, self._answered = self._answered, set()
-        for conn in answered:
-            try:        # (inside the node's apply: a client's socket must not fail the node)
-                conn.write_turn()
-            except Exception:
-                log.exception("client %r: cannot write acknowledgements", conn.client_id)
+        if self.transport is not None:
+            self.transport.release_writes()
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
         """The ErrorResponse for a failed request (what _serve answers)."""
@@ -166,11 +168,17 @@ class ClientService:
         """Queue a reply: the transport writes every frame of one loop turn to one
         connection as one write (a round of 64 coalesced puts would otherwise cost 64
         send() calls; transport.stats()["client_writes"] counts them)."""
-        try:
-            parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
-        except NetError:
-            log.exception("cannot encode a reply to client %r", conn.client_id)
-            return
+        # (a produce acknowledgement by its whole-frame encoder, without codec.encode's
+        # frame; None: declined, codec.encode decides)
+        parts = _ACK_ENCODE(resp, request_id, 0, self.cfg.max_frame_bytes,
+                            codec.ZERO_COPY_MIN_BYTES) if type(resp) is m.ProduceResponse \
+            else None
+        if parts is None:
+            try:
+                parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
+            except NetError:
+                log.exception("cannot encode a reply to client %r", conn.client_id)
+                return
         if not conn.send_parts(parts, control=False):
             log.debug("client %r: reply dropped (connection closed or its send budget "
                       "full)", conn.client_id)
@@ -216,17 +224,22 @@ class ClientService:
         qid = req.queue_id
         if qid < 0:
             host = self.host
-            node = self._node if host is None else host.nodes[0]
             # the whole batch goes to one queue (round-robin per batch), so the response's
-            # (queue_id, first_queue_offset) names every message of it
-            nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
-            k = self._rr.get(req.topic, 0)
-            self._rr[req.topic] = k + 1
-            # 32 requests in a row to one queue: concurrent small puts to one queue coalesce
-            # into one proposal (Pipeline._queue_put); over time every queue gets its share
-            qid = (k >> 5) % nq
-            if host is not None and host.groups > 1:
-                qid = self._led_queue(req.topic, nq, k >> 5)
+            # (queue_id, first_queue_offset) names every message of it; 32 requests in a row
+            # to one queue: concurrent small puts to one queue coalesce into one proposal
+            # (Pipeline._queue_put); over time every queue gets its share
+            rr = self._rr.get(req.topic)        # [requests to the topic, their queue]
+            if rr is not None and rr[0] & 31 and (host is None or host.groups == 1):
+                qid = rr[1]         # (the run's queue: no lookup of the topic per request)
+                rr[0] += 1
+            else:
+                node = self._node if host is None else host.nodes[0]
+                nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
+                k = 0 if rr is None else rr[0]
+                qid = (k >> 5) % nq
+                if host is not None and host.groups > 1:
+                    qid = self._led_queue(req.topic, nq, k >> 5)
+                self._rr[req.topic] = [k + 1, qid]
         return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
                 "sequence": req.sequence, "base_sequence": req.base_sequence}
 
