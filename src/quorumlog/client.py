@@ -187,8 +187,11 @@ class _ProducerWindow:
 
     def take_now(self) -> int:
         """A sequence at once if one is free and nobody waits for one, else 0 (acquire)."""
-        if not self._queue and self._room():
-            return self._take()
+        if not self._queue and (not self._open or self._room()):
+            seq = self.next         # (_take, inline: once per produce)
+            self.next += 1
+            self._open.add(seq)
+            return seq
         return 0
 
     @property
@@ -215,7 +218,8 @@ class _ProducerWindow:
             fut = self._queue.popleft()
             if not fut.done():
                 fut.set_result(self._take())
-        self._notify()
+        if self._waiters:
+            self._notify()
 
     def failed(self, seq: int) -> None:
         self._failed.add(seq)

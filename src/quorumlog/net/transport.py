@@ -1368,9 +1368,11 @@ class ClientChannel:
             lambda rid: codec.encode(message, rid, max_frame_bytes=self._conn.cfg.max_frame_bytes),
             timeout)
 
-    async def request_encoded(self, type_code: int, payload_parts: list, timeout: float):
+    def request_encoded(self, type_code: int, payload_parts: list, timeout: float):
         """request() for a message whose frame payload is already encoded (`payload_parts`,
-        buffers in order: quorumlog.client frames a produce batch's bodies in Cython)."""
+        buffers in order: quorumlog.client frames a produce batch's bodies in Cython). Not a
+        coroutine itself: a frame too large raises here, else the exchange's coroutine is
+        returned for the caller to await (a coroutine frame less per produce)."""
         n = _nbytes(payload_parts)
         limit = self._conn.cfg.max_frame_bytes
         if n + HEADER_SIZE > limit:
@@ -1380,9 +1382,11 @@ class ClientChannel:
         def frame(rid):
             head = encode_header(type_code, n, rid)
             return [head + payload_parts[0], *payload_parts[1:]] if payload_parts else [head]
-        return await self._exchange(frame, timeout)
+        return self._exchange(frame, timeout, n + HEADER_SIZE)
 
-    async def _exchange(self, make_parts, timeout: float):
+    async def _exchange(self, make_parts, timeout: float, n: int = -1):
+        """Send make_parts(request id) (n: its size, when the caller knows it) and wait for
+        the response."""
         if self._conn.closed:
             raise TransportClosedError("client connection is closed")
         rid = self._next_id
@@ -1394,7 +1398,7 @@ class ClientChannel:
         # and two callbacks per request: a visible share of a small request's client CPU)
         timer = loop.call_later(timeout, _expire, fut, timeout)
         try:
-            if not self._conn.send_parts(make_parts(rid), control=False):
+            if not self._conn.send_parts(make_parts(rid), control=False, n=n):
                 raise TransportClosedError("client connection closed or its send budget is full")
             return await fut
         finally:
