@@ -1,0 +1,70 @@
+"""The client service's produce path (docs/benchmarks.md, issue 20 branch node20c): each
+answer leaves inside the apply that completed it with no write turn of its own left behind,
+and a produce that lets the server choose goes to one queue 32 requests in a row."""
+from __future__ import annotations
+
+import asyncio
+
+from test_node_inprocess import _group_serving_clients
+
+from quorumlog.client import AsyncClient
+from quorumlog.net import transport
+from quorumlog.net.messages import Role as ConnRole
+
+
+def test_answers_leave_no_write_turn_behind(tmp_path, monkeypatch):
+    """8 producers on their own connections, one message in flight each: every call of a
+    leader client connection's write turn writes something (main scheduled one per answered
+    connection at the end of the loop turn, after the answers had been written: a loop
+    callback that wrote nothing)."""
+    turns = {"empty": 0, "written": 0}
+    orig = transport._Conn._flush_turn
+
+    def _flush_turn(self):
+        if self.role == ConnRole.CLIENT and not self.outbound:
+            turns["written" if self._turn else "empty"] += 1
+        return orig(self)
+    monkeypatch.setattr(transport._Conn, "_flush_turn", _flush_turn)
+
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        clients = [AsyncClient([cfg.client_addr], secret="s" * 16) for _ in range(8)]
+        try:
+            for c in clients:
+                await c.produce("t", b"warm-up", queue_id=0)
+            turns["empty"] = turns["written"] = 0
+
+            async def producer(c, k):
+                for i in range(20):
+                    a = await c.produce("t", b"p%d-%d" % (k, i), queue_id=0)
+                    assert len(a.positions) == 1
+            await asyncio.gather(*(producer(c, k) for k, c in enumerate(clients)))
+            return dict(turns)      # (before the connections' close flushes their turns)
+        finally:
+            for c in clients:
+                await c.close()
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    seen = asyncio.run(run())
+    assert seen["written"] >= 160, seen       # (one write per answer at most)
+    assert seen["empty"] == 0, seen
+
+
+def test_server_chosen_queue_runs_of_32(tmp_path):
+    """queue_id -1: 32 requests in a row to one queue, then the next queue (round-robin over
+    the topic's queues), with the queue remembered between the lookups of the topic."""
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        try:
+            await leader.create_topic("rr", 3)
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                qs = [(await cl.produce("rr", b"m%d" % i)).queue_id for i in range(100)]
+                return qs, leader.store.queue_count("rr")
+        finally:
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    qs, nq = asyncio.run(run())
+    assert nq == 3
+    assert qs == [(i >> 5) % 3 for i in range(100)], qs
