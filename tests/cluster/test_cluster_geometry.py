@@ -36,8 +36,10 @@ def test_member_with_another_segment_size_is_refused_naming_both(make_cluster, t
                        "n4 refusing the leader for its geometry")
             assert "carries position" not in log_path.read_text(errors="replace")
             # the leader's side names both values too (the refusal's reason)
-            assert any(f"segment_size_bytes {SEGMENT} differs from {other}" in
-                       open(c.log_file(n), errors="replace").read() for n in c.ids)
+            # (logged when the leader reads n4's refusal: after n4 logs it, so waited for)
+            wait_until(lambda: any(f"segment_size_bytes {SEGMENT} differs from {other}" in
+                                   open(c.log_file(n), errors="replace").read() for n in c.ids),
+                       30, "the leader logging the refusal's reason")
             # the group still commits without it
             r = cl.produce("orders", [b"after"])
             assert r.positions

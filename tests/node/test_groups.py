@@ -139,7 +139,6 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
             h1, h2 = hosts[0], hosts[1]
             assert all(n.transport.stats() is not None for n in h1.nodes)
             assert os.path.isdir(tmp_path / "n1" / "groups" / "5" / "commitlog")
-            before = [(n.core.term, n.core.role, n.core.commit_index) for n in h1.nodes]
             # a frame for group 9 from n2 (n1 hosts 0..5): refused, counted, nothing changed
             assert h2.transport.send("n1", Heartbeat(999, "n2", "n1", 10_000, 1), 9)
             loop = asyncio.get_running_loop()
@@ -147,8 +146,9 @@ def test_hosts_share_one_transport_and_refuse_unknown_groups(tmp_path):
             while h1.stats["unknown_group"]["n2"] < 1:
                 assert loop.time() < deadline, "the frame never arrived"
                 await asyncio.sleep(0.01)
+            # (no group took the frame's term; its roles are not compared with a snapshot:
+            # the groups are not quiesced, a real election may run in between on a slow host)
             assert all(n.core.term < 999 for n in h1.nodes)
-            assert [(n.core.term, n.core.role) for n in h1.nodes] == [b[:2] for b in before]
             assert h1.status()["unknown_group"] == {"n2": 1}
             # one /metrics for every group, each sample labelled with its group
             text = await loop.run_in_executor(None, _scrape, h1.metrics_address)
