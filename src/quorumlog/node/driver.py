@@ -306,8 +306,7 @@ class Node:
             await self.flusher.close()
         if self.store is not None:
             self.store.close()
-        if self.loop is not None:
-            self._applied_event().set()     # (waiters see the stop; set from now on)
+        self._wake_waiters_stopped()
         log.info("node %s stopped", self.id)
 
     async def crash_for_testing(self) -> None:
@@ -326,6 +325,9 @@ class Node:
         self.pipeline.close(LogClosedError(f"node {self.id} crashed"))
         if self.flusher is not None:
             await self.flusher.close()
+        self._wake_waiters_stopped()
+
+    def _wake_waiters_stopped(self) -> None:
         if self.loop is not None:
             self._applied_event().set()     # (waiters see the stop; set from now on)
 
