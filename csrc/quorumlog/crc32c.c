@@ -1,7 +1,7 @@
 /* CRC32C implementation: for 256 bytes or more, folding with VPCLMULQDQ on 512-bit
- * registers where the CPU has it (AVX-512), else on 256-bit ones (AVX2); otherwise SSE4.2 with three interleaved streams
- * (blocks of 1 KiB, 256 B and 64 B), a single stream only for the last < 192 bytes;
- * slicing-by-8 table fallback. See crc32c.h. */
+ * registers where the CPU has it (AVX-512), else on 256-bit ones (AVX2); otherwise
+ * SSE4.2 with three interleaved streams (blocks of 1 KiB, 256 B and 64 B), a single
+ * stream only for the last < 192 bytes; slicing-by-8 table fallback. See crc32c.h. */
 #include "crc32c.h"
 #include <string.h>
 
@@ -360,7 +360,8 @@ uint32_t ql_crc32c_update_path(int path, uint32_t state, const void *buf, size_t
     ql_init();
 #ifdef QL_HAVE_X86
     if (path == 4 && use_fold) return len >= 256 ? fold_update(state, p, len) : hw_update(state, p, len);
-    if (path == 8 && use_fold2) return len >= 256 ? fold2_update(state, p, len) : hw_update(state, p, len);
+    if (path == 8 && use_fold2)
+        return len >= 256 ? fold2_update(state, p, len) : hw_update(state, p, len);
     if (path == 2 && use_hw) return hw_update(state, p, len);
 #endif
     return sw_update(state, p, len);

@@ -1,8 +1,8 @@
 /* CRC32C (Castagnoli, reflected poly 0x82F63B78) for the quorumlog record format.
  *
- * Hardware paths: VPCLMULQDQ folding (AVX-512, else AVX2) for 256 bytes or more and the SSE4.2 crc32
- * instruction, chosen at run time by cpuid; portable path:
- * slicing-by-8 tables. Both are plain C with no Python API, so Cython calls them nogil.
+ * Hardware paths: VPCLMULQDQ folding (AVX-512, else AVX2) for 256 bytes or more and the
+ * SSE4.2 crc32 instruction, chosen at run time by cpuid; portable path: slicing-by-8
+ * tables. Both are plain C with no Python API, so Cython calls them nogil.
  * ql_crc32c_update works on the raw (pre-inverted) register so records can be CRC'd in
  * pieces; ql_crc32c is the full function (init 0xFFFFFFFF, final xor 0xFFFFFFFF). */
 #ifndef QL_CRC32C_H

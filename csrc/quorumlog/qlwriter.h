@@ -34,7 +34,7 @@ typedef struct ql_writer {
     pthread_cond_t done;      /* the appending thread waits for the oldest job */
     int stop, err;
     ql_job q[QL_WRITER_SLOTS];
-    uint64_t head, tail;      /* posted jobs not finished: q[head % SLOTS] .. q[(tail-1) % SLOTS] */
+    uint64_t head, tail;      /* unfinished jobs: q[head % SLOTS] .. q[(tail - 1) % SLOTS] */
     int running;              /* the thread is writing job `head` */
     int64_t n_jobs, n_taken_back;   /* counters (stats) */
 } ql_writer;
