@@ -188,9 +188,30 @@ static void init_fold(void) {
 
 #define QL_FOLD_TARGET "avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"
 
-__attribute__((target(QL_FOLD_TARGET)))
+__attribute__((target("pclmul,sse4.2")))
 static inline __m128i fold16(__m128i a, __m128i k) {
     return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+}
+
+/* Both folding paths end here: four 16-byte lanes l0..l3 (in message order) folded into
+ * one, the remaining whole 16-byte lanes at p folded in, then the crc32 instruction over
+ * the last lane from register 0 and the < 16 bytes left. */
+__attribute__((target("pclmul,sse4.2")))
+static inline uint32_t fold_finish(__m128i l0, __m128i l1, __m128i l2, __m128i l3,
+                                   const unsigned char *p, size_t len) {
+    __m128i k16 = _mm_set_epi64x(fold_k[5], fold_k[4]);
+    __m128i a = _mm_xor_si128(fold16(l0, k16), l1);
+    uint64_t c;
+    a = _mm_xor_si128(fold16(a, k16), l2);
+    a = _mm_xor_si128(fold16(a, k16), l3);
+    while (len >= 16) {
+        a = _mm_xor_si128(fold16(a, k16), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        len -= 16;
+    }
+    c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
+    return hw_update((uint32_t)c, p, len);
 }
 
 __attribute__((target(QL_FOLD_TARGET)))
@@ -206,8 +227,6 @@ static uint32_t fold_update(uint32_t crc, const unsigned char *p, size_t len) {
     __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
     __m512i x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
     __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x(fold_k[1], fold_k[0]));
-    __m128i a, k16 = _mm_set_epi64x(fold_k[5], fold_k[4]);
-    uint64_t c;
     x0 = _mm512_xor_si512(x0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)crc)));
     p += 256;
     len -= 256;
@@ -228,18 +247,9 @@ static uint32_t fold_update(uint32_t crc, const unsigned char *p, size_t len) {
         p += 64;
         len -= 64;
     }
-    a = _mm512_extracti32x4_epi32(x3, 0);
-    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 1));
-    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 2));
-    a = _mm_xor_si128(fold16(a, k16), _mm512_extracti32x4_epi32(x3, 3));
-    while (len >= 16) {
-        a = _mm_xor_si128(fold16(a, k16), _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        len -= 16;
-    }
-    c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
-    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
-    return hw_update((uint32_t)c, p, len);
+    return fold_finish(_mm512_extracti32x4_epi32(x3, 0), _mm512_extracti32x4_epi32(x3, 1),
+                       _mm512_extracti32x4_epi32(x3, 2), _mm512_extracti32x4_epi32(x3, 3),
+                       p, len);
 }
 
 /* The same folding on 256-bit registers (VPCLMULQDQ with AVX2, no AVX-512: e.g. AMD Zen 3):
@@ -253,11 +263,6 @@ static inline __m256i fold2(__m256i a, __m256i k, __m256i data) {
                                              _mm256_clmulepi64_epi128(a, k, 0x11)), data);
 }
 
-__attribute__((target(QL_FOLD2_TARGET)))
-static inline __m128i fold16_2(__m128i a, __m128i k) {
-    return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
-}
-
 #define QL_LOAD256(q) _mm256_loadu_si256((const __m256i *)(q))
 
 /* len >= 256 */
@@ -267,8 +272,6 @@ static uint32_t fold2_update(uint32_t crc, const unsigned char *p, size_t len) {
     __m256i y3 = QL_LOAD256(p + 96), y4 = QL_LOAD256(p + 128), y5 = QL_LOAD256(p + 160);
     __m256i y6 = QL_LOAD256(p + 192), y7 = QL_LOAD256(p + 224);
     __m256i k = _mm256_broadcastsi128_si256(_mm_set_epi64x(fold_k[1], fold_k[0]));
-    __m128i a, k16 = _mm_set_epi64x(fold_k[5], fold_k[4]);
-    uint64_t c;
     y0 = _mm256_xor_si256(y0, _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)crc)));
     p += 256;
     len -= 256;
@@ -297,18 +300,8 @@ static uint32_t fold2_update(uint32_t crc, const unsigned char *p, size_t len) {
         p += 64;
         len -= 64;
     }
-    a = _mm256_castsi256_si128(y6);
-    a = _mm_xor_si128(fold16_2(a, k16), _mm256_extracti128_si256(y6, 1));
-    a = _mm_xor_si128(fold16_2(a, k16), _mm256_castsi256_si128(y7));
-    a = _mm_xor_si128(fold16_2(a, k16), _mm256_extracti128_si256(y7, 1));
-    while (len >= 16) {
-        a = _mm_xor_si128(fold16_2(a, k16), _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        len -= 16;
-    }
-    c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
-    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(a, 1));
-    return hw_update((uint32_t)c, p, len);
+    return fold_finish(_mm256_castsi256_si128(y6), _mm256_extracti128_si256(y6, 1),
+                       _mm256_castsi256_si128(y7), _mm256_extracti128_si256(y7, 1), p, len);
 }
 #endif
 
