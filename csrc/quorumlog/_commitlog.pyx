@@ -85,10 +85,11 @@ cdef extern from "qlsys.h" nogil:
     void ql_fail_write(int err)
 
 cdef extern from "qlwriter.h" nogil:
+    enum: QL_WRITER_SLOTS
     ctypedef struct ql_writer:
-        pass
+        int64_t n_jobs, n_taken_back
     ql_writer *ql_writer_new()
-    int ql_writer_wait(ql_writer *w)
+    int ql_writer_wait(ql_writer *w, int keep)
     void ql_writer_post(ql_writer *w, int fd, iovec *iov, int n, int64_t off)
     void ql_writer_free(ql_writer *w)
 
@@ -113,10 +114,13 @@ cdef enum:
     IOV_MAX_N = 1000
     # A batch of at least PAR_WRITE_BYTES has its pwritev calls done by the log's writer
     # thread (qlwriter.h) in pieces of PAR_PIECE_BYTES, overlapping the encoding of the
-    # next piece; smaller batches (a cluster leader's usual ones) write inline, where two
-    # thread hand-offs would cost more than they hide.
+    # next pieces; smaller batches (a cluster leader's usual ones) write inline, where two
+    # thread hand-offs would cost more than they hide. Each piece queued for the thread
+    # has a staging buffer of SLOT_STAGE bytes (the piece's staged bytes never exceed
+    # PAR_PIECE_BYTES plus one record's).
     PAR_WRITE_BYTES = 524288
     PAR_PIECE_BYTES = 262144
+    SLOT_STAGE = PAR_PIECE_BYTES + STAGE_ROOM
     POPULATE_AHEAD = 1048576  # the writer's own populate step ahead of single appends
     # The preparer thread keeps pages faulted in up to BG_POPULATE_AHEAD bytes past the end
     # of the log, in BG_POPULATE_CHUNK steps, and is woken again when fewer than
@@ -277,8 +281,10 @@ cdef class CommitLog:
     # pwrite appends (batches, replication) need no populated pages
     cdef int64_t _seg_pop_want
     cdef char *_stage              # append_batch's staging buffer (STAGE_BYTES), write lock
-    cdef char *_stage2             # ... its second one while the writer thread writes the first
+    cdef char *_ring               # ... with the writer thread: QL_WRITER_SLOTS x SLOT_STAGE
+    cdef iovec *_ring_iov          # ... and QL_WRITER_SLOTS x IOV_MAX_N iovecs
     cdef ql_writer *_writer        # append_batch's writer thread (NULL until a big batch)
+    cdef int64_t n_wpieces, n_wtaken   # pieces of stopped writers: queued, written inline
     cdef bint _no_writer           # test hook: big batches write inline too
 
     cdef int64_t n_append_calls, n_records, n_bytes, n_flushes, n_checkpoints
@@ -328,7 +334,8 @@ cdef class CommitLog:
             ql_writer_free(self._writer)
         # (in a forked child the writer thread is the parent's: its struct is left alone)
         free(self._stage)
-        free(self._stage2)
+        free(self._ring)
+        free(self._ring_iov)
         if self._wlock != NULL:
             PyThread_free_lock(self._wlock)
         if self._lock_fd >= 0:
@@ -501,6 +508,11 @@ cdef class CommitLog:
             "flush_latency_ns_total": self._flush_ns_total,
             "flush_thread_wakeups": self.n_flush_wakeups,
             "flush_thread_parked": self._flush_parked,
+            # big batches' pieces queued for the writer thread, and those of them the
+            # appending thread took back and wrote itself (the thread had not started them)
+            "writer_pieces": self.n_wpieces + (self._writer.n_jobs if self._writer != NULL else 0),
+            "writer_pieces_taken_back": self.n_wtaken + (
+                self._writer.n_taken_back if self._writer != NULL else 0),
         }
 
     def __repr__(self):

@@ -218,8 +218,8 @@ cdef struct BatchTarget:
     char *stage              # the log's staging buffer (STAGE_BYTES)
     iovec *iov               # IOV_MAX_N
     ql_writer *w             # the writer thread for a big batch, else NULL (write inline)
-    char *stage2             # with w: the second staging buffer and iovec array
-    iovec *iov2
+    char *ring               # with w: the log's QL_WRITER_SLOTS staging buffers (instead
+    iovec *ring_iov          # of stage) and iovec arrays (instead of iov)
     int64_t k_cur, S, end, f0, N
     int64_t ipop_from, ipop_to   # offsets in the first raft-index file still to populate
 
@@ -454,7 +454,6 @@ cdef int _place_batch(CommitLog self, Batch *b) except -1:
         free(t.segfd)
         free(t.idxaddr)
         free(t.iov)
-        free(t.iov2)
     if err:
         # nothing of the batch is published (the end has not moved); what reached the
         # files lies past the end, where recovery finds a torn tail
@@ -492,16 +491,16 @@ cdef int _batch_target(CommitLog self, const Batch *b, list new_segs,
         self._stage = <char *>malloc(STAGE_BYTES)
     t.stage = self._stage
     if b.total >= PAR_WRITE_BYTES and not self._no_writer:
-        if self._stage2 == NULL:
-            self._stage2 = <char *>malloc(STAGE_BYTES)
-        if self._writer == NULL and self._stage2 != NULL:
+        if self._ring == NULL:
+            self._ring = <char *>malloc(QL_WRITER_SLOTS * SLOT_STAGE)
+        if self._ring_iov == NULL:
+            self._ring_iov = <iovec *>malloc(QL_WRITER_SLOTS * IOV_MAX_N * sizeof(iovec))
+        if self._writer == NULL and self._ring != NULL and self._ring_iov != NULL:
             self._writer = ql_writer_new()     # NULL (no thread): write inline
-        if self._writer != NULL and self._stage2 != NULL:
-            t.iov2 = <iovec *>malloc(IOV_MAX_N * sizeof(iovec))
-            if t.iov2 == NULL:
-                raise MemoryError()
+        if self._writer != NULL:
             t.w = self._writer
-            t.stage2 = self._stage2
+            t.ring = self._ring
+            t.ring_iov = self._ring_iov
     t.segfd = <int *>malloc(nseg * sizeof(int))
     t.idxaddr = <char **>malloc(nidx * sizeof(char *))
     t.iov = <iovec *>malloc(IOV_MAX_N * sizeof(iovec))
@@ -535,11 +534,12 @@ cdef void _free_batch(Batch *b) noexcept:
 
 
 # Pass 3 writes through an Out: the file range [off, off + len) is pending in iov[0..n),
-# staged bytes in stage[0 .. sp) and big bodies straight from the caller's buffers. With
-# a writer thread (w), a flushed piece is posted to it and the Out goes on in the other
-# staging buffer and iovec array (stage2, iov2) while it is written. The last staged
-# record's CRC is pending (crc_at != NULL: see encode_staged) until the next record is
-# staged or the piece is flushed.
+# staged bytes in stage[0 .. sp) (up to stage_end) and big bodies straight from the
+# caller's buffers. With a writer thread (w), the Out writes into ring slot `slot`'s
+# staging buffer and iovec array; a flushed piece is queued for the thread and the Out
+# goes on in the next slot, once the piece queued in it before has been written. The last
+# staged record's CRC is pending (crc_at != NULL: see encode_staged) until the next record
+# is staged or the piece is flushed.
 cdef struct Out:
     char *crc_at
     size_t crc_staged
@@ -551,9 +551,11 @@ cdef struct Out:
     int n
     char *stage
     char *sp
+    char *stage_end
     ql_writer *w
-    iovec *iov2
-    char *stage2
+    int slot
+    char *ring
+    iovec *ring_iov
 
 
 cdef inline void _out_add(Out *o, const char *p, size_t len) noexcept nogil:
@@ -580,18 +582,21 @@ cdef inline void _out_settle(Out *o) noexcept nogil:
         o.crc_at = NULL
 
 
+cdef inline void _out_slot(Out *o, int slot) noexcept nogil:
+    o.slot = slot
+    o.stage = o.ring + slot * SLOT_STAGE
+    o.stage_end = o.stage + SLOT_STAGE
+    o.iov = o.ring_iov + slot * IOV_MAX_N
+
+
 cdef inline int _out_flush(Out *o) noexcept nogil:
     cdef int err = 0
-    cdef iovec *iov
-    cdef char *stage
     _out_settle(o)
     if o.n and o.w != NULL:
-        err = ql_writer_wait(o.w)        # the previous piece is written: its buffers are free
-        if err == 0:
-            ql_writer_post(o.w, o.fd, o.iov, o.n, o.off)
-            iov, stage = o.iov, o.stage
-            o.iov, o.stage = o.iov2, o.stage2
-            o.iov2, o.stage2 = iov, stage
+        ql_writer_post(o.w, o.fd, o.iov, o.n, o.off)
+        _out_slot(o, (o.slot + 1) % QL_WRITER_SLOTS)
+        # the piece queued in that slot before is written: its buffers are free
+        err = ql_writer_wait(o.w, QL_WRITER_SLOTS - 1)
     elif o.n:
         err = ql_pwritev_all(o.fd, o.iov, o.n, o.off)
     o.off += o.len
@@ -606,7 +611,7 @@ cdef int _write_batch(const Batch *b, const BatchTarget *t) noexcept nogil:
     # pieces point into the caller's bodies and the staging buffers).
     cdef int err = _encode_write(b, t), err2
     if t.w != NULL:
-        err2 = ql_writer_wait(t.w)
+        err2 = ql_writer_wait(t.w, 0)
         if err == 0:
             err = err2
     return err
@@ -640,19 +645,23 @@ cdef int _encode_write(const Batch *b, const BatchTarget *t) noexcept nogil:
     o.fd = t.segfd[0]
     o.off = pos - cs
     o.len = 0
-    o.iov = t.iov
     o.n = 0
-    o.stage = t.stage
-    o.sp = t.stage
     o.w = t.w
-    o.iov2 = t.iov2
-    o.stage2 = t.stage2
+    o.ring = t.ring
+    o.ring_iov = t.ring_iov
+    if o.w != NULL:
+        _out_slot(&o, 0)
+    else:
+        o.iov = t.iov
+        o.stage = t.stage
+        o.stage_end = t.stage + STAGE_BYTES
+    o.sp = o.stage
     o.crc_at = NULL
     if t.ipop_to - t.ipop_from >= 4096:
         ql_populate_write(ibase, t.ipop_from & ~(<int64_t>4095),
                           t.ipop_to - (t.ipop_from & ~(<int64_t>4095)))
     for j in range(n):
-        if o.n >= IOV_MAX_N - 2 or (o.stage + STAGE_BYTES) - o.sp < STAGE_ROOM or \
+        if o.n >= IOV_MAX_N - 2 or o.stage_end - o.sp < STAGE_ROOM or \
                 (o.w != NULL and o.len >= PAR_PIECE_BYTES):
             err = _out_flush(&o)
             if err:

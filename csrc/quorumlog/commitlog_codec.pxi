@@ -29,12 +29,13 @@ def crc32c_hardware():
     return bool(ql_crc32c_hw())
 
 
-_CRC_PATHS = {"table": 1, "sse42": 2, "fold": 4}
+_CRC_PATHS = {"table": 1, "sse42": 2, "fold256": 8, "fold": 4}
 
 
 def crc32c_paths():
     """The CRC32C implementations this CPU runs: "table" always, "sse42" (the crc32
-    instruction), "fold" (VPCLMULQDQ from 256 bytes on, AVX-512); crc32c uses the last."""
+    instruction), "fold256" (VPCLMULQDQ from 256 bytes on, AVX2), "fold" (the same on
+    AVX-512); crc32c uses the last."""
     cdef int have = ql_crc32c_paths()
     return tuple(name for name, bit in _CRC_PATHS.items() if have & bit)
 

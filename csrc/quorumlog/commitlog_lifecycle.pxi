@@ -138,6 +138,8 @@ cdef void _stop_writer(CommitLog self) noexcept:
     cdef ql_writer *w = self._writer
     self._writer = NULL
     if w != NULL:
+        self.n_wpieces += w.n_jobs
+        self.n_wtaken += w.n_taken_back
         with nogil:
             ql_writer_free(w)
 

@@ -1,44 +1,61 @@
 /* A helper thread for append_batch: it performs a big batch's pwritev calls while the
- * appending thread CRCs and encodes the next piece, so the copy into the page cache (page
+ * appending thread CRCs and encodes the next pieces, so the copy into the page cache (page
  * allocation included, which the appending thread used to find done by the preparer's
  * zero-filling populate) overlaps the encoding instead of following it. One writer per
- * log, one job at a time; the appending thread posts a piece, keeps encoding into its
- * other staging buffer, and waits for the job before it reuses a buffer or returns.
- * A job the thread has not started by then (it was not scheduled: a busy machine) is
- * taken back and written by the appending thread itself, so a batch never waits for the
- * writer thread to get a processor -- at worst it writes inline, as without the thread.
- * Plain C (pthreads) so both sides run without the GIL. */
+ * log. The appending thread posts pieces into a queue of up to QL_WRITER_SLOTS (each
+ * piece in a staging buffer and iovec array of its own), keeps encoding into the next
+ * free one, and waits for the oldest piece only when it needs that piece's buffer back or
+ * the batch ends; the thread writes the queue in order without sleeping between pieces.
+ * (With two buffers, one piece in flight, the appending thread often got to its wait
+ * before the thread had even woken up on this 2-vCPU VM, and wrote about half the pieces
+ * itself.) A piece the thread has not started by then (it was not scheduled: a busy
+ * machine) is taken back and written by the appending thread itself, so a batch never
+ * waits for the writer thread to get a processor -- at worst it writes inline, as without
+ * the thread. Plain C (pthreads) so both sides run without the GIL. */
 #ifndef QL_WRITER_H
 #define QL_WRITER_H
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include "qlsys.h"
+
+#define QL_WRITER_SLOTS 4
+
+typedef struct ql_job {
+    int fd, n;
+    struct iovec *iov;
+    int64_t off;
+} ql_job;
 
 typedef struct ql_writer {
     pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;        /* the thread waits for a job */
+    pthread_cond_t done;      /* the appending thread waits for the oldest job */
     int stop, err;
-    int busy;                 /* 0: no job, 1: posted, 2: being written by the thread */
-    int fd, n;
-    struct iovec *iov;
-    int64_t off;
+    ql_job q[QL_WRITER_SLOTS];
+    uint64_t head, tail;      /* unfinished jobs: q[head % SLOTS] .. q[(tail - 1) % SLOTS] */
+    int running;              /* the thread is writing job `head` */
+    int64_t n_jobs, n_taken_back;   /* counters (stats) */
 } ql_writer;
 
 static void *ql_writer_main(void *arg) {
     ql_writer *w = (ql_writer *)arg;
+    ql_job j;
     int err;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (w->busy != 1 && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
-        if (w->busy != 1) break;                   /* stop, nothing pending */
-        w->busy = 2;
+        while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->head == w->tail) break;             /* stop, nothing pending */
+        j = w->q[w->head % QL_WRITER_SLOTS];
+        w->running = 1;
         pthread_mutex_unlock(&w->mu);
-        err = ql_pwritev_all(w->fd, w->iov, w->n, w->off);
+        err = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
         pthread_mutex_lock(&w->mu);
         if (err && !w->err) w->err = err;
-        w->busy = 0;
-        pthread_cond_broadcast(&w->cv);
+        w->running = 0;
+        w->head++;
+        pthread_cond_broadcast(&w->done);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -50,7 +67,9 @@ static ql_writer *ql_writer_new(void) {
     if (w == NULL) return NULL;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    pthread_cond_init(&w->done, NULL);
     if (pthread_create(&w->th, NULL, ql_writer_main, w) != 0) {
+        pthread_cond_destroy(&w->done);
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
         free(w);
@@ -59,37 +78,50 @@ static ql_writer *ql_writer_new(void) {
     return w;
 }
 
-/* Finish the posted job (if any) -> its errno, or 0; the error is reported once. A job
- * the thread has not started is written here instead. */
-static int ql_writer_wait(ql_writer *w) {
-    int err;
+/* Wait until at most `keep` posted jobs are unfinished -> the errno of a job finished
+ * meanwhile (or earlier: an error is reported once), or 0. The oldest job, when the thread
+ * has not started it, is taken back and written here. */
+static int ql_writer_wait(ql_writer *w, int keep) {
+    ql_job j;
+    int err, e;
     pthread_mutex_lock(&w->mu);
-    if (w->busy == 1) {
-        w->busy = 0;                       /* taken back: the thread will not see it */
-        pthread_mutex_unlock(&w->mu);
-        return ql_pwritev_all(w->fd, w->iov, w->n, w->off);
+    while (w->tail - w->head > (uint64_t)keep) {
+        if (!w->running) {
+            j = w->q[w->head % QL_WRITER_SLOTS];   /* taken back: the thread will not see it */
+            w->head++;
+            w->n_taken_back++;
+            pthread_mutex_unlock(&w->mu);
+            e = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
+            pthread_mutex_lock(&w->mu);
+            if (e && !w->err) w->err = e;
+        } else {
+            pthread_cond_wait(&w->done, &w->mu);
+        }
     }
-    while (w->busy) pthread_cond_wait(&w->cv, &w->mu);
     err = w->err;
     w->err = 0;
     pthread_mutex_unlock(&w->mu);
     return err;
 }
 
-/* Post pwritev(fd, iov[0..n), off); the caller has waited for the previous job and keeps
- * iov and what it points to untouched until the next wait. */
+/* Queue pwritev(fd, iov[0..n), off); the caller has made room (ql_writer_wait with keep
+ * below QL_WRITER_SLOTS) and keeps iov and what it points to untouched until a wait
+ * leaves this job finished. */
 static void ql_writer_post(ql_writer *w, int fd, struct iovec *iov, int n, int64_t off) {
+    ql_job *j;
     pthread_mutex_lock(&w->mu);
-    w->fd = fd;
-    w->iov = iov;
-    w->n = n;
-    w->off = off;
-    w->busy = 1;
-    pthread_cond_broadcast(&w->cv);
+    j = &w->q[w->tail % QL_WRITER_SLOTS];
+    j->fd = fd;
+    j->iov = iov;
+    j->n = n;
+    j->off = off;
+    w->tail++;
+    w->n_jobs++;
+    pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Finish the pending job, stop and join the thread, free. */
+/* Finish the pending jobs, stop and join the thread, free. */
 static void ql_writer_free(ql_writer *w) {
     if (w == NULL) return;
     pthread_mutex_lock(&w->mu);
@@ -97,6 +129,7 @@ static void ql_writer_free(ql_writer *w) {
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->th, NULL);
+    pthread_cond_destroy(&w->done);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

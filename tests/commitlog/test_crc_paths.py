@@ -1,6 +1,7 @@
-"""Every CRC32C implementation the CPU runs (table, SSE4.2 crc32, VPCLMULQDQ folding) agrees
-with the pure-Python reference (quorumlog.format.crc32c) on any bytes, length, alignment and
-continued register -- the folding path especially around its 256 / 64 / 16-byte rounds."""
+"""Every CRC32C implementation the CPU runs (table, SSE4.2 crc32, VPCLMULQDQ folding on 256-
+and 512-bit registers) agrees with the pure-Python reference (quorumlog.format.crc32c) on any
+bytes, length, alignment and continued register -- the folding paths especially around their
+256 / 64 / 16-byte rounds."""
 import pytest
 from hypothesis import given, strategies as st
 
@@ -37,6 +38,20 @@ def test_paths_agree_on_any_bytes_and_register(data, value, cut):
     for path in crc32c_paths():
         assert crc32c_path(path, data, value) == want, path
         assert crc32c_path(path, data[cut:], crc32c_path(path, data[:cut], value)) == want
+
+
+def test_the_paths_the_cpu_flags_promise_are_there():
+    # a folding path the CPU supports but the build or the cpuid check lost would leave the
+    # tests above comparing fewer paths, silently
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(l for l in f if l.startswith("flags")).split(":")[1].split())
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags")
+    paths = crc32c_paths()
+    assert ("sse42" in paths) == ("sse4_2" in flags)
+    assert ("fold256" in paths) == ({"avx2", "vpclmulqdq", "pclmulqdq"} <= flags)
+    assert ("fold" in paths) == ({"avx512f", "avx512vl", "vpclmulqdq", "pclmulqdq"} <= flags)
 
 
 def test_unknown_path_is_refused():

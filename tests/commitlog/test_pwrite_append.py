@@ -224,3 +224,29 @@ def test_writer_thread_writes_the_same_bytes_as_inline(tmp_path, sizes):
         key = lambda r: (r.position, r.index, r.type, bytes(r.body), r.queue_offset)
         assert [key(r) for r in qf.iter_records(x, sa, include_blank=True)] == \
             [key(r) for r in qf.iter_records(y, sb, include_blank=True)]
+
+
+def test_writer_queue_counts_its_pieces(tmp_path):
+    # A big batch is cut into pieces of PAR_PIECE_BYTES (262144) of file bytes queued for
+    # the writer thread, up to 4 in flight; each is written by the thread or, when the
+    # thread had not started it, taken back by the appending thread. 1500 records of
+    # 96 + 1 + 4096 bytes: a piece closes at 63 records (262144 bytes or more), so 24 pieces.
+    bodies = _bodies(1500, [4096] * 1500)
+    path = str(tmp_path / "log")
+    log = CommitLog(path, segment_size_bytes=64 << 20)
+    log.append_batch("t", bodies, queue_ids=0, queue_offsets=0, term=1)
+    st = log.stats()
+    assert st["writer_pieces"] == 24
+    assert 0 <= st["writer_pieces_taken_back"] <= 24
+    log.append_batch("t", bodies[:10], queue_ids=0, queue_offsets=1500, term=1)  # inline
+    assert log.stats()["writer_pieces"] == 24
+    log.close()
+    assert log.stats()["writer_pieces"] == 24          # kept when the thread is stopped
+    assert _check_segments(path) == 1510
+    log = CommitLog(path, segment_size_bytes=64 << 20)
+    try:
+        assert [bytes(log.record(i).body) for i in (1, 777, 1500, 1510)] == \
+            [bodies[0], bodies[776], bodies[1499], bodies[9]]
+        assert log.stats()["writer_pieces"] == 0
+    finally:
+        log.close()
