@@ -127,12 +127,14 @@ final class StoreIndexes {
          * mapping of it (PositionedFile.cachedMap) is not opened at all.
          */
         ByteBuffer map(FileSystem fs) throws IOException {
+            if (file == null) return null;       // only a local file is mapped
             if (!mapTried) {
                 synchronized (this) {
                     if (!mapTried) {
-                        ByteBuffer m = file == null ? null : PositionedFile.cachedMap(file, key, len);
-                        if (m != null) ReadCount.opened();   // read, if not opened anew
-                        if (m == null) {
+                        ByteBuffer m = PositionedFile.cachedMap(file, key, len);
+                        if (m != null) {
+                            ReadCount.opened();          // read, if not opened anew
+                        } else {
                             try (PositionedFile in = open(fs)) {
                                 m = in.map();
                             }
