@@ -104,8 +104,8 @@ final class StoreIndexes {
         final File file;     // null on other file systems
         final Object key;    // a local file's key when listed (null: unknown)
         final long len;
-        private volatile ByteBuffer mapped;   // the file mapped, once a read has mapped it
-        private volatile boolean mapTried;
+        private ByteBuffer mapped;           // the file mapped, once a read has mapped it
+        private boolean mapTried;
 
         CqFile(long first, Path path, File file, Object key, long len) {
             this.first = first;
@@ -126,26 +126,20 @@ final class StoreIndexes {
          * local file whose key and length the listing read are those of the JVM's shared
          * mapping of it (PositionedFile.cachedMap) is not opened at all.
          */
-        ByteBuffer map(FileSystem fs) throws IOException {
+        synchronized ByteBuffer map(FileSystem fs) throws IOException {
             if (file == null) return null;       // only a local file is mapped
             if (!mapTried) {
-                synchronized (this) {
-                    if (!mapTried) {
-                        ByteBuffer m = PositionedFile.cachedMap(file, key, len);
-                        if (m != null) {
-                            ReadCount.opened();          // read, if not opened anew
-                        } else {
-                            try (PositionedFile in = open(fs)) {
-                                m = in.map();
-                            }
-                        }
-                        mapped = m;
-                        mapTried = true;
+                mapTried = true;
+                mapped = PositionedFile.cachedMap(file, key, len);
+                if (mapped != null) {
+                    ReadCount.opened();          // read, if not opened anew
+                } else {
+                    try (PositionedFile in = open(fs)) {
+                        mapped = in.map();
                     }
                 }
             }
-            ByteBuffer m = mapped;
-            return m == null ? null : m.duplicate().order(ByteOrder.LITTLE_ENDIAN);
+            return mapped == null ? null : mapped.duplicate().order(ByteOrder.LITTLE_ENDIAN);
         }
 
         @Override public String toString() { return file != null ? file.toString() : path.toString(); }
