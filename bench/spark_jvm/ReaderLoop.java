@@ -55,8 +55,8 @@ public class ReaderLoop {
                     if (passOnly) {      // the consume-queue pass alone (no merge, no records)
                         PositionsReader.Part pp = (PositionsReader.Part) p;
                         org.apache.hadoop.fs.FileSystem lfs = root.getFileSystem(conf);
-                        for (StoreIndexes.CqRange r : pp.ranges) {
-                            n += StoreIndexes.read(lfs, root, r).n;
+                        for (StoreIndexes.CqRange r : pp.ranges) {   // the plan's shared listing
+                            n += StoreIndexes.read(lfs, root, r, pp.listing).n;
                         }
                         return new long[] { n, 0, mx.getCurrentThreadCpuTime() - c0 };
                     }

@@ -42,7 +42,7 @@ def java_run(engine_store, log_store, tmp_path_factory):
     args = ["selftest", engine_store, "--", "selftest", log_store, "--",
             "selftest", GOLDEN_STORE, "--",
             "expect-corrupt", corrupt, pathlib.Path(seg).name, victim.position % st.SEGMENT_SIZE,
-            "--", "cq-ends", tmp, "--", "positions-gone", recycled]
+            "--", "cq-ends", tmp, "--", "cq-reuse", tmp, "--", "positions-gone", recycled]
     for seed in CQ_SEEDS:
         args += ["--", "cq-tags", tmp, seed, "--", "merge", seed]
     dumps = {}
@@ -69,6 +69,7 @@ def test_java_tests_pass(java_run):
     assert res.stdout.count("records checked") == 3      # 2 engine stores + golden vector
     assert "expect-corrupt:" in res.stdout and "CRC32C mismatch" in res.stdout
     assert "positions-gone: quorumlog: segment " in res.stdout
+    assert "cq-reuse: done" in res.stdout
     for seed in CQ_SEEDS:      # the seeded consume-queue and merge checks ran (FAIL lines fail above)
         assert f"cq-tags: seed {seed}, 300 cases" in res.stdout
         assert f"merge: seed {seed}, 200 cases" in res.stdout

@@ -110,14 +110,19 @@ final class IndexPlanner {
             // over all of it: the queues interleave in the log, so tasks split by queue would
             // each read (in runs) most of the same bytes; split by position, the log is read
             // once.
+            // The slices share one listing of the queues' files (read in this JVM: a
+            // driver answer), so each queue's files are listed and mapped once, not per slice.
             long lo = m.minPosition, span = Math.max(0, limit - lo);
             long least = splitBytes > 0 ? splitBytes : MIN_SLICE_BYTES;
             int n = (int) Math.max(1, Math.min(2L * parallelism, span / least));
+            StoreIndexes.Listing listing = new StoreIndexes.Listing();
             for (int k = 0; k < n; k++) {
                 long a = lo + span * k / n, b = lo + span * (k + 1) / n;
-                plan.parts.add(new PositionsReader.Part(root.toString(), m.segmentSizeBytes,
-                    m.minPosition, m.committedPosition, within(rs, a, b), null,
-                    rs.size() + " queues in [" + a + ", " + b + ")"));
+                PositionsReader.Part p = new PositionsReader.Part(root.toString(),
+                    m.segmentSizeBytes, m.minPosition, m.committedPosition, within(rs, a, b),
+                    null, rs.size() + " queues in [" + a + ", " + b + ")");
+                p.listing = listing;
+                plan.parts.add(p);
             }
         }
         walk(plan, conf, root, m, splitBytes, Math.max(limit, m.minPosition), Long.MAX_VALUE, true);

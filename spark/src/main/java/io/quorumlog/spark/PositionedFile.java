@@ -128,20 +128,32 @@ abstract class PositionedFile implements Closeable {
     static ByteBuffer sharedMap(File f, FileChannel ch, Object key) throws IOException {
         long n = ch.size();
         if (n == 0 || n > Integer.MAX_VALUE) return null;
-        String name = f.getAbsolutePath();
-        Mapped m;
-        synchronized (MAPS) {
-            m = MAPS.get(name);
-        }
-        if (m == null || key == null || !key.equals(m.key) || m.len != n) {
-            m = new Mapped(key, n, ch.map(FileChannel.MapMode.READ_ONLY, 0, n));
-            if (key != null) {
-                synchronized (MAPS) {
-                    MAPS.put(name, m);
-                }
+        ByteBuffer kept = cachedMap(f, key, n);
+        if (kept != null) return kept;
+        Mapped m = new Mapped(key, n, ch.map(FileChannel.MapMode.READ_ONLY, 0, n));
+        if (key != null) {
+            synchronized (MAPS) {
+                MAPS.put(f.getAbsolutePath(), m);
             }
         }
         return m.buf.duplicate().order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /**
+     * The shared mapping of f (a view of its own) when it maps the file of that key and
+     * length, else null -- without opening f: a reader that has just read f's attributes
+     * (a directory listing: key and length from one stat) names the file the path names now,
+     * and a mapping made of that file (its key checked when it was opened, see open) is of
+     * that file still (an inode is not reused while a mapping holds its file).
+     */
+    static ByteBuffer cachedMap(File f, Object key, long len) {
+        if (key == null) return null;
+        Mapped m;
+        synchronized (MAPS) {
+            m = MAPS.get(f.getAbsolutePath());
+        }
+        return m != null && key.equals(m.key) && m.len == len
+            ? m.buf.duplicate().order(ByteOrder.LITTLE_ENDIAN) : null;
     }
 
     private static final class Local extends PositionedFile {

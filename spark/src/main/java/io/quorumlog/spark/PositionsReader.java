@@ -38,6 +38,9 @@ final class PositionsReader implements RecordSource {
         final StoreIndexes.CqRange[] ranges;  // consume-queue mode, or null
         final long[] positions;               // key mode (sorted, distinct), or null
         final String describe;
+        /** The consume-queue listing the slices of one plan share when read in its JVM
+         *  (IndexPlanner.planQueues; a deserialised copy has none: it lists for itself). */
+        transient StoreIndexes.Listing listing;
 
         Part(String root, long segmentSize, long minPos, long committed,
              StoreIndexes.CqRange[] ranges, long[] positions, String describe) {
@@ -128,9 +131,11 @@ final class PositionsReader implements RecordSource {
             return;
         }
         StoreIndexes.Entries[] es = new StoreIndexes.Entries[part.ranges.length];
+        StoreIndexes.Listing listing = part.listing != null ? part.listing
+            : new StoreIndexes.Listing();
         int n = 0;
         for (int r = 0; r < es.length; r++) {
-            es[r] = StoreIndexes.read(fs, rootPath, part.ranges[r]);
+            es[r] = StoreIndexes.read(fs, rootPath, part.ranges[r], listing);
             n += es[r].n;
         }
         merge(es, n);

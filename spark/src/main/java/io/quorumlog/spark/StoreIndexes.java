@@ -96,48 +96,120 @@ final class StoreIndexes {
         return out.stream().mapToInt(Integer::intValue).sorted().toArray();
     }
 
-    /** One consume-queue file: its first offset, path (a local file's: file) and length. */
+    /** One consume-queue file: its first offset, path (a local file's: file, and the file
+     *  key -- device and inode -- its listing read) and length. */
     static final class CqFile {
         final long first;
         final Path path;     // null for a local file
         final File file;     // null on other file systems
+        final Object key;    // a local file's key when listed (null: unknown)
         final long len;
+        private ByteBuffer mapped;           // the file mapped, once a read has mapped it
+        private boolean mapTried;
 
-        CqFile(long first, Path path, File file, long len) {
+        CqFile(long first, Path path, File file, Object key, long len) {
             this.first = first;
             this.path = path;
             this.file = file;
+            this.key = key;
             this.len = len;
         }
 
-        /** The file opened for positioned reads (a local one without a Hadoop Path: a
-         *  query opens each queue's files once per slice of the log). */
+        /** The file opened for positioned reads (a local one without a Hadoop Path). */
         PositionedFile open(FileSystem fs) throws IOException {
             return file != null ? PositionedFile.openLocal(file) : PositionedFile.open(fs, path);
+        }
+
+        /**
+         * The whole file memory-mapped (a view of its own), or null (not local, empty, or too
+         * long): the reads of one listing (the slices of one query) share one mapping, and a
+         * local file whose key and length the listing read are those of the JVM's shared
+         * mapping of it (PositionedFile.cachedMap) is not opened at all.
+         */
+        synchronized ByteBuffer map(FileSystem fs) throws IOException {
+            if (file == null) return null;       // only a local file is mapped
+            if (!mapTried) {
+                mapTried = true;
+                mapped = PositionedFile.cachedMap(file, key, len);
+                if (mapped != null) {
+                    ReadCount.opened();          // read, if not opened anew
+                } else {
+                    try (PositionedFile in = open(fs)) {
+                        mapped = in.map();
+                    }
+                }
+            }
+            return mapped == null ? null : mapped.duplicate().order(ByteOrder.LITTLE_ENDIAN);
         }
 
         @Override public String toString() { return file != null ? file.toString() : path.toString(); }
     }
 
-    /** The numbered files of r's queue directory by first offset (listed once per read:
-     *  the probes and the scan share the listing). Empty when the queue has none. */
-    static List<CqFile> queueFiles(FileSystem fs, Path root, CqRange r) throws IOException {
+    /**
+     * The consume-queue files of the queues one plan reads, each queue's listed once: the
+     * slices of a tag or queue filter (IndexPlanner.planQueues cuts the log into slices, each
+     * reading every selected queue's entries in its stretch) share one Listing when they are
+     * read in one JVM (a driver answer), so a queue's directory is listed, and each file's
+     * attributes read and the file mapped, once per query, not once per slice. Made per plan
+     * (never kept between queries: a new query lists anew and sees files added, removed or
+     * replaced since); a task's deserialised partition has none and lists for itself.
+     */
+    static final class Listing {
+        private final java.util.concurrent.ConcurrentHashMap<List<Object>, List<CqFile>> queues =
+            new java.util.concurrent.ConcurrentHashMap<>();
+        private volatile Object cqDir;     // consumequeue/ as a local File, or its Path
+
+        /** The numbered files of r's queue directory by first offset (empty when none). */
+        List<CqFile> files(FileSystem fs, Path root, CqRange r) throws IOException {
+            try {
+                return queues.computeIfAbsent(List.of(r.topic, r.queue), k -> {
+                    try {
+                        return queueFiles(fs, root, r, cqDir(fs, root));
+                    } catch (IOException e) {
+                        throw new java.io.UncheckedIOException(e);
+                    }
+                });
+            } catch (java.io.UncheckedIOException e) {
+                throw e.getCause();
+            }
+        }
+
+        private Object cqDir(FileSystem fs, Path root) {
+            Object d = cqDir;
+            if (d == null) {
+                Path p = new Path(root, "consumequeue");
+                File local = PositionedFile.localFile(fs, p);
+                cqDir = d = local != null ? local : p;
+            }
+            return d;
+        }
+    }
+
+    /** queueFiles under cq: the consume-queue directory as a local File (listed with one
+     *  stat per file for its type, length and key; no Path per queue or file, each a URI
+     *  parse and a normalising regex), or as a Path (any other file system). */
+    private static List<CqFile> queueFiles(FileSystem fs, Path root, CqRange r, Object cq)
+            throws IOException {
         List<CqFile> out = new ArrayList<>();
-        File cq = PositionedFile.localFile(fs, new Path(root, "consumequeue"));
-        if (cq != null) {
-            // the directory as topics() and queues() listed it: no Path per queue and file
-            // (each a URI parse and a normalising regex)
-            File local = new File(new File(cq, r.topic), Integer.toString(r.queue));
+        if (cq instanceof File) {
+            File local = new File(new File((File) cq, r.topic), Integer.toString(r.queue));
             String[] names = local.list();
             for (String n : names == null ? new String[0] : names) {
+                if (!Format.isNumberedName(n)) continue;
                 File f = new File(local, n);
-                if (Format.isNumberedName(n) && f.isFile()) {
-                    out.add(new CqFile(Long.parseLong(n), null, f, f.length()));
+                java.nio.file.attribute.BasicFileAttributes a;
+                try {
+                    a = java.nio.file.Files.readAttributes(f.toPath(),
+                        java.nio.file.attribute.BasicFileAttributes.class);
+                } catch (java.nio.file.NoSuchFileException e) {
+                    continue;                    // removed since the listing
+                }
+                if (a.isRegularFile()) {
+                    out.add(new CqFile(Long.parseLong(n), null, f, a.fileKey(), a.size()));
                 }
             }
         } else {
-            Path dir = new Path(new Path(new Path(root, "consumequeue"), r.topic),
-                Integer.toString(r.queue));
+            Path dir = new Path(new Path((Path) cq, r.topic), Integer.toString(r.queue));
             FileStatus[] sts;
             try {
                 sts = fs.listStatus(dir);
@@ -147,7 +219,7 @@ final class StoreIndexes {
             for (FileStatus st : sts) {
                 String n = st.getPath().getName();
                 if (st.isFile() && Format.isNumberedName(n)) {
-                    out.add(new CqFile(Long.parseLong(n), st.getPath(), null, st.getLen()));
+                    out.add(new CqFile(Long.parseLong(n), st.getPath(), null, null, st.getLen()));
                 }
             }
         }
@@ -204,7 +276,12 @@ final class StoreIndexes {
      * are scanned entry by entry instead (scanAll).
      */
     static Entries read(FileSystem fs, Path root, CqRange r) throws IOException {
-        List<CqFile> files = queueFiles(fs, root, r);
+        return read(fs, root, r, new Listing());
+    }
+
+    /** read(), the queue's files from listing (shared by the reads of one plan). */
+    static Entries read(FileSystem fs, Path root, CqRange r, Listing listing) throws IOException {
+        List<CqFile> files = listing.files(fs, root, r);
         try (EntryProbe e = EntryProbe.open(fs, files)) {
             long[] s = e == null ? null : span(e, r);
             if (s != null) {
@@ -353,7 +430,7 @@ final class StoreIndexes {
      * back to read() when the files are not contiguous or the queue starts with holes.
      */
     static Ends ends(FileSystem fs, Path root, CqRange r) throws IOException {
-        List<CqFile> files = queueFiles(fs, root, r);
+        List<CqFile> files = new Listing().files(fs, root, r);
         try (EntryProbe e = EntryProbe.open(fs, files)) {
             long[] s = e == null ? null : span(e, r);
             if (s != null) {
@@ -452,7 +529,7 @@ final class StoreIndexes {
         private ByteBuffer map(int i) throws IOException {
             if (!mapTried[i]) {
                 mapTried[i] = true;
-                maps[i] = in(i).map();
+                maps[i] = files.get(i).map(fs);
             }
             return maps[i];
         }

@@ -8,6 +8,8 @@
  *   JavaTests expect-corrupt <store> <segment-name> <offset>   the read must fail there
  *   JavaTests cq-ends <dir>                    StoreIndexes.ends (binary search) == read()
  *   JavaTests positions-gone <store-copy>      segment 0 recycled under a PositionsReader
+ *   JavaTests cq-reuse <dir>                   a listing shared by slices; kept mappings
+ *                                              revalidated (file rewritten, replaced, added)
  *   (several commands in one JVM: separate them with "--")
  *
  * Exit status 0 = pass; failures print what differed and exit 1.
@@ -55,6 +57,7 @@ public final class JavaTests {
             case "dump": dump(args[1], Long.parseLong(args[2]), Boolean.parseBoolean(args[3]), args[4]); break;
             case "expect-corrupt": expectCorrupt(args[1], args[2], Long.parseLong(args[3])); break;
             case "cq-ends": cqEnds(args[1]); break;
+            case "cq-reuse": cqReuse(args[1]); break;
             case "positions-gone": positionsGone(args[1]); break;
             case "cq-tags": cqTags(args[1], Long.parseLong(args[2])); break;
             case "merge": merge(Long.parseLong(args[1])); break;
@@ -292,13 +295,78 @@ public final class JavaTests {
         check(cases == 4 * poss.length * poss.length * offs.length, "cq-ends ran every case");
     }
 
+    /** Offsets, count and first/last position of the entries of queue t/0 in [a, b). */
+    private static String cqRead(org.apache.hadoop.fs.FileSystem fs, Path r, long a, long b,
+            StoreIndexes.Listing l) throws Exception {
+        StoreIndexes.Entries e = StoreIndexes.read(fs, r,
+            new StoreIndexes.CqRange("t", 0, 0, Long.MAX_VALUE, a, b, null), l);
+        return e.n == 0 ? "0" : e.n + " " + e.positions[0] + ".." + e.positions[e.n - 1];
+    }
+
+    /**
+     * The consume-queue files a plan's slices share (StoreIndexes.Listing: listed once, one
+     * mapping) and the JVM's kept mappings (PositionedFile.cachedMap): the slices' entries
+     * add up to the whole queue's; a kept mapping is used only for the file (key) and length
+     * a new listing reads, so a file rewritten in place, replaced by a rename, grown, or a
+     * file added are all seen by the next read, never a stale copy.
+     */
+    static void cqReuse(String tmp) throws Exception {
+        java.nio.file.Path root = java.nio.file.Paths.get(tmp, "cq-reuse");
+        java.nio.file.Path dir = root.resolve("consumequeue").resolve("t").resolve("0");
+        cqFile(dir, 0, 64, 0, 40);                      // positions 1000 + 100 o, o < 40
+        Path r = new Path(root.toUri());
+        org.apache.hadoop.fs.FileSystem fs = r.getFileSystem(new Configuration());
+        StoreIndexes.CqRange all = new StoreIndexes.CqRange("t", 0, 0, Long.MAX_VALUE, 0,
+            Long.MAX_VALUE, null);
+        check(cqRead(fs, r, 0, Long.MAX_VALUE, new StoreIndexes.Listing()).equals("40 1000..4900"),
+            "cq-reuse: the whole queue");
+        StoreIndexes.Listing shared = new StoreIndexes.Listing();
+        int n = 0;
+        for (long a = 0; a < 6000; a += 1500) {          // four slices, one listing
+            String got = cqRead(fs, r, a, a + 1500, shared);
+            n += Integer.parseInt(got.split(" ")[0]);
+        }
+        check(n == 40, "cq-reuse: slices sharing a listing hold " + n + " entries, not 40");
+        check(shared.files(fs, r, all) == shared.files(fs, r, all),
+            "cq-reuse: a listing lists a queue once");
+        StoreIndexes.CqFile f = new StoreIndexes.Listing().files(fs, r, all).get(0);
+        check(f.key != null && PositionedFile.cachedMap(f.file, f.key, f.len) != null,
+            "cq-reuse: a new listing of an unchanged file finds its kept mapping");
+
+        cqFile(dir, 0, 64, 0, 50);                      // rewritten in place: same file
+        check(cqRead(fs, r, 0, Long.MAX_VALUE, new StoreIndexes.Listing()).equals("50 1000..5900"),
+            "cq-reuse: a file rewritten in place is read anew");
+
+        java.nio.file.Path side = root.resolve("side");
+        cqFile(side, 0, 64, 0, 64);                     // replaced by a rename: another file
+        java.nio.file.Files.move(side.resolve(Format.segmentName(0)),
+            dir.resolve(Format.segmentName(0)), java.nio.file.StandardCopyOption.ATOMIC_MOVE,
+            java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+        StoreIndexes.CqFile g = new StoreIndexes.Listing().files(fs, r, all).get(0);
+        check(!g.key.equals(f.key) && PositionedFile.cachedMap(g.file, g.key, g.len) == null,
+            "cq-reuse: a replaced file has no kept mapping");
+        check(cqRead(fs, r, 0, Long.MAX_VALUE, new StoreIndexes.Listing()).equals("64 1000..7300"),
+            "cq-reuse: a replaced file is read anew");
+
+        cqFile(dir, 64, 64, 0, 100);                    // a file added
+        check(cqRead(fs, r, 0, Long.MAX_VALUE, new StoreIndexes.Listing()).equals("100 1000..10900"),
+            "cq-reuse: an added file is read");
+
+        java.nio.file.Files.delete(dir.resolve(Format.segmentName(64)));
+        cqFile(dir, 0, 128, 0, 110);                    // grown in place: another length
+        check(cqRead(fs, r, 0, Long.MAX_VALUE, new StoreIndexes.Listing()).equals("110 1000..11900"),
+            "cq-reuse: a grown file is read anew");
+        System.out.println("cq-reuse: done");
+    }
+
     /**
      * StoreIndexes.read against a model of the entries written, on seeded random queues:
      * one to three files each (a file's entries cross scanOneTag's chunks of
      * StoreIndexes.TAG_CHUNK), some with holes first (the entry-by-entry scanAll) or unused
      * slots after the last entry, tags from a few hashes; for random offset and position
      * ranges and one tag (the chunked one-tag pass), two tags (the per-entry pass) or none:
-     * the same entries, in order.
+     * the same entries, in order (every other read through one Listing of the queues, as
+     * the slices of a plan read them).
      */
     static void cqTags(String tmp, long seed) throws Exception {
         java.util.Random rnd = new java.util.Random(seed);
@@ -341,6 +409,7 @@ public final class JavaTests {
         }
         Path r = new Path(root.toUri());
         org.apache.hadoop.fs.FileSystem fs = r.getFileSystem(new Configuration());
+        StoreIndexes.Listing shared = new StoreIndexes.Listing();
         for (int i = 0; i < 300; i++) {
             int q = rnd.nextInt(queues);
             long a = 900 + (long) (rnd.nextDouble() * (nextPos - 800));
@@ -352,8 +421,10 @@ public final class JavaTests {
             long[] tags = kind == 0 ? new long[] { tagHash[t0] } : kind == 1
                 ? new long[] { Math.min(tagHash[t0], tagHash[t1]), Math.max(tagHash[t0], tagHash[t1]) }
                 : null;
-            StoreIndexes.Entries got = StoreIndexes.read(fs, r,
-                new StoreIndexes.CqRange("t", q, offLo, offHi, a, b, tags));
+            // every other case through one listing of the seed's queues (as a plan's slices)
+            StoreIndexes.CqRange range = new StoreIndexes.CqRange("t", q, offLo, offHi, a, b, tags);
+            StoreIndexes.Entries got = i % 2 == 0 ? StoreIndexes.read(fs, r, range)
+                : StoreIndexes.read(fs, r, range, shared);
             List<long[]> want = new ArrayList<>();
             for (int o = 0; o < modelPos[q].length; o++) {
                 long p = modelPos[q][o];
