@@ -11,7 +11,10 @@
  * itself.) A piece the thread has not started by then (it was not scheduled: a busy
  * machine) is taken back and written by the appending thread itself, so a batch never
  * waits for the writer thread to get a processor -- at worst it writes inline, as without
- * the thread. Plain C (pthreads) so both sides run without the GIL. */
+ * the thread. One piece is written at a time, in log order, by whichever side has it: a
+ * kill -9 mid-batch then leaves a torn tail, never a torn piece with an intact one after
+ * it (which recovery would read as damage in the middle). Plain C (pthreads) so both sides
+ * run without the GIL. */
 #ifndef QL_WRITER_H
 #define QL_WRITER_H
 #include <pthread.h>
@@ -35,7 +38,7 @@ typedef struct ql_writer {
     int stop, err;
     ql_job q[QL_WRITER_SLOTS];
     uint64_t head, tail;      /* unfinished jobs: q[head % SLOTS] .. q[(tail - 1) % SLOTS] */
-    int running;              /* the thread is writing job `head` */
+    int running;              /* job `head` is being written (by the thread, or taken back) */
     int64_t n_jobs, n_taken_back;   /* counters (stats) */
 } ql_writer;
 
@@ -45,8 +48,15 @@ static void *ql_writer_main(void *arg) {
     int err;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (w->head == w->tail && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        /* (running while the thread waits: the appending thread writes a piece it took back;
+         * the next piece starts only after it, so pieces reach the file in log order) */
+        while ((w->head == w->tail || w->running) && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
         if (w->head == w->tail) break;             /* stop, nothing pending */
+        if (w->running) {                          /* (stop: never during a take-back) */
+            pthread_cond_wait(&w->cv, &w->mu);
+            continue;
+        }
         j = w->q[w->head % QL_WRITER_SLOTS];
         w->running = 1;
         pthread_mutex_unlock(&w->mu);
@@ -87,13 +97,19 @@ static int ql_writer_wait(ql_writer *w, int keep) {
     pthread_mutex_lock(&w->mu);
     while (w->tail - w->head > (uint64_t)keep) {
         if (!w->running) {
-            j = w->q[w->head % QL_WRITER_SLOTS];   /* taken back: the thread will not see it */
-            w->head++;
+            /* taken back: written here while `running` keeps the thread off the next piece
+             * (two pieces written at once could leave, after a kill -9, a torn piece with an
+             * intact one after it: what recovery reads as damage, not a torn tail) */
+            j = w->q[w->head % QL_WRITER_SLOTS];
+            w->running = 1;
             w->n_taken_back++;
             pthread_mutex_unlock(&w->mu);
             e = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
             pthread_mutex_lock(&w->mu);
             if (e && !w->err) w->err = e;
+            w->running = 0;
+            w->head++;
+            pthread_cond_signal(&w->cv);           /* the thread may go on with the next */
         } else {
             pthread_cond_wait(&w->done, &w->mu);
         }
