@@ -145,3 +145,55 @@ def test_a_follower_acknowledges_before_it_applies_and_the_leader_answers_before
     for i, index in answers:
         assert not any(e[1] == "apply" and e[2] >= index for e in mine[:i]), (index, mine)
         assert any(e[1] == "apply" and e[2] >= index for e in mine[i:]), (index, mine)
+
+
+async def _follower_apply_scenario(sim):
+    lead = await wait_leader(sim)
+    await lead.node.put("t", b"first")      # (the topic's META)
+    followers = [m.node for m in sim.live() if m.id != lead.id]
+    applies = {n.id: [] for n in followers}
+    appends = {n.id: 0 for n in followers}
+    for node in followers:
+        def apply_committed(upto, _orig=node.seam.apply_committed, _n=node):
+            applies[_n.id].append((_n.clock.now_ms(), upto))
+            return _orig(upto)
+        node.seam.apply_committed = apply_committed
+
+        def on_message(src, msg, _orig=node.transport.on_message, _id=node.id):
+            if type(msg) is Append and msg.last_index >= msg.first_index:
+                appends[_id] += 1
+            return _orig(src, msg)
+        node.transport.on_message = on_message
+    # a put every virtual millisecond, none awaited: APPENDs (each with a newer commit
+    # index) reach the followers far more often than every FOLLOWER_APPLY_DELAY_MS
+    futs = []
+    for k in range(60):
+        futs.append(lead.node.put_batch_future("t", [b"m%d" % k]))
+        await asyncio.sleep(0.001)
+    await asyncio.gather(*futs)
+    # someone waiting for a follower's apply gets it at once, not after the delay
+    lead_commit = lead.node.core.commit_index
+    waited = []
+    for node in followers:
+        t0 = sim.loop.time()
+        await node.wait_applied(node._commit_target, 5.0)
+        waited.append((node._commit_target, node.applied_index, sim.loop.time() - t0))
+    await asyncio.sleep(0.5)       # (the followers learn the last commit from a heartbeat)
+    settled = [(n.applied_index, n.core.commit_index) for n in followers]
+    return lead_commit, applies, appends, waited, settled
+
+
+def test_a_follower_applies_once_per_delay_not_per_append():
+    lead_commit, applies, appends, waited, settled = run_scenario(
+        _follower_apply_scenario, members=3)
+    for fid, got in applies.items():
+        assert appends[fid] >= 20, (fid, appends)
+        # far fewer applies than APPENDs that moved its commit index ...
+        assert 1 <= len(got) < appends[fid] / 2, (fid, len(got), appends[fid])
+        # ... each at least the delay after the one before (the node's clock; ms rounding)
+        gaps = [b[0] - a[0] for a, b in zip(got, got[1:])]
+        assert all(g >= driver.FOLLOWER_APPLY_DELAY_MS - 1 for g in gaps), (fid, gaps)
+    for target, applied, took in waited:
+        assert applied >= target and took < driver.FOLLOWER_APPLY_DELAY_MS / 1000 / 2, waited
+    for applied, commit in settled:
+        assert applied == commit >= lead_commit, settled

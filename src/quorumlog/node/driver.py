@@ -100,6 +100,9 @@ __all__ = ["Node", "config_history", "PRODUCTION_FLUSHER"]
 
 PRODUCTION_FLUSHER = "production"   # Node(flusher=...) default: see Node.__init__
 _METRICS_EVERY_MS = 1000     # transport counters and follower lag copied for /metrics
+# a follower applies (commits its log, dispatches into the consume queues) at most this long
+# after its commit index moved, not in every drain: Node._apply_soon
+FOLLOWER_APPLY_DELAY_MS = 5
 
 
 def _stop_http(server) -> None:
@@ -185,6 +188,7 @@ class Node:
         self._applied = 0
         # set by the next apply; made when someone waits for it (_applied_event), not per apply
         self._applied_changed: asyncio.Event | None = None
+        self._apply_timer: asyncio.TimerHandle | None = None    # a follower's deferred apply
         self._stopped = False
         self._added_peers: set = set()     # members added after start (add_member, CONFIG)
         self._failed: BaseException | None = None
@@ -293,6 +297,9 @@ class Node:
         store. Idempotent."""
         if self._stopped:
             return
+        if self._apply_timer is not None:      # (a follower's deferred apply: made now)
+            self._apply_timer.cancel()
+            self._apply_deferred()
         self._stopped = True
         if self._ticker is not None:
             self._ticker.cancel()
@@ -318,6 +325,8 @@ class Node:
         self._stopped = True
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._apply_timer is not None:
+            self._apply_timer.cancel()
         if self.transport is not None:
             await self.transport.close()
         if self.store is not None:
@@ -491,7 +500,10 @@ class Node:
             finally:
                 if held:
                     self._release_writes()
-            self._apply()
+            if core.role == Role.FOLLOWER and self._applied_changed is None:
+                self._apply_soon()
+            else:
+                self._apply()
             if not core.has_ready():
                 return
 
@@ -559,11 +571,37 @@ class Node:
             self._applied_changed = None
             ev.set()
 
+    def _apply_soon(self) -> None:
+        """A follower's apply, deferred by FOLLOWER_APPLY_DELAY_MS: its commit index moves
+        with every APPEND (the leader's commit of the entry before), and dispatching one
+        record per APPEND cost each follower ~70 µs of CPU that, on a machine with fewer
+        cores than processes, ran while the leader handled the acknowledgement and the
+        other follower the same APPEND. Deferred, the dispatch runs once for every entry
+        committed in that time. Applied at once, as before, when someone waits for it
+        (_applied_event: wait_applied, a long-poll fetch) and before any event of a Ready
+        (_on_events: a role change sees everything committed applied). Nothing waits for a
+        follower's apply: it answers no put, and its acknowledgement is already written."""
+        if self._apply_timer is None and self._commit_target > self._applied:
+            self._apply_timer = self.clock.call_later_ms(self.loop, FOLLOWER_APPLY_DELAY_MS,
+                                                         self._apply_deferred)
+
+    def _apply_deferred(self) -> None:
+        self._apply_timer = None
+        if self._stopped or self._failed is not None:
+            return
+        try:
+            self._apply()
+        except Exception as e:
+            self._fail(e)
+
     def _applied_event(self) -> asyncio.Event:
-        """The event the next apply sets."""
+        """The event the next apply sets (a deferred apply is made now: someone waits)."""
         ev = self._applied_changed
         if ev is None:
             ev = self._applied_changed = asyncio.Event()
+        if self._apply_timer is not None:
+            self._apply_timer.cancel()
+            self._apply_deferred()
         return ev
 
     def _on_events(self, events) -> None:
