@@ -447,3 +447,29 @@ def test_a_follower_that_briefly_campaigned_catches_up_with_the_commit_index_whi
     assert n3.role == Role.FOLLOWER and n3.leader_id == "n1"
     assert n3.commit_index == last
     assert cl.core("n1").log.last_index() == last  # (no write helped it)
+
+
+def test_a_ready_taken_as_persisted_carries_the_acknowledgement_of_its_own_append():
+    # a driver whose flush is a no-op (node async mode): core.ready(persisted=True) reports
+    # the flush itself, so a follower's acknowledgement and a leader's own vote come with the
+    # Ready of the append, not with a second one after the flush duty
+    cl = elected()
+    lead, f = cl.core("n1"), cl.core("n2")
+    last = lead.propose([b"a", b"b"], 2, 2)[1]      # (the core's own: no drain by the cluster)
+    r = lead.ready(persisted=True)
+    assert r.flush_to is None and lead.persisted_index == last
+    sent = [m for m in r.messages if isinstance(m, Append) and m.dst == "n2"]
+    assert sent and sent[-1].last_index == last
+    f.step(sent[-1])
+    r = f.ready(persisted=True)
+    assert r.flush_to is None and f.persisted_index == last
+    acks = [m for m in r.messages if isinstance(m, AppendResponse)]
+    assert [(a.code, a.match_index) for a in acks] == [(Code.SUCCESS, last)]
+    assert not f.has_ready()
+    lead.step(acks[0])
+    assert lead.commit_index == last
+    # without it the flush is the driver's duty, and the acknowledgement waits for its report
+    last = lead.propose([b"c"], 1, 1)[1]
+    f.step([m for m in lead.ready().messages if isinstance(m, Append) and m.dst == "n2"][-1])
+    r = f.ready()
+    assert r.flush_to == last and not [m for m in r.messages if isinstance(m, AppendResponse)]

@@ -17,7 +17,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     during a flush is covered by the next one (group commit), which starts at once on a
     second thread with NodeConfig.flushes_in_flight = 2. A follower therefore
     acknowledges an entry only once it is on its disk, and a put returns only after a
-    majority flushed it. flush = "async": report at once (the entry is in the page cache);
+    majority flushed it. flush = "async": report at once (the entry is in the page cache:
+    core.ready(persisted=True), so the acknowledgement leaves with the Ready of the append);
     the log's own background thread flushes every flush_interval_ms (DLedger's behaviour).
     The index reported is the log's last index when the Ready was drained; the core ignores
     a report whose gen predates a truncation.
@@ -33,6 +34,8 @@ THE DRIVER'S DUTIES (for each Ready drained from the core, in this order):
     ahead of its own flush (docs/raft.md deviation 19) -- it applies and answers then, as
     in async mode: the checkpoint never records a committed or dispatched position past the
     flushed one, and a power loss of this replica alone loses nothing acknowledged.
+    A follower applies at most every FOLLOWER_APPLY_DELAY_MS instead (Node._apply_soon: it
+    answers no put), at once when someone waits for its apply, before any event, at stop.
  5. events: RoleChanged / ReadyToServe / LeaseExpired / ConfigChanged / TransferAborted /
     BehindRetention / LogInstalled go to the listeners (the embedding API runs them on a
     thread of its own). Leaving LEADER fails every request still waiting for a commit
@@ -496,7 +499,7 @@ class Node:
         while True:
             held = hold is not None and hold()
             try:
-                self.stats["readies"] += run_readies(core, self._duties)
+                self.stats["readies"] += run_readies(core, self._duties, self.flusher is None)
             finally:
                 if held:
                     self._release_writes()

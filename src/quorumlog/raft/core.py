@@ -255,7 +255,15 @@ class RaftCore(ElectionRules, LeaseRules, ReplicationRules, InstallRules, Member
         self.quiesced = False   # (quiesce.py Q3: any input wakes the group)
         self._handlers[msg.__class__](msg)
 
-    def ready(self) -> Ready:
+    def ready(self, persisted: bool = False) -> Ready:
+        """What the driver must do now (duties 1-5). persisted: the log is durable as far as
+        it was appended already (a driver whose flush is a no-op: flush = "async" with no
+        flush thread) -- on_persisted is taken now, so what it makes (a follower's
+        acknowledgement, a commit) leaves with this Ready instead of the next one, and the
+        Ready has no flush_to."""
+        if persisted and self._flush_to is not None:
+            self._flush_to = None
+            self.on_persisted(self.log.last_index(), self._log_gen)
         hs = self.hard_state if self._hs_dirty else None
         r = Ready(hs, self._flush_to, self._log_gen, self._msgs,
                   self.commit_index if self._commit_changed else None, self._events)

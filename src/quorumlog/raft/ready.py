@@ -21,12 +21,13 @@ class Duties(NamedTuple):
     events: Callable            # (events) -> None: role changes and the rest, to the broker
 
 
-def run_readies(core, duties: Duties) -> int:
+def run_readies(core, duties: Duties, persisted: bool = False) -> int:
     """Drain every Ready of `core` through `duties` (duty 1 to 5, in order); returns how
-    many Readies there were."""
+    many Readies there were. persisted: the driver's flush reports at once (async mode, no
+    flush thread): core.ready(persisted=True), no flush duty."""
     n = 0
     while core.has_ready():
-        r = core.ready()
+        r = core.ready(persisted)
         n += 1
         if r.hard_state is not None:                       # 1. persist the hard state
             duties.save_hard_state(r.hard_state)
