@@ -91,7 +91,7 @@ async def main(tmp, n, batch, top, producers=1, flush="async"):
               "called from Python)")
         for p, label in (("L", "leader"), ("F", "followers"), ("?", "client")):
             print(f"  {label:10s} {by[p, False] / n:7.1f} + {by[p, True] / n:6.1f}")
-        for p, label in (("L", "leader"), ("?", "client")):
+        for p, label in (("L", "leader"), ("F", "followers"), ("?", "client")):
             print(f"{label}, top {top}:")
             rows = sorted(((k, name) for (q, name), k in calls.items() if q == p),
                           reverse=True)

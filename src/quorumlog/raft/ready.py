@@ -27,7 +27,7 @@ def run_readies(core, duties: Duties, persisted: bool = False) -> int:
     flush thread): core.ready(persisted=True), no flush duty."""
     n = 0
     while core.has_ready():
-        r = core.ready(persisted)
+        r = core.ready(persisted=persisted)
         n += 1
         if r.hard_state is not None:                       # 1. persist the hard state
             duties.save_hard_state(r.hard_state)
