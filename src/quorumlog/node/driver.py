@@ -470,10 +470,14 @@ class Node:
         self._drain_now()
 
     def _drain_now(self) -> None:
+        self._guarded(self._drain)
+
+    def _guarded(self, step) -> None:
+        """step() unless the node stopped or failed; an error in it fails the node."""
         if self._stopped or self._failed is not None:
             return
         try:
-            self._drain()
+            step()
         except Exception as e:
             self._fail(e)
 
@@ -590,12 +594,7 @@ class Node:
 
     def _apply_deferred(self) -> None:
         self._apply_timer = None
-        if self._stopped or self._failed is not None:
-            return
-        try:
-            self._apply()
-        except Exception as e:
-            self._fail(e)
+        self._guarded(self._apply)
 
     def _applied_event(self) -> asyncio.Event:
         """The event the next apply sets (a deferred apply is made now: someone waits)."""
