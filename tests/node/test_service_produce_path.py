@@ -10,6 +10,7 @@ from test_node_inprocess import _group_serving_clients
 from quorumlog.client import AsyncClient
 from quorumlog.net import transport
 from quorumlog.net.messages import Role as ConnRole
+from quorumlog.node.service import ClientService
 
 
 def test_answers_leave_no_write_turn_behind(tmp_path, monkeypatch):
@@ -68,3 +69,41 @@ def test_server_chosen_queue_runs_of_32(tmp_path):
     qs, nq = asyncio.run(run())
     assert nq == 3
     assert qs == [(i >> 5) % 3 for i in range(100)], qs
+
+
+class _Transport:
+    """The client listener's transport as the service's hold/release uses it: hold_writes()
+    is False while a hold is on already (PeerTransport.hold_writes)."""
+
+    def __init__(self):
+        self.held = False
+        self.releases = 0
+
+    def hold_writes(self) -> bool:
+        if self.held:
+            return False
+        self.held = True
+        return True
+
+    def release_writes(self) -> None:
+        self.held = False
+        self.releases += 1
+
+
+def test_answers_release_only_the_hold_they_took():
+    """A hold already on when the pipeline completes proposals is its taker's: the service's
+    on_completing / on_completed pair leaves it on (main released it); nested pairs release
+    once, at the outer pair's end."""
+    svc = ClientService(object(), cfg=None)
+    svc.transport = t = _Transport()
+    assert t.hold_writes()                 # someone else's hold
+    svc._hold_answers()
+    svc._write_answers()
+    assert t.held and t.releases == 0
+    t.release_writes()
+    svc._hold_answers()                    # the service's own, with a nested pair inside
+    svc._hold_answers()
+    svc._write_answers()
+    assert t.held and t.releases == 1     # (the nested pair took no hold)
+    svc._write_answers()
+    assert not t.held and t.releases == 2

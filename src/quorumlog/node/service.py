@@ -23,10 +23,10 @@ from ..net import messages as m
 from ..net.auth import AuthConfig
 from ..net.errors import NetError
 from ..net.transport import PeerTransport, TransportConfig
+from ..store.writes import BatchResult
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
 from .host import NodeHost
-from .pipeline import SyncFuture
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,44 @@ __all__ = ["ClientService", "records_next"]
 # the produce acknowledgement's whole-frame encoder (codec.encode's fast path, called without
 # codec.encode's frame): None -> codec.encode decides
 _ACK_ENCODE = codec.frame_encoders(codec.CLIENT)[m.ProduceResponse].encode
+
+
+class _ProduceReply(asyncio.Future):
+    """A produce's answer: the future the pipeline completes (put_batch_future's `future`),
+    which answers the client as it completes -- in the completing call (the node's apply),
+    not from a done-callback a loop turn later. Its result is acknowledged here, without
+    the future's state read back (ClientService._answer's general path does errors and
+    cancellation). What answering raises is logged, never raised into the apply."""
+
+    __slots__ = ("service", "conn", "request_id", "request")
+
+    def set_result(self, result) -> None:
+        asyncio.Future.set_result(self, result)
+        conn = self.conn
+        try:
+            resp = ClientService._produce_response(result)
+            svc = self.service
+            # (a produce acknowledgement by its whole-frame encoder, without codec.encode's
+            # frame; None: declined, _reply_later's codec.encode decides)
+            parts = _ACK_ENCODE(resp, self.request_id, 0, svc.cfg.max_frame_bytes,
+                                codec.ZERO_COPY_MIN_BYTES)
+            if parts is None:
+                svc._reply_later(conn, self.request_id, resp)
+            elif not conn.send_parts(parts, control=False):
+                log.debug("client %r: reply dropped (connection closed or its send budget "
+                          "full)", conn.client_id)
+        except Exception:
+            log.exception("client %r: cannot answer a produce", conn.client_id)
+
+    def set_exception(self, exception) -> None:
+        asyncio.Future.set_exception(self, exception)
+        self.service._answer(self, self.conn, self.request_id, self.request)
+
+    def cancel(self, msg=None) -> bool:
+        if not asyncio.Future.cancel(self, msg):
+            return False
+        self.service._answer(self, self.conn, self.request_id, self.request)
+        return True
 
 
 class ClientService:
@@ -52,6 +90,10 @@ class ClientService:
         # call on every call (Python 3.11), once per reply on the produce path
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stats = {"requests": 0, "errors": 0}
+        # one group: a server-chosen queue's run needs no routing (_on_request)
+        self._one_group = self.host is None or self.host.groups == 1
+        # per _hold_answers not yet matched by its _write_answers: whether it took the hold
+        self._holds: list[bool] = []
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -103,7 +145,7 @@ class ClientService:
 
     def _on_request(self, conn, request_id: int, msg) -> None:
         """A client request. A produce starts at once (the node's put_batch_future) and is
-        answered as its future completes (a SyncFuture: in the loop turn that applied it):
+        answered as its future completes (a _ProduceReply: in the loop turn that applied it):
         per request no task, no coroutine frames, no done-callback."""
         self.stats["requests"] += 1
         if type(msg) is not m.ProduceRequest:
@@ -112,14 +154,23 @@ class ClientService:
             t.add_done_callback(self._tasks.discard)
             return
         # answered as the put completes (in the loop turn that applied it), however it does
-        reply = SyncFuture(self._answer, conn, request_id, msg, loop=self._loop)
+        reply = _ProduceReply(loop=self._loop)
+        reply.service, reply.conn, reply.request_id, reply.request = \
+            self, conn, request_id, msg
         try:
-            kw = self._produce_args(msg)
-            host = self.host
-            node = self._node if host is None else host.nodes[0] if host.groups == 1 else \
-                host.node_for(msg.topic, kw["queue_id"])
+            qid = msg.queue_id
+            rr = self._rr.get(msg.topic) if qid < 0 else None
+            if rr is not None and rr[0] & 31 and self._one_group and not msg.delay_level:
+                qid = rr[1]         # (the run's queue: _produce_args, inline)
+                rr[0] += 1
+            else:
+                qid = self._produce_args(msg)["queue_id"]
+            node = self._node if self.host is None else self.host.node_for(msg.topic, qid)
             # (the node's pipeline itself: Node.put_batch_future only passes the call on)
-            fut = node.pipeline.put_batch_future(msg.topic, msg.bodies, future=reply, **kw)
+            fut = node.pipeline.put_batch_future(
+                msg.topic, msg.bodies, future=reply, queue_id=qid, tags=msg.tags,
+                producer_id=msg.producer_id, sequence=msg.sequence,
+                base_sequence=msg.base_sequence)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, msg, e))
             return
@@ -127,8 +178,8 @@ class ClientService:
             fut.add_done_callback(lambda f: self._answer(f, conn, request_id, msg))
 
     def _answer(self, fut, conn, request_id: int, req) -> None:
-        """Reply to a completed produce. Called from inside the node's apply (SyncFuture):
-        it must not raise into it, whatever the result."""
+        """Reply to a completed produce (a future's result, error or cancellation). Called
+        from inside the node's apply (_ProduceReply): it must not raise into it."""
         try:
             if not fut.cancelled() and fut.exception() is None:
                 resp = self._produce_response(fut.result())
@@ -143,15 +194,17 @@ class ClientService:
         """The pipeline is about to complete proposals (Pipeline.on_completing): hold what
         is sent to the clients until _write_answers, so that an answer leaves with no
         end-of-turn write scheduled for it (a loop callback per answered connection, run in
-        a turn of its own after the answers were written)."""
-        if self.transport is not None:
-            self.transport.hold_writes()
+        a turn of its own after the answers were written). A hold already on (hold_writes
+        False) is its taker's to release: this pair then releases nothing."""
+        t = self.transport
+        self._holds.append(t is not None and t.hold_writes())
 
     def _write_answers(self) -> None:
         """The pipeline completed proposals (Pipeline.on_completed, in the loop turn of the
         commit): write the acknowledgements queued since, one write per connection, now --
-        not at the end of the turn, after the rest of the commit's work."""
-        if self.transport is not None:
+        not at the end of the turn, after the rest of the commit's work -- if the matching
+        _hold_answers took the hold."""
+        if self._holds.pop():
             self.transport.release_writes()
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
@@ -252,7 +305,7 @@ class ClientService:
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
-        if hasattr(r, "positions"):
+        if type(r) is BatchResult:
             # positions: the batch's int64 array as it is -- encoded in one C pass
             # (codec._OneAckFrame), not as a tuple of Python ints packed one by one
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
