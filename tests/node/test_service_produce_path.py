@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from test_node_inprocess import _group_serving_clients
 
 from quorumlog.client import AsyncClient
 from quorumlog.net import transport
+from quorumlog.errors import InvalidArgumentError
+from quorumlog.net import messages as m
 from quorumlog.net.messages import Role as ConnRole
 from quorumlog.node.service import ClientService
 
@@ -69,6 +72,29 @@ def test_server_chosen_queue_runs_of_32(tmp_path):
     qs, nq = asyncio.run(run())
     assert nq == 3
     assert qs == [(i >> 5) % 3 for i in range(100)], qs
+
+
+def test_delay_level_refused_inside_a_server_chosen_run(tmp_path):
+    """A produce with a delay level is refused with its reason (nothing appended) also when
+    it lets the server choose the queue while a run of that topic is under way (the run's
+    queue is taken without _produce_args, which says why delay levels are refused)."""
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                first = await cl.produce("t", b"starts the run")     # queue -1: a run
+                with pytest.raises(InvalidArgumentError, match="delay levels"):
+                    await cl._request(m.ProduceRequest("t", [b"delayed"], -1, None, 3))
+                after = await cl.produce("t", b"same run")
+                return first, after, svc.stats["errors"]
+        finally:
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    first, after, errors = asyncio.run(run())
+    assert errors == 1
+    assert after.queue_id == first.queue_id
+    assert after.first_queue_offset == first.first_queue_offset + 1    # nothing in between
 
 
 class _Transport:

@@ -159,12 +159,13 @@ class ClientService:
             self, conn, request_id, msg
         try:
             qid = msg.queue_id
-            rr = self._rr.get(msg.topic) if qid < 0 else None
-            if rr is not None and rr[0] & 31 and self._one_group and not msg.delay_level:
-                qid = rr[1]         # (the run's queue: _produce_args, inline)
-                rr[0] += 1
-            else:
-                qid = self._produce_args(msg)["queue_id"]
+            if qid < 0 or msg.delay_level:
+                rr = None if msg.delay_level else self._rr.get(msg.topic)
+                if rr is not None and rr[0] & 31 and self._one_group:
+                    qid = rr[1]     # (the run's queue: _produce_args' usual case, inline)
+                    rr[0] += 1
+                else:               # (a run's first request; a delay level raises)
+                    qid = self._produce_args(msg)["queue_id"]
             node = self._node if self.host is None else self.host.node_for(msg.topic, qid)
             # (the node's pipeline itself: Node.put_batch_future only passes the call on)
             fut = node.pipeline.put_batch_future(
@@ -282,7 +283,7 @@ class ClientService:
             # to one queue: concurrent small puts to one queue coalesce into one proposal
             # (Pipeline._queue_put); over time every queue gets its share
             rr = self._rr.get(req.topic)        # [requests to the topic, their queue]
-            if rr is not None and rr[0] & 31 and (host is None or host.groups == 1):
+            if rr is not None and rr[0] & 31 and self._one_group:
                 qid = rr[1]         # (the run's queue: no lookup of the topic per request)
                 rr[0] += 1
             else:
