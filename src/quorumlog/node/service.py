@@ -221,18 +221,13 @@ class ClientService:
     def _reply_later(self, conn, request_id: int, resp) -> None:
         """Queue a reply: the transport writes every frame of one loop turn to one
         connection as one write (a round of 64 coalesced puts would otherwise cost 64
-        send() calls; transport.stats()["client_writes"] counts them)."""
-        # (a produce acknowledgement by its whole-frame encoder, without codec.encode's
-        # frame; None: declined, codec.encode decides)
-        parts = _ACK_ENCODE(resp, request_id, 0, self.cfg.max_frame_bytes,
-                            codec.ZERO_COPY_MIN_BYTES) if type(resp) is m.ProduceResponse \
-            else None
-        if parts is None:
-            try:
-                parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
-            except NetError:
-                log.exception("cannot encode a reply to client %r", conn.client_id)
-                return
+        send() calls; transport.stats()["client_writes"] counts them). (A produce's
+        acknowledgement takes _ProduceReply.set_result's whole-frame encoder first.)"""
+        try:
+            parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
+        except NetError:
+            log.exception("cannot encode a reply to client %r", conn.client_id)
+            return
         if not conn.send_parts(parts, control=False):
             log.debug("client %r: reply dropped (connection closed or its send budget "
                       "full)", conn.client_id)
