@@ -27,6 +27,7 @@ from ..store.writes import BatchResult
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
 from .host import NodeHost
+from .pipeline import SyncFuture
 
 log = logging.getLogger(__name__)
 
@@ -35,44 +36,6 @@ __all__ = ["ClientService", "records_next"]
 # the produce acknowledgement's whole-frame encoder (codec.encode's fast path, called without
 # codec.encode's frame): None -> codec.encode decides
 _ACK_ENCODE = codec.frame_encoders(codec.CLIENT)[m.ProduceResponse].encode
-
-
-class _ProduceReply(asyncio.Future):
-    """A produce's answer: the future the pipeline completes (put_batch_future's `future`),
-    which answers the client as it completes -- in the completing call (the node's apply),
-    not from a done-callback a loop turn later. Its result is acknowledged here, without
-    the future's state read back (ClientService._answer's general path does errors and
-    cancellation). What answering raises is logged, never raised into the apply."""
-
-    __slots__ = ("service", "conn", "request_id", "request")
-
-    def set_result(self, result) -> None:
-        asyncio.Future.set_result(self, result)
-        conn = self.conn
-        try:
-            resp = ClientService._produce_response(result)
-            svc = self.service
-            # (a produce acknowledgement by its whole-frame encoder, without codec.encode's
-            # frame; None: declined, _reply_later's codec.encode decides)
-            parts = _ACK_ENCODE(resp, self.request_id, 0, svc.cfg.max_frame_bytes,
-                                codec.ZERO_COPY_MIN_BYTES)
-            if parts is None:
-                svc._reply_later(conn, self.request_id, resp)
-            elif not conn.send_parts(parts, control=False):
-                log.debug("client %r: reply dropped (connection closed or its send budget "
-                          "full)", conn.client_id)
-        except Exception:
-            log.exception("client %r: cannot answer a produce", conn.client_id)
-
-    def set_exception(self, exception) -> None:
-        asyncio.Future.set_exception(self, exception)
-        self.service._answer(self, self.conn, self.request_id, self.request)
-
-    def cancel(self, msg=None) -> bool:
-        if not asyncio.Future.cancel(self, msg):
-            return False
-        self.service._answer(self, self.conn, self.request_id, self.request)
-        return True
 
 
 class ClientService:
@@ -145,7 +108,7 @@ class ClientService:
 
     def _on_request(self, conn, request_id: int, msg) -> None:
         """A client request. A produce starts at once (the node's put_batch_future) and is
-        answered as its future completes (a _ProduceReply: in the loop turn that applied it):
+        answered as its future completes (a SyncFuture: in the loop turn that applied it):
         per request no task, no coroutine frames, no done-callback."""
         self.stats["requests"] += 1
         if type(msg) is not m.ProduceRequest:
@@ -154,9 +117,7 @@ class ClientService:
             t.add_done_callback(self._tasks.discard)
             return
         # answered as the put completes (in the loop turn that applied it), however it does
-        reply = _ProduceReply(loop=self._loop)
-        reply.service, reply.conn, reply.request_id, reply.request = \
-            self, conn, request_id, msg
+        reply = SyncFuture(self._answer, conn, request_id, msg, loop=self._loop)
         try:
             qid = msg.queue_id
             if qid < 0 or msg.delay_level:
@@ -179,15 +140,24 @@ class ClientService:
             fut.add_done_callback(lambda f: self._answer(f, conn, request_id, msg))
 
     def _answer(self, fut, conn, request_id: int, req) -> None:
-        """Reply to a completed produce (a future's result, error or cancellation). Called
-        from inside the node's apply (_ProduceReply): it must not raise into it."""
+        """Reply to a completed produce (its result, error or cancellation). Called from
+        inside the node's apply (SyncFuture): it must not raise into it, whatever the
+        result. An acknowledgement goes by its whole-frame encoder (without codec.encode's
+        frame; None: declined, _reply_later's codec.encode decides)."""
         try:
-            if not fut.cancelled() and fut.exception() is None:
-                resp = self._produce_response(fut.result())
-            else:
-                resp = self._error_response(conn, req, asyncio.CancelledError()
-                                            if fut.cancelled() else fut.exception())
-            self._reply_later(conn, request_id, resp)
+            try:
+                r = fut.result()        # (one call: no cancelled() / exception() first)
+            except (Exception, asyncio.CancelledError) as e:
+                self._reply_later(conn, request_id, self._error_response(conn, req, e))
+                return
+            resp = self._produce_response(r)
+            parts = _ACK_ENCODE(resp, request_id, 0, self.cfg.max_frame_bytes,
+                                codec.ZERO_COPY_MIN_BYTES)
+            if parts is None:
+                self._reply_later(conn, request_id, resp)
+            elif not conn.send_parts(parts, control=False):
+                log.debug("client %r: reply dropped (connection closed or its send budget "
+                          "full)", conn.client_id)
         except Exception:
             log.exception("client %r: cannot answer a produce", conn.client_id)
 
@@ -222,7 +192,7 @@ class ClientService:
         """Queue a reply: the transport writes every frame of one loop turn to one
         connection as one write (a round of 64 coalesced puts would otherwise cost 64
         send() calls; transport.stats()["client_writes"] counts them). (A produce's
-        acknowledgement takes _ProduceReply.set_result's whole-frame encoder first.)"""
+        acknowledgement takes _answer's whole-frame encoder first.)"""
         try:
             parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
         except NetError:
