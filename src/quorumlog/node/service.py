@@ -271,7 +271,7 @@ class ClientService:
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
-        if type(r) is BatchResult:
+        if type(r) is BatchResult or hasattr(r, "positions"):   # (the first: no call)
             # positions: the batch's int64 array as it is -- encoded in one C pass
             # (codec._OneAckFrame), not as a tuple of Python ints packed one by one
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
