@@ -349,7 +349,8 @@ def _encode_produce_parts(topic, bodies, queue_id, tags, producer_id, sequence,
             # (raises naming the field, or converts an IntEnum / numpy integer)
             vals[i] = kind.check(f"{spec.name}.{name}", v, EncodeError)
     body_list = encode_bodies(bodies, m.MAX_BATCH_MESSAGES)
-    return vals, [_produce_head_parts(topic, tags), body_list]
+    head = _HEAD_CACHE.get((topic, tags))       # (_produce_head_parts' usual case, inline)
+    return vals, [_produce_head_parts(topic, tags) if head is None else head, body_list]
 
 
 _COALESCE_MAX_MESSAGES = 1024    # single messages per coalesced request
@@ -503,19 +504,29 @@ class AsyncClient:
         finally:
             self._connecting.release()
 
-    async def _request(self, msg, prefer=None, timeout=None, exact=False, retry=False):
+    def _ready_channel(self, prefer):
+        """The channel to send on as it is (it serves `prefer`, None: any member), or None:
+        connect first (_connect)."""
         ch = self._channel
         if ch is None or ch.closed or self._connect_waiters or (
                 prefer is not None and prefer != self._channel_addr):
-            ch = await self._connect(prefer, exact)
+            return None
+        return ch
+
+    def _send(self, ch, msg, timeout, retry=False):
+        """Send `msg` on `ch` -> the awaitable of its response (ClientChannel's exchange)."""
         self.stats["requests"] += 1
         if self._trace is not None:
             self._trace("send", self._channel_addr, retry)
         if isinstance(msg, _EncodedProduce):
-            resp = await ch.request_encoded(_PRODUCE_TYPE, msg.parts,
-                                            timeout or self.request_timeout)
-        else:
-            resp = await ch.request(msg, timeout or self.request_timeout)
+            return ch.request_encoded(_PRODUCE_TYPE, msg.parts, timeout or self.request_timeout)
+        return ch.request(msg, timeout or self.request_timeout)
+
+    async def _request(self, msg, prefer=None, timeout=None, exact=False, retry=False):
+        ch = None if exact else self._ready_channel(prefer)
+        if ch is None:
+            ch = await self._connect(prefer, exact)
+        resp = await self._send(ch, msg, timeout, retry)
         if isinstance(resp, m.ErrorResponse):
             raise resp.to_exception()
         return resp
@@ -723,8 +734,27 @@ class AsyncClient:
             seq = w.take_now() or await w.acquire()
             try:
                 vals[_SEQUENCE_FIELD] = seq
-                r = await self._with_retries(_EncodedProduce(vals, rest, w, seq),
-                                             to_leader=True)
+                ch = None if w._failed or self._trace is not None else \
+                    self._ready_channel(self._leader_addr)
+                if ch is None:
+                    r = await self._with_retries(_EncodedProduce(vals, rest, w, seq),
+                                                 to_leader=True)
+                else:
+                    # _with_retries' first attempt, inline: _send's, without its and
+                    # _request's coroutine frames and the message object (~7 Python calls)
+                    started = time.monotonic()
+                    self.stats["requests"] += 1
+                    try:
+                        vals[_BASE_FIELD] = w.base()
+                        r = await ch.request_encoded(
+                            _PRODUCE_TYPE, [_PRODUCE_SPEC.fixed_struct.pack(*vals) + rest[0],
+                                            *rest[1:]], self.request_timeout)
+                        if isinstance(r, m.ErrorResponse):
+                            raise r.to_exception()
+                    except _RETRYABLE as e:
+                        r = await self._retrying(_EncodedProduce(vals, rest, w, seq), True,
+                                                 None, e, started + self.retry_timeout -
+                                                 time.monotonic())
             finally:
                 w.release(seq)      # acknowledged, or given up: the next ones go on
         finally:

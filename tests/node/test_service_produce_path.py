@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from test_node_inprocess import _group_serving_clients
 
 from quorumlog.client import AsyncClient
 from quorumlog.net import transport
+from quorumlog.errors import InvalidArgumentError
+from quorumlog.net import messages as m
 from quorumlog.net.messages import Role as ConnRole
+from quorumlog.node.service import ClientService
 
 
 def test_answers_leave_no_write_turn_behind(tmp_path, monkeypatch):
@@ -68,3 +72,64 @@ def test_server_chosen_queue_runs_of_32(tmp_path):
     qs, nq = asyncio.run(run())
     assert nq == 3
     assert qs == [(i >> 5) % 3 for i in range(100)], qs
+
+
+def test_delay_level_refused_inside_a_server_chosen_run(tmp_path):
+    """A produce with a delay level is refused with its reason (nothing appended) also when
+    it lets the server choose the queue while a run of that topic is under way (the run's
+    queue is taken without _produce_args, which says why delay levels are refused)."""
+    async def run():
+        nodes, leader, svc, cfg = await _group_serving_clients(tmp_path)
+        try:
+            async with AsyncClient([cfg.client_addr], secret="s" * 16) as cl:
+                first = await cl.produce("t", b"starts the run")     # queue -1: a run
+                with pytest.raises(InvalidArgumentError, match="delay levels"):
+                    await cl._request(m.ProduceRequest("t", [b"delayed"], -1, None, 3))
+                after = await cl.produce("t", b"same run")
+                return first, after, svc.stats["errors"]
+        finally:
+            await svc.stop()
+            for n in nodes:
+                await n.stop()
+    first, after, errors = asyncio.run(run())
+    assert errors == 1
+    assert after.queue_id == first.queue_id
+    assert after.first_queue_offset == first.first_queue_offset + 1    # nothing in between
+
+
+class _Transport:
+    """The client listener's transport as the service's hold/release uses it: hold_writes()
+    is False while a hold is on already (PeerTransport.hold_writes)."""
+
+    def __init__(self):
+        self.held = False
+        self.releases = 0
+
+    def hold_writes(self) -> bool:
+        if self.held:
+            return False
+        self.held = True
+        return True
+
+    def release_writes(self) -> None:
+        self.held = False
+        self.releases += 1
+
+
+def test_answers_release_only_the_hold_they_took():
+    """A hold already on when the pipeline completes proposals is its taker's: the service's
+    on_completing / on_completed pair leaves it on (main released it); nested pairs release
+    once, at the outer pair's end."""
+    svc = ClientService(object(), cfg=None)
+    svc.transport = t = _Transport()
+    assert t.hold_writes()                 # someone else's hold
+    svc._hold_answers()
+    svc._write_answers()
+    assert t.held and t.releases == 0
+    t.release_writes()
+    svc._hold_answers()                    # the service's own, with a nested pair inside
+    svc._hold_answers()
+    svc._write_answers()
+    assert t.held and t.releases == 1     # (the nested pair took no hold)
+    svc._write_answers()
+    assert not t.held and t.releases == 2

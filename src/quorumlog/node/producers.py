@@ -112,7 +112,7 @@ class UncompletableBatchError(ProducerSequenceError):
 
 class ProducerTable:
     __slots__ = ("max_producers", "batches_per_producer", "_by_pid", "broken", "_source",
-                 "term")
+                 "term", "pending")
 
     def __init__(self, max_producers: int, batches_per_producer: int, term: int = 0):
         self.max_producers = max_producers
@@ -124,6 +124,9 @@ class ProducerTable:
         # producer batch is refused then -- an incomplete table would let retries in twice
         self.broken: QuorumlogError | None = None
         self._source = None        # (log, lo, hi) of a rebuild not done yet (see rebuild)
+        # a deferred rebuild has entries left to read (_source is set; see rebuild): an
+        # attribute, not a property -- the pipeline reads it once per producer put
+        self.pending = False
 
     def __len__(self) -> int:
         return len(self._table())
@@ -132,11 +135,6 @@ class ProducerTable:
         while self._source is not None:
             self.read_step(1 << 30)
         return self._by_pid
-
-    @property
-    def pending(self) -> bool:
-        """A deferred rebuild has entries left to read (see rebuild)."""
-        return self._source is not None
 
     def read_step(self, max_entries: int) -> bool:
         """Read the next `max_entries` entries of a deferred rebuild -> True once done. A
@@ -150,6 +148,7 @@ class ProducerTable:
         self._read(log, lo, upto)
         if self.broken is not None:
             self._source = None
+        self.pending = self._source is not None
         return self._source is None
 
     def lookup(self, pid: int, seq: int) -> Batch | None:
@@ -216,7 +215,13 @@ class ProducerTable:
         place()): a retry meanwhile finds it."""
         if self._source is not None:
             self._table()
-        return self._add(pid, Batch(seq, count, 0, []))
+        b = Batch(seq, count, 0, [])
+        batches = self._by_pid.get(pid)
+        if batches and seq > batches[-1].seq:     # (_add's usual case, inline: per put)
+            self._by_pid.move_to_end(pid)
+            batches.append(b)
+            return b
+        return self._add(pid, b)
 
     @staticmethod
     def place(batch: Batch, first: int, last: int, term: int) -> None:
@@ -264,9 +269,11 @@ class ProducerTable:
         self._by_pid.clear()
         self.broken = None
         self._source = None
+        self.pending = False
         self._read_snapshot(log)
         if lo <= hi and self.broken is None:
             self._source = (log, lo, hi)
+        self.pending = self._source is not None
 
     def _read_snapshot(self, log) -> None:
         try:

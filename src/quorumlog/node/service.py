@@ -23,6 +23,7 @@ from ..net import messages as m
 from ..net.auth import AuthConfig
 from ..net.errors import NetError
 from ..net.transport import PeerTransport, TransportConfig
+from ..store.writes import BatchResult
 from .config import NodeConfig, parse_address, read_secret
 from .driver import Node
 from .host import NodeHost
@@ -52,6 +53,10 @@ class ClientService:
         # call on every call (Python 3.11), once per reply on the produce path
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stats = {"requests": 0, "errors": 0}
+        # one group: a server-chosen queue's run needs no routing (_on_request)
+        self._one_group = self.host is None or self.host.groups == 1
+        # per _hold_answers not yet matched by its _write_answers: whether it took the hold
+        self._holds: list[bool] = []
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -114,12 +119,20 @@ class ClientService:
         # answered as the put completes (in the loop turn that applied it), however it does
         reply = SyncFuture(self._answer, conn, request_id, msg, loop=self._loop)
         try:
-            kw = self._produce_args(msg)
-            host = self.host
-            node = self._node if host is None else host.nodes[0] if host.groups == 1 else \
-                host.node_for(msg.topic, kw["queue_id"])
+            qid = msg.queue_id
+            if qid < 0 or msg.delay_level:
+                rr = None if msg.delay_level else self._rr.get(msg.topic)
+                if rr is not None and rr[0] & 31 and self._one_group:
+                    qid = rr[1]     # (the run's queue: _produce_args' usual case, inline)
+                    rr[0] += 1
+                else:               # (a run's first request; a delay level raises)
+                    qid = self._produce_args(msg)["queue_id"]
+            node = self._node if self.host is None else self.host.node_for(msg.topic, qid)
             # (the node's pipeline itself: Node.put_batch_future only passes the call on)
-            fut = node.pipeline.put_batch_future(msg.topic, msg.bodies, future=reply, **kw)
+            fut = node.pipeline.put_batch_future(
+                msg.topic, msg.bodies, future=reply, queue_id=qid, tags=msg.tags,
+                producer_id=msg.producer_id, sequence=msg.sequence,
+                base_sequence=msg.base_sequence)
         except Exception as e:
             self._reply_later(conn, request_id, self._error_response(conn, msg, e))
             return
@@ -127,15 +140,24 @@ class ClientService:
             fut.add_done_callback(lambda f: self._answer(f, conn, request_id, msg))
 
     def _answer(self, fut, conn, request_id: int, req) -> None:
-        """Reply to a completed produce. Called from inside the node's apply (SyncFuture):
-        it must not raise into it, whatever the result."""
+        """Reply to a completed produce (its result, error or cancellation). Called from
+        inside the node's apply (SyncFuture): it must not raise into it, whatever the
+        result. An acknowledgement goes by its whole-frame encoder (without codec.encode's
+        frame; None: declined, _reply_later's codec.encode decides)."""
         try:
-            if not fut.cancelled() and fut.exception() is None:
-                resp = self._produce_response(fut.result())
-            else:
-                resp = self._error_response(conn, req, asyncio.CancelledError()
-                                            if fut.cancelled() else fut.exception())
-            self._reply_later(conn, request_id, resp)
+            try:
+                r = fut.result()        # (one call: no cancelled() / exception() first)
+            except (Exception, asyncio.CancelledError) as e:
+                self._reply_later(conn, request_id, self._error_response(conn, req, e))
+                return
+            resp = self._produce_response(r)
+            parts = _ACK_ENCODE(resp, request_id, 0, self.cfg.max_frame_bytes,
+                                codec.ZERO_COPY_MIN_BYTES)
+            if parts is None:
+                self._reply_later(conn, request_id, resp)
+            elif not conn.send_parts(parts, control=False):
+                log.debug("client %r: reply dropped (connection closed or its send budget "
+                          "full)", conn.client_id)
         except Exception:
             log.exception("client %r: cannot answer a produce", conn.client_id)
 
@@ -143,15 +165,17 @@ class ClientService:
         """The pipeline is about to complete proposals (Pipeline.on_completing): hold what
         is sent to the clients until _write_answers, so that an answer leaves with no
         end-of-turn write scheduled for it (a loop callback per answered connection, run in
-        a turn of its own after the answers were written)."""
-        if self.transport is not None:
-            self.transport.hold_writes()
+        a turn of its own after the answers were written). A hold already on (hold_writes
+        False) is its taker's to release: this pair then releases nothing."""
+        t = self.transport
+        self._holds.append(t is not None and t.hold_writes())
 
     def _write_answers(self) -> None:
         """The pipeline completed proposals (Pipeline.on_completed, in the loop turn of the
         commit): write the acknowledgements queued since, one write per connection, now --
-        not at the end of the turn, after the rest of the commit's work."""
-        if self.transport is not None:
+        not at the end of the turn, after the rest of the commit's work -- if the matching
+        _hold_answers took the hold."""
+        if self._holds.pop():
             self.transport.release_writes()
 
     def _error_response(self, conn, req, e: BaseException) -> m.ErrorResponse:
@@ -167,18 +191,13 @@ class ClientService:
     def _reply_later(self, conn, request_id: int, resp) -> None:
         """Queue a reply: the transport writes every frame of one loop turn to one
         connection as one write (a round of 64 coalesced puts would otherwise cost 64
-        send() calls; transport.stats()["client_writes"] counts them)."""
-        # (a produce acknowledgement by its whole-frame encoder, without codec.encode's
-        # frame; None: declined, codec.encode decides)
-        parts = _ACK_ENCODE(resp, request_id, 0, self.cfg.max_frame_bytes,
-                            codec.ZERO_COPY_MIN_BYTES) if type(resp) is m.ProduceResponse \
-            else None
-        if parts is None:
-            try:
-                parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
-            except NetError:
-                log.exception("cannot encode a reply to client %r", conn.client_id)
-                return
+        send() calls; transport.stats()["client_writes"] counts them). (A produce's
+        acknowledgement takes _answer's whole-frame encoder first.)"""
+        try:
+            parts = codec.encode(resp, request_id, max_frame_bytes=self.cfg.max_frame_bytes)
+        except NetError:
+            log.exception("cannot encode a reply to client %r", conn.client_id)
+            return
         if not conn.send_parts(parts, control=False):
             log.debug("client %r: reply dropped (connection closed or its send budget "
                       "full)", conn.client_id)
@@ -229,7 +248,7 @@ class ClientService:
             # to one queue: concurrent small puts to one queue coalesce into one proposal
             # (Pipeline._queue_put); over time every queue gets its share
             rr = self._rr.get(req.topic)        # [requests to the topic, their queue]
-            if rr is not None and rr[0] & 31 and (host is None or host.groups == 1):
+            if rr is not None and rr[0] & 31 and self._one_group:
                 qid = rr[1]         # (the run's queue: no lookup of the topic per request)
                 rr[0] += 1
             else:
@@ -252,7 +271,7 @@ class ClientService:
 
     @staticmethod
     def _produce_response(r) -> m.ProduceResponse:
-        if hasattr(r, "positions"):
+        if type(r) is BatchResult or hasattr(r, "positions"):   # (the first: no call)
             # positions: the batch's int64 array as it is -- encoded in one C pass
             # (codec._OneAckFrame), not as a tuple of Python ints packed one by one
             return m.ProduceResponse(r.first_index, int(r.queue_ids[0]),
