@@ -42,10 +42,26 @@ typedef struct ql_writer {
     int64_t n_jobs, n_taken_back;   /* counters (stats) */
 } ql_writer;
 
+/* Write the oldest unfinished job (w->mu held, `running` clear), by whichever side calls:
+ * `running` is set while the lock is dropped for the write, so the other side starts no
+ * piece meanwhile (one piece at a time, in log order); then the job is finished and
+ * `wake` broadcast -- `done` from the thread (the appending thread may wait for the job),
+ * `cv` from a take-back (the thread may go on with the next). */
+static void ql_writer_write_head(ql_writer *w, pthread_cond_t *wake) {
+    ql_job j = w->q[w->head % QL_WRITER_SLOTS];
+    int err;
+    w->running = 1;
+    pthread_mutex_unlock(&w->mu);
+    err = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
+    pthread_mutex_lock(&w->mu);
+    if (err && !w->err) w->err = err;
+    w->running = 0;
+    w->head++;
+    pthread_cond_broadcast(wake);
+}
+
 static void *ql_writer_main(void *arg) {
     ql_writer *w = (ql_writer *)arg;
-    ql_job j;
-    int err;
     pthread_mutex_lock(&w->mu);
     for (;;) {
         /* (running while the thread waits: the appending thread writes a piece it took back;
@@ -57,15 +73,7 @@ static void *ql_writer_main(void *arg) {
             pthread_cond_wait(&w->cv, &w->mu);
             continue;
         }
-        j = w->q[w->head % QL_WRITER_SLOTS];
-        w->running = 1;
-        pthread_mutex_unlock(&w->mu);
-        err = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
-        pthread_mutex_lock(&w->mu);
-        if (err && !w->err) w->err = err;
-        w->running = 0;
-        w->head++;
-        pthread_cond_broadcast(&w->done);
+        ql_writer_write_head(w, &w->done);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -92,24 +100,15 @@ static ql_writer *ql_writer_new(void) {
  * meanwhile (or earlier: an error is reported once), or 0. The oldest job, when the thread
  * has not started it, is taken back and written here. */
 static int ql_writer_wait(ql_writer *w, int keep) {
-    ql_job j;
-    int err, e;
+    int err;
     pthread_mutex_lock(&w->mu);
     while (w->tail - w->head > (uint64_t)keep) {
         if (!w->running) {
             /* taken back: written here while `running` keeps the thread off the next piece
              * (two pieces written at once could leave, after a kill -9, a torn piece with an
              * intact one after it: what recovery reads as damage, not a torn tail) */
-            j = w->q[w->head % QL_WRITER_SLOTS];
-            w->running = 1;
             w->n_taken_back++;
-            pthread_mutex_unlock(&w->mu);
-            e = ql_pwritev_all(j.fd, j.iov, j.n, j.off);
-            pthread_mutex_lock(&w->mu);
-            if (e && !w->err) w->err = e;
-            w->running = 0;
-            w->head++;
-            pthread_cond_signal(&w->cv);           /* the thread may go on with the next */
+            ql_writer_write_head(w, &w->cv);
         } else {
             pthread_cond_wait(&w->done, &w->mu);
         }

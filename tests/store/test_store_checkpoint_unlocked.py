@@ -56,7 +56,13 @@ def test_put_and_read_go_on_while_a_checkpoint_waits_on_the_disk(open_store, mon
         done[key] = s.put("t", body, queue_id=0)
         done[key + " read"] = [m.body for m in s.get("t", 0, 0, 10)]
     try:
-        s.put("t", b"first", queue_id=0)
+        first = s.put("t", b"first", queue_id=0)
+        # the first put's checkpoint lands before arming: the summary is written only when
+        # it changes, so the write held below is one after the second put (armed earlier,
+        # the first put's could be held while the second thread had not put yet, and the
+        # third put then landed before the second: [first, third] read, under load)
+        _until(lambda: s.commitlog.dispatched_position > first.position,
+               what="the first put's checkpoint")
         armed.set()            # from now on a checkpoint's summary write waits on the "disk"
         ths = [threading.Thread(target=put, args=("second", b"second"))]
         ths[0].start()
