@@ -142,10 +142,15 @@ class _EncodedProduce:
 
     @property
     def parts(self) -> list:
-        vals = self.vals
-        if self.window is not None:
-            vals[_BASE_FIELD] = self.window.base()
-        return [_PRODUCE_SPEC.fixed_struct.pack(*vals) + self.rest[0], *self.rest[1:]]
+        return _produce_frame_parts(self.vals, self.rest, self.window)
+
+
+def _produce_frame_parts(vals: list, rest: list, window: "_ProducerWindow | None") -> list:
+    """A produce's frame payload for one attempt: the fixed fields with the window's lowest
+    unresolved sequence at the time of sending (base_sequence), then the encoded rest."""
+    if window is not None:
+        vals[_BASE_FIELD] = window.base()
+    return [_PRODUCE_SPEC.fixed_struct.pack(*vals) + rest[0], *rest[1:]]
 
 
 class _ProducerWindow:
@@ -745,10 +750,9 @@ class AsyncClient:
                     started = time.monotonic()
                     self.stats["requests"] += 1
                     try:
-                        vals[_BASE_FIELD] = w.base()
                         r = await ch.request_encoded(
-                            _PRODUCE_TYPE, [_PRODUCE_SPEC.fixed_struct.pack(*vals) + rest[0],
-                                            *rest[1:]], self.request_timeout)
+                            _PRODUCE_TYPE, _produce_frame_parts(vals, rest, w),
+                            self.request_timeout)
                         if isinstance(r, m.ErrorResponse):
                             raise r.to_exception()
                     except _RETRYABLE as e:
