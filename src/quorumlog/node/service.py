@@ -123,10 +123,10 @@ class ClientService:
             if qid < 0 or msg.delay_level:
                 rr = None if msg.delay_level else self._rr.get(msg.topic)
                 if rr is not None and rr[0] & 31 and self._one_group:
-                    qid = rr[1]     # (the run's queue: _produce_args' usual case, inline)
+                    qid = rr[1]     # (the run's queue: no lookup of the topic per request)
                     rr[0] += 1
                 else:               # (a run's first request; a delay level raises)
-                    qid = self._produce_args(msg)["queue_id"]
+                    qid = self._chosen_queue(msg)
             node = self._node if self.host is None else self.host.node_for(msg.topic, qid)
             # (the node's pipeline itself: Node.put_batch_future only passes the call on)
             fut = node.pipeline.put_batch_future(
@@ -204,9 +204,7 @@ class ClientService:
 
     async def _serve(self, conn, request_id: int, msg) -> None:
         try:
-            if isinstance(msg, m.ProduceRequest):
-                resp = await self._produce(msg)
-            elif isinstance(msg, m.FetchRequest):
+            if isinstance(msg, m.FetchRequest):
                 resp = await self._fetch(msg)
             elif isinstance(msg, m.OffsetsRequest):
                 resp = self._offsets(msg)
@@ -231,36 +229,28 @@ class ClientService:
             resp = m.ErrorResponse.from_exception(e)
         conn.reply(request_id, resp)
 
-    async def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
-        kw = self._produce_args(req)
-        r = await self.node_for(req.topic, kw["queue_id"]).put_batch(req.topic, req.bodies, **kw)
-        return self._produce_response(r)
-
-    def _produce_args(self, req: m.ProduceRequest) -> dict:
+    def _chosen_queue(self, req: m.ProduceRequest) -> int:
+        """The queue of a produce (_on_request, outside a run of one group's server-chosen
+        queue, which it takes inline); a delay level raises."""
         if req.delay_level:
             raise InvalidArgumentError("delay levels are not served by the replicated "
                                        "client protocol yet")
         qid = req.queue_id
         if qid < 0:
-            host = self.host
             # the whole batch goes to one queue (round-robin per batch), so the response's
             # (queue_id, first_queue_offset) names every message of it; 32 requests in a row
-            # to one queue: concurrent small puts to one queue coalesce into one proposal
+            # to one queue (a run; one group: _on_request takes the run's queue without this
+            # call): concurrent small puts to one queue coalesce into one proposal
             # (Pipeline._queue_put); over time every queue gets its share
             rr = self._rr.get(req.topic)        # [requests to the topic, their queue]
-            if rr is not None and rr[0] & 31 and self._one_group:
-                qid = rr[1]         # (the run's queue: no lookup of the topic per request)
-                rr[0] += 1
-            else:
-                node = self._node if host is None else host.nodes[0]
-                nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
-                k = 0 if rr is None else rr[0]
-                qid = (k >> 5) % nq
-                if host is not None and host.groups > 1:
-                    qid = self._led_queue(req.topic, nq, k >> 5)
-                self._rr[req.topic] = [k + 1, qid]
-        return {"queue_id": qid, "tags": req.tags, "producer_id": req.producer_id,
-                "sequence": req.sequence, "base_sequence": req.base_sequence}
+            node = self.node
+            nq = node.store.queue_count(req.topic) or node.store_cfg.default_topic_queues
+            k = 0 if rr is None else rr[0]
+            qid = (k >> 5) % nq
+            if not self._one_group:
+                qid = self._led_queue(req.topic, nq, k >> 5)
+            self._rr[req.topic] = [k + 1, qid]
+        return qid
 
     def _led_queue(self, topic: str, nq: int, k: int) -> int:
         """Many groups, a produce that lets the server choose: the k-th (round-robin) of the
